@@ -1,0 +1,1 @@
+"""expert package."""

@@ -1,0 +1,243 @@
+"""Typed, frozen configuration for the batched grasping simulator.
+
+Every field carries a help line (the attribute docstring below it); ``tyro`` turns these into the
+CLI flags of the ``graspsim`` command, so names here are the names users type.
+
+Units: metres, seconds, radians, m/s. Colours are linear RGB in [0, 1].
+All validation happens in ``__post_init__`` and raises ``ValueError`` naming the field and value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, Tuple
+
+Range = Tuple[float, float]
+
+
+def _check_range(owner: str, name: str, value: Any, lo: float = -math.inf, hi: float = math.inf) -> None:
+    """Raise ValueError unless ``value`` is a (low, high) pair with lo <= low <= high <= hi."""
+    ok = (
+        isinstance(value, (tuple, list))
+        and len(value) == 2
+        and all(isinstance(v, (int, float)) and math.isfinite(v) for v in value)
+    )
+    if not ok or not (lo <= value[0] <= value[1] <= hi):
+        raise ValueError(
+            f"{owner}.{name} must be a (low, high) pair with {lo} <= low <= high <= {hi}; got {value!r}"
+        )
+
+
+def _check_positive(owner: str, name: str, value: Any, allow_zero: bool = False) -> None:
+    good = isinstance(value, (int, float)) and math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
+    if not good:
+        raise ValueError(f"{owner}.{name} must be a finite {'non-negative' if allow_zero else 'positive'} number; got {value!r}")
+
+
+@dataclass(frozen=True)
+class RandomizationConfig:
+    """Per-scene ranges sampled at every reset (uniform unless stated)."""
+
+    # --- target ---
+    sphere_diameter: Range = (0.0125, 0.0150)
+    """Target sphere diameter (m); the reference experiment used 0.0137."""
+    sphere_xy: Range = (-0.10, 0.10)
+    """Target x and y on the table (m), each drawn from this range."""
+    target_speed: Range = (0.0, 0.0)
+    """Drift speed of the target over the table (m/s); (0, 0) keeps it still. Direction is uniform."""
+    # --- gripper start ---
+    start_height: Range = (0.14, 0.22)
+    """Initial fingertip height above the table (m)."""
+    start_offset: Range = (-0.06, 0.06)
+    """Initial x and y offset of the fingertips from the target (m)."""
+    # --- distractors ---
+    max_distractors: int = 4
+    """Upper bound on distractor objects (boxes, cylinders, spheres); the count is uniform in 0..max."""
+    distractor_size: Range = (0.008, 0.03)
+    """Distractor half-size (m): box half-extent, cylinder or sphere radius."""
+    distractor_min_gap: float = 0.03
+    """Minimum centre distance (m) in the table plane between a distractor and the target."""
+    # --- looks ---
+    table_tint: Range = (0.6, 1.3)
+    """Per-channel multiplier on the table texture colour."""
+    texture_scale: Range = (1.0, 4.0)
+    """Texture repeats per metre of table."""
+    light_elevation: Range = (0.6, 1.45)
+    """Elevation of the directional light above the table plane (rad)."""
+    light_intensity: Range = (0.6, 1.2)
+    """Directional light intensity (diffuse multiplier)."""
+    ambient: Range = (0.15, 0.45)
+    """Ambient light level."""
+    specular: Range = (0.0, 0.6)
+    """Specular strength of objects (Blinn-Phong)."""
+    shininess: Range = (8.0, 64.0)
+    """Blinn-Phong exponent."""
+    color_saturation: Range = (0.3, 1.0)
+    """Saturation (HSV) of object colours."""
+    color_value: Range = (0.3, 1.0)
+    """Brightness (HSV value) of object colours."""
+    # --- camera ---
+    fov: Range = (1.10, 1.30)
+    """Horizontal field of view (rad)."""
+    mount_jitter_pos: float = 0.004
+    """Camera mount position jitter (m), uniform in +/- this, per axis."""
+    mount_jitter_rot: float = 0.04
+    """Camera mount rotation jitter (rad), uniform in +/- this, per axis."""
+    image_noise: Range = (0.0, 0.03)
+    """Std of additive Gaussian pixel noise (fraction of full scale)."""
+    blur: Range = (0.0, 1.0)
+    """Blend weight of a 3x3 Gaussian blur applied to the image."""
+    # --- dynamics ---
+    action_gain: Range = (0.85, 1.15)
+    """Multiplier between commanded and executed velocity."""
+    latency_prob: float = 0.5
+    """Probability that a scene executes every command one control step late."""
+    action_noise: Range = (0.0, 0.005)
+    """Std of Gaussian noise added to executed velocities (m/s)."""
+    slip_rate: Range = (0.0, 0.05)
+    """Per-step drop probability of a held sphere grasped at the very edge of the pads (scaled down for centred grasps)."""
+
+    def __post_init__(self) -> None:
+        owner = "RandomizationConfig"
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, tuple):
+                _check_range(owner, f.name, v)
+        _check_range(owner, "sphere_diameter", self.sphere_diameter, 0.002, 0.06)
+        _check_range(owner, "sphere_xy", self.sphere_xy, -0.2, 0.2)
+        _check_range(owner, "target_speed", self.target_speed, 0.0, 0.2)
+        _check_range(owner, "start_height", self.start_height, 0.02, 0.3)
+        _check_range(owner, "distractor_size", self.distractor_size, 0.001, 0.08)
+        _check_range(owner, "fov", self.fov, 0.2, 2.5)
+        _check_range(owner, "blur", self.blur, 0.0, 1.0)
+        _check_range(owner, "action_gain", self.action_gain, 0.0, 5.0)
+        _check_range(owner, "action_noise", self.action_noise, 0.0, 1.0)
+        _check_range(owner, "image_noise", self.image_noise, 0.0, 1.0)
+        _check_range(owner, "slip_rate", self.slip_rate, 0.0, 1.0)
+        if not isinstance(self.max_distractors, int) or not 0 <= self.max_distractors <= 8:
+            raise ValueError(f"RandomizationConfig.max_distractors must be an int in 0..8; got {self.max_distractors!r}")
+        if not 0.0 <= self.latency_prob <= 1.0:
+            raise ValueError(f"RandomizationConfig.latency_prob must be in [0, 1]; got {self.latency_prob!r}")
+        _check_positive(owner, "distractor_min_gap", self.distractor_min_gap, allow_zero=True)
+        _check_positive(owner, "mount_jitter_pos", self.mount_jitter_pos, allow_zero=True)
+        _check_positive(owner, "mount_jitter_rot", self.mount_jitter_rot, allow_zero=True)
+
+    @classmethod
+    def none(cls) -> "RandomizationConfig":
+        """Nominal scene: no distractors, fixed looks and ideal dynamics (useful in tests)."""
+        return cls(
+            sphere_diameter=(0.0137, 0.0137), max_distractors=0, table_tint=(1.0, 1.0), texture_scale=(2.0, 2.0),
+            light_elevation=(1.2, 1.2), light_intensity=(1.0, 1.0), ambient=(0.3, 0.3), specular=(0.3, 0.3),
+            shininess=(32.0, 32.0), fov=(1.2, 1.2), mount_jitter_pos=0.0, mount_jitter_rot=0.0,
+            image_noise=(0.0, 0.0), blur=(0.0, 0.0), action_gain=(1.0, 1.0), latency_prob=0.0,
+            action_noise=(0.0, 0.0), slip_rate=(0.0, 0.0),
+        )
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """The batched simulator: geometry, control limits, camera and episode length."""
+
+    image_size: int = 64
+    """Wrist image height and width (pixels)."""
+    control_hz: float = 10.0
+    """Control rate (Hz); one ``step`` advances 1/control_hz seconds."""
+    max_steps: int = 120
+    """Episode timeout in control steps."""
+    max_speed: float = 0.10
+    """Per-axis end-effector speed limit (m/s)."""
+    max_accel: float = 1.0
+    """Per-axis end-effector acceleration limit (m/s^2)."""
+    finger_speed: float = 0.2
+    """Finger opening/closing speed (m/s, change of the gap)."""
+    open_width: float = 0.04
+    """Gap between the finger pads when open (m)."""
+    pad_width: float = 0.018
+    """Extent of each finger pad along the gripper x axis (m)."""
+    finger_length: float = 0.045
+    """Finger length from tip to palm (m)."""
+    finger_thickness: float = 0.008
+    """Finger thickness across the closing (y) axis (m)."""
+    camera_offset: Tuple[float, float, float] = (-0.045, 0.0, 0.11)
+    """Camera position in the gripper frame, relative to the fingertip centre (m)."""
+    lift_height: float = 0.05
+    """Success: the held sphere's bottom is at least this far above the table (m)."""
+    workspace: float = 0.25
+    """Half-size of the square workspace in x and y (m); the gripper is clamped inside it."""
+    max_height: float = 0.35
+    """Highest fingertip height (m)."""
+    shadows: bool = True
+    """Cast shadows from objects and fingers onto the scene."""
+    randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
+    """Domain-randomization ranges."""
+
+    def __post_init__(self) -> None:
+        owner = "SimConfig"
+        if not isinstance(self.image_size, int) or not 16 <= self.image_size <= 512:
+            raise ValueError(f"SimConfig.image_size must be an int in 16..512; got {self.image_size!r}")
+        if not isinstance(self.max_steps, int) or self.max_steps <= 0:
+            raise ValueError(f"SimConfig.max_steps must be a positive int; got {self.max_steps!r}")
+        for name in ("control_hz", "max_speed", "max_accel", "finger_speed", "open_width", "pad_width",
+                     "finger_length", "finger_thickness", "lift_height", "workspace", "max_height"):
+            _check_positive(owner, name, getattr(self, name))
+        if len(self.camera_offset) != 3 or not all(math.isfinite(v) for v in self.camera_offset):
+            raise ValueError(f"SimConfig.camera_offset must be three finite numbers; got {self.camera_offset!r}")
+        if self.camera_offset[2] <= self.finger_length:
+            raise ValueError(
+                f"SimConfig.camera_offset z ({self.camera_offset[2]}) must be above the finger length ({self.finger_length})"
+            )
+        if self.open_width <= self.randomization.sphere_diameter[1]:
+            raise ValueError(
+                f"SimConfig.open_width ({self.open_width}) must exceed the largest sphere diameter "
+                f"({self.randomization.sphere_diameter[1]})"
+            )
+
+    @property
+    def dt(self) -> float:
+        """Control period (s)."""
+        return 1.0 / self.control_hz
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SimConfig":
+        """Rebuild from ``to_dict`` output; unknown keys raise ValueError naming them."""
+        return from_dict(cls, d)
+
+
+def from_dict(cls, d: dict):
+    """Build the frozen dataclass ``cls`` from a plain dict, recursing into nested dataclasses.
+
+    Unknown keys raise ``ValueError`` (a config typo must not pass silently); lists become tuples.
+    """
+    if not isinstance(d, dict):
+        raise ValueError(f"{cls.__name__}: expected a mapping, got {type(d).__name__}")
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - set(names))
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown field(s) {unknown}; known: {sorted(names)}")
+    kwargs = {}
+    for k, v in d.items():
+        f = names[k]
+        sub = _dataclass_type(cls, f)
+        if sub is not None and isinstance(v, dict):
+            v = from_dict(sub, v)
+        elif isinstance(v, list):
+            v = tuple(v)
+        kwargs[k] = v
+    return cls(**kwargs)
+
+
+def _dataclass_type(cls, f):
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    t = hints.get(f.name)
+    return t if dataclasses.is_dataclass(t) else None

@@ -1,0 +1,143 @@
+"""The batched environment: ``GraspEnv`` holds a :class:`State` and a seeded generator.
+
+>>> env = GraspEnv(SimConfig(), num_envs=256, device="cpu", seed=0)
+>>> obs = env.reset()                       # all scenes
+>>> obs, reward, done, info = env.step(actions)  # actions: 256,4 float32 (vx, vy, vz m/s, grip)
+>>> env.reset(env_ids=torch.nonzero(done).flatten())   # partial reset by index
+>>> env.privileged()                         # true poses, for the expert only
+
+Observation dict (policy-visible only):
+  ``rgb``: B,3,H,W uint8; ``mask``: B,H,W bool (exact visible-target mask);
+  ``gripper``: B,2 float32 = (finger gap / open gap, last executed close command as 0/1).
+
+``step`` does **not** reset finished scenes; callers (collectors, the gymnasium vector env) reset the
+``done`` ones by index. Finished scenes keep stepping harmlessly until then.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from . import physics
+from .config import SimConfig
+from .randomization import sample_scenes
+from .render import RenderOutput, render
+from .state import State
+
+OBS_KEYS = ("rgb", "mask", "gripper")
+
+
+def observe(state: State, cfg: SimConfig, generator: torch.Generator | None = None) -> dict[str, Tensor]:
+    """Render and package the policy observation of every scene (see module docstring)."""
+    out: RenderOutput = render(state, cfg, generator=generator)
+    return {"rgb": out.rgb, "mask": out.mask, "gripper": gripper_obs(state, cfg)}
+
+
+def gripper_obs(state: State, cfg: SimConfig) -> Tensor:
+    """B,2 float32: normalised finger gap and last executed close command."""
+    return torch.stack([state.finger_width / cfg.open_width, state.close_cmd.float()], -1)
+
+
+def privileged(state: State) -> dict[str, Tensor]:
+    """True poses for the expert: never feed these to a policy."""
+    return {
+        "tcp_pos": state.tcp_pos,
+        "tcp_vel": state.tcp_vel,
+        "finger_width": state.finger_width,
+        "sphere_pos": state.sphere_pos,
+        "sphere_radius": state.sphere_radius,
+        "sphere_vel": state.sphere_vel,
+        "held": state.held,
+        "steps": state.steps,
+    }
+
+
+def as_index(env_ids: Tensor | Sequence[int] | None, n: int, device: torch.device) -> Tensor:
+    """Normalise ``env_ids`` (None = all, bool mask, index list/tensor) to a sorted unique int64 tensor."""
+    if env_ids is None:
+        return torch.arange(n, device=device)
+    ids = torch.as_tensor(env_ids, device=device)
+    if ids.dtype == torch.bool:
+        if ids.shape != (n,):
+            raise ValueError(f"env_ids bool mask must have shape ({n},); got {tuple(ids.shape)}")
+        return torch.nonzero(ids).flatten()
+    ids = ids.long().flatten()
+    if ids.numel() and (ids.min() < 0 or ids.max() >= n):
+        raise ValueError(f"env_ids must lie in 0..{n - 1}; got {ids.tolist()[:8]}")
+    return torch.unique(ids)
+
+
+def reset_scenes(state: State | None, env_ids: Tensor, cfg: SimConfig, generator: torch.Generator, n: int,
+                 device: torch.device) -> State:
+    """Return ``state`` with scenes ``env_ids`` replaced by freshly sampled ones (all when state is None)."""
+    if state is None:
+        return sample_scenes(cfg, n, generator, device)
+    if env_ids.numel() == 0:
+        return state
+    fresh = sample_scenes(cfg, int(env_ids.numel()), generator, device)
+    out = {}
+    for k, v in state.items():
+        v = v.clone()
+        v[env_ids] = getattr(fresh, k)
+        out[k] = v
+    return State(**out)
+
+
+class GraspEnv:
+    """A batch of ``num_envs`` randomized wrist-camera grasping scenes on ``device``."""
+
+    def __init__(self, cfg: SimConfig | None = None, num_envs: int = 1, device: str | torch.device = "cpu",
+                 seed: int = 0, render_obs: bool = True):
+        if not isinstance(num_envs, int) or num_envs <= 0:
+            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+        self.cfg = cfg or SimConfig()
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.render_obs = render_obs
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(seed))
+        self.state: State = sample_scenes(self.cfg, num_envs, self.generator, self.device)
+
+    # -- core API ---------------------------------------------------------------------------
+    def reset(self, env_ids: Tensor | Sequence[int] | None = None, seed: int | None = None) -> dict[str, Tensor]:
+        """Re-sample the scenes ``env_ids`` (default all). ``seed`` re-seeds the generator first."""
+        if seed is not None:
+            self.generator.manual_seed(int(seed))
+        ids = as_index(env_ids, self.num_envs, self.device)
+        if env_ids is None:
+            self.state = sample_scenes(self.cfg, self.num_envs, self.generator, self.device)
+        else:
+            self.state = reset_scenes(self.state, ids, self.cfg, self.generator, self.num_envs, self.device)
+        return self.observe()
+
+    def step(self, action: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
+        """Apply ``action`` (B,4) to every scene. Returns (obs, reward B float32, done B bool, info).
+
+        ``reward`` is 1.0 on the step an episode succeeds, else 0. ``info`` holds ``success`` (B bool),
+        ``timeout`` (B bool) and ``failure`` (B int64 codes, see ``physics.FAILURE_NAMES``).
+        """
+        before = self.state.success
+        self.state = physics.step(self.state, action, self.cfg, self.generator)
+        s = self.state
+        reward = (s.success & ~before).float()
+        info = {
+            "success": s.success,
+            "timeout": s.done & ~s.success,
+            "failure": physics.failure_cause(s),
+        }
+        return self.observe(), reward, s.done, info
+
+    def observe(self) -> dict[str, Tensor]:
+        if not self.render_obs:
+            return {"gripper": gripper_obs(self.state, self.cfg)}
+        return observe(self.state, self.cfg, self.generator)
+
+    def privileged(self) -> dict[str, Tensor]:
+        return privileged(self.state)
+
+    def render(self, **kwargs) -> RenderOutput:
+        """Full render output (RGB, mask, depth, alpha) of the current state; see ``render.render``."""
+        return render(self.state, self.cfg, generator=self.generator, **kwargs)

@@ -1,0 +1,180 @@
+"""Domain randomization: draw ``n`` fresh scenes as a :class:`State` from a seeded generator.
+
+``sample_scenes(cfg, n, generator, device)`` is the only source of per-scene randomness at reset;
+with the same generator state it returns identical tensors (on CPU).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from .config import SimConfig
+from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, State
+from .textures import TEXTURE_NAMES
+
+
+def _u(lo_hi, shape, g: torch.Generator, device) -> Tensor:
+    lo, hi = float(lo_hi[0]), float(lo_hi[1])
+    return lo + (hi - lo) * torch.rand(shape, generator=g, device=device)
+
+
+def hsv_to_rgb(h: Tensor, s: Tensor, v: Tensor) -> Tensor:
+    """Vectorized HSV -> RGB; inputs (...,) in [0, 1]; returns (..., 3)."""
+    k = torch.stack([torch.full_like(h, 5.0), torch.full_like(h, 3.0), torch.full_like(h, 1.0)], -1)
+    k = (k + h.unsqueeze(-1) * 6.0) % 6.0
+    f = torch.clamp(torch.minimum(k, 4.0 - k), 0.0, 1.0)
+    return v.unsqueeze(-1) - v.unsqueeze(-1) * s.unsqueeze(-1) * f
+
+
+def random_colors(shape, cfg: SimConfig, g: torch.Generator, device) -> Tensor:
+    r = cfg.randomization
+    h = torch.rand(shape, generator=g, device=device)
+    s = _u(r.color_saturation, shape, g, device)
+    v = _u(r.color_value, shape, g, device)
+    return hsv_to_rgb(h, s, v)
+
+
+def rotation_xyz(angles: Tensor) -> Tensor:
+    """Rotation matrices ``B,3,3`` from small angles ``B,3`` (about x, then y, then z)."""
+    cx, cy, cz = torch.cos(angles).unbind(-1)
+    sx, sy, sz = torch.sin(angles).unbind(-1)
+    one, zero = torch.ones_like(cx), torch.zeros_like(cx)
+    rx = torch.stack([one, zero, zero, zero, cx, -sx, zero, sx, cx], -1).view(-1, 3, 3)
+    ry = torch.stack([cy, zero, sy, zero, one, zero, -sy, zero, cy], -1).view(-1, 3, 3)
+    rz = torch.stack([cz, -sz, zero, sz, cz, zero, zero, zero, one], -1).view(-1, 3, 3)
+    return rz @ ry @ rx
+
+
+def nominal_camera_rotation(cfg: SimConfig, device) -> Tensor:
+    """Camera axes (columns right, down, forward) for a camera at ``camera_offset`` looking at the TCP."""
+    off = torch.tensor(cfg.camera_offset, dtype=torch.float32, device=device)
+    fwd = -off / off.norm()
+    right = torch.tensor([0.0, -1.0, 0.0], device=device)  # looking along +x, image right is -y
+    right = right - fwd * (right @ fwd)
+    right = right / right.norm()
+    down = torch.linalg.cross(fwd, right)
+    return torch.stack([right, down, fwd], dim=1)
+
+
+def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: torch.device | str = "cpu") -> State:
+    """Draw ``n`` randomized scenes (fresh episodes) on ``device``.
+
+    ``generator`` must live on ``device`` (``torch.Generator(device=device)``). Returns a State whose
+    bookkeeping fields are zero (steps 0, not done, not held, gripper open).
+    """
+    if n <= 0:
+        raise ValueError(f"sample_scenes: n must be positive, got {n}")
+    r = cfg.randomization
+    g, dev = generator, torch.device(device)
+    f32 = dict(dtype=torch.float32, device=dev)
+
+    radius = _u(r.sphere_diameter, (n,), g, dev) / 2
+    sxy = _u(r.sphere_xy, (n, 2), g, dev)
+    sphere_pos = torch.cat([sxy, radius[:, None]], dim=1)
+    speed = _u(r.target_speed, (n,), g, dev)
+    heading = 2 * math.pi * torch.rand((n,), generator=g, device=dev)
+    sphere_vel = torch.stack([torch.cos(heading), torch.sin(heading)], -1) * speed[:, None]
+
+    start_xy = sxy + _u(r.start_offset, (n, 2), g, dev)
+    start_z = _u(r.start_height, (n, 1), g, dev)
+    tcp = torch.cat([start_xy.clamp(-cfg.workspace, cfg.workspace), start_z], dim=1)
+
+    # Distractors: K slots, count uniform in 0..K, kind uniform, placed away from the target.
+    K = r.max_distractors
+    if K > 0:
+        count = torch.randint(0, K + 1, (n,), generator=g, device=dev)
+        active = torch.arange(K, device=dev)[None, :] < count[:, None]
+        kind = torch.randint(1, 4, (n, K), generator=g, device=dev)
+        size = _u(r.distractor_size, (n, K, 3), g, dev)
+        # boxes: independent half-extents; cylinders: (r, r, h); spheres: (r, r, r)
+        cyl = torch.stack([size[..., 0], size[..., 0], size[..., 2]], -1)
+        sph = size[..., :1].expand(-1, -1, 3)
+        size = torch.where((kind == KIND_CYLINDER)[..., None], cyl, size)
+        size = torch.where((kind == KIND_SPHERE)[..., None], sph, size)
+        # rejection sampling with a fixed number of candidates; slots with no valid candidate are emptied
+        cand = _u((-0.2, 0.2), (n, K, 8, 2), g, dev)
+        reach = size[..., :2].norm(dim=-1)[..., None] + radius[:, None, None] + r.distractor_min_gap
+        ok = (cand - sxy[:, None, None, :]).norm(dim=-1) > reach
+        first = torch.argmax(ok.int(), dim=-1)  # first valid candidate (0 if none)
+        any_ok = ok.any(dim=-1)
+        dxy = torch.gather(cand, 2, first[..., None, None].expand(-1, -1, 1, 2)).squeeze(2)
+        active = active & any_ok
+        kind = torch.where(active, kind, torch.full_like(kind, KIND_NONE))
+        dist_pos = torch.cat([dxy, size[..., 2:3]], dim=-1)
+        dist_yaw = _u((0.0, math.pi), (n, K), g, dev)
+        dist_color = random_colors((n, K), cfg, g, dev)
+    else:
+        kind = torch.zeros((n, 0), dtype=torch.long, device=dev)
+        size = torch.zeros((n, 0, 3), **f32)
+        dist_pos = torch.zeros((n, 0, 3), **f32)
+        dist_yaw = torch.zeros((n, 0), **f32)
+        dist_color = torch.zeros((n, 0, 3), **f32)
+
+    # Looks
+    sphere_color = random_colors((n,), cfg, g, dev)
+    finger_color = 0.15 + 0.5 * torch.rand((n, 1), generator=g, device=dev).expand(-1, 3).contiguous()
+    table_tex = torch.randint(0, len(TEXTURE_NAMES), (n,), generator=g, device=dev)
+    table_tint = _u(r.table_tint, (n, 3), g, dev)
+    tex_scale = _u(r.texture_scale, (n,), g, dev)
+    tex_offset = torch.rand((n, 2), generator=g, device=dev)
+    elev = _u(r.light_elevation, (n,), g, dev)
+    azim = 2 * math.pi * torch.rand((n,), generator=g, device=dev)
+    light_dir = torch.stack([torch.cos(elev) * torch.cos(azim), torch.cos(elev) * torch.sin(azim), torch.sin(elev)], -1)
+
+    # Camera
+    fov = _u(r.fov, (n,), g, dev)
+    focal = (cfg.image_size / 2) / torch.tan(fov / 2)
+    base = torch.tensor(cfg.camera_offset, **f32)
+    cam_offset = base + _u((-r.mount_jitter_pos, r.mount_jitter_pos), (n, 3), g, dev)
+    jitter = rotation_xyz(_u((-r.mount_jitter_rot, r.mount_jitter_rot), (n, 3), g, dev))
+    cam_rot = jitter @ nominal_camera_rotation(cfg, dev)
+
+    zeros_b = torch.zeros((n,), **f32)
+    false_b = torch.zeros((n,), dtype=torch.bool, device=dev)
+    return State(
+        tcp_pos=tcp,
+        tcp_vel=torch.zeros((n, 3), **f32),
+        finger_width=torch.full((n,), cfg.open_width, **f32),
+        close_cmd=false_b.clone(),
+        prev_action=torch.zeros((n, 4), **f32),
+        sphere_pos=sphere_pos,
+        sphere_radius=radius,
+        sphere_vel=sphere_vel,
+        held=false_b.clone(),
+        held_offset=torch.zeros((n, 3), **f32),
+        dist_kind=kind,
+        dist_pos=dist_pos,
+        dist_size=size,
+        dist_yaw=dist_yaw,
+        dist_color=dist_color,
+        sphere_color=sphere_color,
+        finger_color=finger_color,
+        table_tex=table_tex,
+        table_tint=table_tint,
+        tex_scale=tex_scale,
+        tex_offset=tex_offset,
+        light_dir=light_dir,
+        light_intensity=_u(r.light_intensity, (n,), g, dev),
+        ambient=_u(r.ambient, (n,), g, dev),
+        specular=_u(r.specular, (n,), g, dev),
+        shininess=_u(r.shininess, (n,), g, dev),
+        focal=focal,
+        cam_offset=cam_offset,
+        cam_rot=cam_rot,
+        image_noise=_u(r.image_noise, (n,), g, dev),
+        blur=_u(r.blur, (n,), g, dev),
+        action_gain=_u(r.action_gain, (n,), g, dev),
+        latency=torch.rand((n,), generator=g, device=dev) < r.latency_prob,
+        action_noise=_u(r.action_noise, (n,), g, dev),
+        slip_rate=_u(r.slip_rate, (n,), g, dev),
+        steps=torch.zeros((n,), dtype=torch.long, device=dev),
+        success=false_b.clone(),
+        done=false_b.clone(),
+        pushed=false_b.clone(),
+        dropped=false_b.clone(),
+        missed=torch.zeros((n,), dtype=torch.long, device=dev),
+        start_xy=sxy.clone(),
+    )

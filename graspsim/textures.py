@@ -1,0 +1,63 @@
+"""Table texture bank: real photo textures shipped in ``graspsim/assets/textures`` plus procedural ones.
+
+The bank is a single tensor ``T,S,S,3`` float32 in [0, 1] (channels last so one gather fetches a texel).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import torch
+
+TEXTURE_DIR = Path(__file__).parent / "assets" / "textures"
+PHOTO_TEXTURES = ("wood", "brick", "grass", "gravel")
+PROCEDURAL_TEXTURES = ("checker", "stripes", "noise", "plain")
+TEXTURE_NAMES = PHOTO_TEXTURES + PROCEDURAL_TEXTURES
+TEXTURE_SIZE = 128
+
+
+def _load_photo(name: str, size: int) -> np.ndarray:
+    import cv2
+
+    path = TEXTURE_DIR / f"{name}.png"
+    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if img is None:
+        raise FileNotFoundError(f"texture {path} is missing or unreadable (reinstall graspsim)")
+    img = cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA)[..., ::-1]
+    return img.astype(np.float32) / 255.0
+
+
+def _procedural(name: str, size: int, rng: np.random.Generator) -> np.ndarray:
+    y, x = np.mgrid[0:size, 0:size] / size
+    if name == "checker":
+        v = ((np.floor(x * 8) + np.floor(y * 8)) % 2) * 0.5 + 0.25
+    elif name == "stripes":
+        v = 0.5 + 0.35 * np.sin(2 * np.pi * 6 * (x + 0.3 * y))
+    elif name == "noise":
+        coarse = rng.random((9, 9)).astype(np.float32)
+        import cv2
+
+        v = cv2.resize(coarse, (size, size), interpolation=cv2.INTER_CUBIC)
+        v = 0.3 + 0.5 * (v - v.min()) / max(float(v.max() - v.min()), 1e-6)
+        v = v + 0.08 * rng.standard_normal((size, size))
+    elif name == "plain":
+        v = np.full((size, size), 0.6) + 0.03 * rng.standard_normal((size, size))
+    else:  # pragma: no cover - guarded by TEXTURE_NAMES
+        raise ValueError(name)
+    v = np.clip(v, 0.0, 1.0).astype(np.float32)
+    return np.stack([v, v, v], axis=-1)
+
+
+@functools.lru_cache(maxsize=4)
+def _bank_numpy(size: int) -> np.ndarray:
+    rng = np.random.default_rng(1234)
+    imgs = [_load_photo(n, size) for n in PHOTO_TEXTURES]
+    imgs += [_procedural(n, size, rng) for n in PROCEDURAL_TEXTURES]
+    return np.stack(imgs).astype(np.float32)
+
+
+def texture_bank(device: torch.device | str = "cpu", size: int = TEXTURE_SIZE) -> torch.Tensor:
+    """All table textures as ``T,S,S,3`` float32 in [0, 1] on ``device`` (T = len(TEXTURE_NAMES))."""
+    return torch.from_numpy(_bank_numpy(size)).to(device)

@@ -1,0 +1,1 @@
+"""The ``graspsim`` command-line interface (thin verbs over library functions)."""
