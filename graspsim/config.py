@@ -46,6 +46,16 @@ class RandomizationConfig:
     """Target sphere diameter (m); the reference experiment used 0.0137."""
     sphere_xy: Range = (-0.10, 0.10)
     """Target x and y on the table (m), each drawn from this range."""
+    target_hue: Range = (-0.04, 0.06)
+    """Hue band of the target colour (HSV hue, 1.0 = full circle; negative wraps): the target is the
+    reddish-orange sphere, as a real target has a known colour. Distractors never take hues within
+    ``distractor_hue_margin`` of this band."""
+    target_saturation: Range = (0.6, 1.0)
+    """Saturation of the target colour."""
+    target_value: Range = (0.45, 1.0)
+    """Brightness (HSV value) of the target colour."""
+    distractor_hue_margin: float = 0.08
+    """Hue distance kept between distractor colours and the target hue band."""
     target_speed: Range = (0.0, 0.0)
     """Drift speed of the target over the table (m/s); (0, 0) keeps it still. Direction is uniform."""
     # --- gripper start ---
@@ -109,6 +119,12 @@ class RandomizationConfig:
         _check_range(owner, "sphere_diameter", self.sphere_diameter, 0.002, 0.06)
         _check_range(owner, "sphere_xy", self.sphere_xy, -0.2, 0.2)
         _check_range(owner, "target_speed", self.target_speed, 0.0, 0.2)
+        _check_range(owner, "target_hue", self.target_hue, -0.5, 1.0)
+        if self.target_hue[1] - self.target_hue[0] + 2 * self.distractor_hue_margin >= 0.9:
+            raise ValueError(
+                "RandomizationConfig.target_hue plus twice distractor_hue_margin must leave hues for distractors; "
+                f"got target_hue={self.target_hue!r}, distractor_hue_margin={self.distractor_hue_margin!r}"
+            )
         _check_range(owner, "start_height", self.start_height, 0.02, 0.3)
         _check_range(owner, "distractor_size", self.distractor_size, 0.001, 0.08)
         _check_range(owner, "fov", self.fov, 0.2, 2.5)
@@ -122,6 +138,7 @@ class RandomizationConfig:
         if not 0.0 <= self.latency_prob <= 1.0:
             raise ValueError(f"RandomizationConfig.latency_prob must be in [0, 1]; got {self.latency_prob!r}")
         _check_positive(owner, "distractor_min_gap", self.distractor_min_gap, allow_zero=True)
+        _check_positive(owner, "distractor_hue_margin", self.distractor_hue_margin, allow_zero=True)
         _check_positive(owner, "mount_jitter_pos", self.mount_jitter_pos, allow_zero=True)
         _check_positive(owner, "mount_jitter_rot", self.mount_jitter_rot, allow_zero=True)
 

@@ -51,6 +51,7 @@ def privileged(state: State) -> dict[str, Tensor]:
         "sphere_radius": state.sphere_radius,
         "sphere_vel": state.sphere_vel,
         "held": state.held,
+        "close_cmd": state.close_cmd,
         "steps": state.steps,
     }
 

@@ -30,8 +30,11 @@ def hsv_to_rgb(h: Tensor, s: Tensor, v: Tensor) -> Tensor:
 
 
 def random_colors(shape, cfg: SimConfig, g: torch.Generator, device) -> Tensor:
+    """Distractor colours: any hue outside the target band (plus margin), random saturation/value."""
     r = cfg.randomization
-    h = torch.rand(shape, generator=g, device=device)
+    lo = r.target_hue[1] + r.distractor_hue_margin
+    span = 1.0 - (r.target_hue[1] - r.target_hue[0]) - 2 * r.distractor_hue_margin
+    h = (lo + span * torch.rand(shape, generator=g, device=device)) % 1.0
     s = _u(r.color_saturation, shape, g, device)
     v = _u(r.color_value, shape, g, device)
     return hsv_to_rgb(h, s, v)
@@ -114,7 +117,9 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         dist_color = torch.zeros((n, 0, 3), **f32)
 
     # Looks
-    sphere_color = random_colors((n,), cfg, g, dev)
+    sphere_color = hsv_to_rgb(
+        _u(r.target_hue, (n,), g, dev) % 1.0, _u(r.target_saturation, (n,), g, dev), _u(r.target_value, (n,), g, dev)
+    )
     finger_color = 0.15 + 0.5 * torch.rand((n, 1), generator=g, device=dev).expand(-1, 3).contiguous()
     table_tex = torch.randint(0, len(TEXTURE_NAMES), (n,), generator=g, device=dev)
     table_tint = _u(r.table_tint, (n, 3), g, dev)

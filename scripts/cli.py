@@ -21,7 +21,7 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "dagger": ("dagger.train", "DaggerConfig", "run_dagger", "train the mask-driven controller by DAgger"),
     "eval-sim": ("dagger.evaluate", "EvalSimConfig", "evaluate_sim", "closed-loop evaluation in simulation"),
     "pipeline": ("dagger.pipeline", "PipelineConfig", "run_pipeline", "collect -> vision -> DAgger -> evaluate -> report"),
-    "bench": ("graspsim.bench", "BenchConfig", "bench", "throughput benchmark: batched torch sim vs pybullet"),
+    "bench": ("dagger.bench", "BenchConfig", "bench", "throughput benchmark: batched torch sim vs pybullet"),
 }
 
 
