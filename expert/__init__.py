@@ -1,1 +1,5 @@
-"""expert package."""
+"""FSM expert reading privileged state, and the data-collection verbs."""
+
+from .fsm import PHASES, FSMExpert, expert_action, expert_phase_and_action
+
+__all__ = ["PHASES", "FSMExpert", "expert_action", "expert_phase_and_action"]

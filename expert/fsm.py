@@ -1,0 +1,148 @@
+"""Batched finite-state-machine expert that reads privileged state (true poses).
+
+Phases (``PHASES``), decided per scene from the current true state every step, so the expert labels
+correctly from *any* state a learner may have driven the scene into (DAgger needs this):
+
+* ``RESET``    - the gripper is closed (or closing) on nothing: open, and rise if low, so the fingers
+                 clear the sphere before the next approach. This is also the recovery path after a
+                 missed or slipped grasp.
+* ``APPROACH`` - open gripper: servo the fingertip centre over the sphere (with feed-forward of the
+                 sphere's drift), descending inside a cone around the sphere so the fingers never sweep
+                 into it sideways; rise if low and misaligned.
+* ``GRASP``    - aligned at grasp height (or already closing with the sphere between the pads): close,
+                 hold position (tracking drift).
+* ``LIFT``     - the sphere is held: keep closed and go up.
+
+All arithmetic is on ``B``-sized tensors; nothing loops over scenes.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from graspsim.config import SimConfig
+
+PHASES = ("RESET", "APPROACH", "GRASP", "LIFT")
+RESET, APPROACH, GRASP, LIFT = range(4)
+
+
+def _window(rel: Tensor, r: Tensor, width: Tensor, cfg: SimConfig, margin: float = 0.0) -> Tensor:
+    """B bool: sphere centre (relative to the TCP, ``rel`` B,3) lies in the grasp window."""
+    return (
+        (rel[:, 0].abs() <= cfg.pad_width / 2 - margin)
+        & (rel[:, 2] >= 0.2 * r)
+        & (rel[:, 2] <= cfg.finger_length - r)
+        & (rel[:, 1].abs() < width / 2)
+    )
+
+
+def expert_phase_and_action(priv: dict[str, Tensor], cfg: SimConfig) -> tuple[Tensor, Tensor]:
+    """Expert decision for every scene.
+
+    ``priv``: the privileged dict of :func:`graspsim.privileged` (tcp_pos B,3; sphere_pos B,3;
+    sphere_radius B; sphere_vel B,2; finger_width B; held B; close_cmd B).
+    Returns ``(phase B int64, action B,4 float32)`` with action = (vx, vy, vz) m/s and grip (+1 close, -1 open).
+    """
+    tcp, sph = priv["tcp_pos"], priv["sphere_pos"]
+    r, width = priv["sphere_radius"], priv["finger_width"]
+    held, close_cmd = priv["held"].bool(), priv["close_cmd"].bool()
+    drift = priv.get("sphere_vel", torch.zeros_like(sph[:, :2]))
+    vmax, dt = cfg.max_speed, cfg.dt
+    B, dev = tcp.shape[0], tcp.device
+
+    # aim one step ahead of a drifting sphere
+    aim_xy = sph[:, :2] + drift * dt
+    e_xy = aim_xy - tcp[:, :2]
+    dist_xy = e_xy.norm(dim=1)
+    h = tcp[:, 2]
+    grasp_h = 0.3 * r
+    rel = sph - tcp
+
+    # xy servo: close half the error per step, plus drift feed-forward
+    v_xy = (0.5 * e_xy / dt + drift).clamp(-vmax, vmax)
+    # descent allowed inside a cone around the sphere (tight near the table)
+    cone = 0.003 + 0.15 * (h - grasp_h).clamp_min(0.0)
+    aligned = dist_xy <= cone
+    low = h < (2 * r + 0.012)
+    fully_open = width >= 0.95 * cfg.open_width
+    vz_descend = (0.5 * (grasp_h - h) / dt).clamp(-vmax, vmax)
+    # near the table, wait for the fingers to be fully open before going lower
+    vz_descend = torch.where(~fully_open & low & (vz_descend < 0), torch.zeros_like(vz_descend), vz_descend)
+    vz_hold = torch.where(low, torch.full_like(h, 0.5 * vmax), torch.zeros_like(h))
+    vz = torch.where(aligned, vz_descend, vz_hold)
+
+    ready = fully_open & (h <= 0.6 * r) & (dist_xy <= 0.003)
+    closing_on_target = close_cmd & ~held & _window(rel, r, width, cfg) & (width > 2 * r - 1e-6)
+    closed_on_nothing = close_cmd & ~held & ~closing_on_target
+
+    phase = torch.full((B,), APPROACH, dtype=torch.long, device=dev)
+    phase = torch.where(ready | closing_on_target, torch.full_like(phase, GRASP), phase)
+    phase = torch.where(closed_on_nothing, torch.full_like(phase, RESET), phase)
+    phase = torch.where(held, torch.full_like(phase, LIFT), phase)
+
+    zero = torch.zeros_like(h)
+    up = torch.full_like(h, vmax)
+    action = torch.zeros((B, 4), device=dev)
+    # APPROACH
+    action[:, 0:2] = v_xy
+    action[:, 2] = vz
+    action[:, 3] = -1.0
+    # GRASP: close, track drift only
+    g = phase == GRASP
+    action[:, 0:2] = torch.where(g[:, None], drift.clamp(-vmax, vmax), action[:, 0:2])
+    action[:, 2] = torch.where(g, zero, action[:, 2])
+    action[:, 3] = torch.where(g, torch.ones_like(h), action[:, 3])
+    # RESET: open and rise
+    rs = phase == RESET
+    action[:, 0:2] = torch.where(rs[:, None], torch.zeros_like(v_xy), action[:, 0:2])
+    action[:, 2] = torch.where(rs, 0.5 * up, action[:, 2])
+    action[:, 3] = torch.where(rs, -torch.ones_like(h), action[:, 3])
+    # LIFT: closed, straight up
+    lf = phase == LIFT
+    action[:, 0:2] = torch.where(lf[:, None], torch.zeros_like(v_xy), action[:, 0:2])
+    action[:, 2] = torch.where(lf, up, action[:, 2])
+    action[:, 3] = torch.where(lf, torch.ones_like(h), action[:, 3])
+    return phase, action
+
+
+def expert_action(priv: dict[str, Tensor], cfg: SimConfig) -> Tensor:
+    """The expert's action ``B,4`` for the given privileged state (see ``expert_phase_and_action``)."""
+    return expert_phase_and_action(priv, cfg)[1]
+
+
+class FSMExpert:
+    """Batched expert with a per-scene phase tensor and optional exploration noise.
+
+    ``act(priv)`` returns the clean expert label ``B,4`` (store this as the training label);
+    ``perturb(action)`` adds Gaussian velocity noise of std ``noise_std`` (m/s) for diverse demonstrations.
+    """
+
+    def __init__(self, cfg: SimConfig | None = None, num_envs: int = 1, device: str | torch.device = "cpu",
+                 noise_std: float = 0.0, generator: torch.Generator | None = None):
+        if noise_std < 0 or noise_std != noise_std:
+            raise ValueError(f"noise_std must be a non-negative number; got {noise_std!r}")
+        self.cfg = cfg or SimConfig()
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.noise_std = float(noise_std)
+        self.generator = generator
+        self.phase = torch.full((num_envs,), RESET, dtype=torch.long, device=self.device)
+
+    def reset(self, env_ids: Tensor | None = None) -> None:
+        if env_ids is None:
+            self.phase.fill_(RESET)
+        else:
+            self.phase[torch.as_tensor(env_ids, device=self.device)] = RESET
+
+    def act(self, priv: dict[str, Tensor]) -> Tensor:
+        self.phase, action = expert_phase_and_action(priv, self.cfg)
+        return action
+
+    def perturb(self, action: Tensor) -> Tensor:
+        if self.noise_std == 0.0:
+            return action
+        noise = torch.randn(action[:, :3].shape, generator=self.generator, device=action.device) * self.noise_std
+        out = action.clone()
+        out[:, :3] = (out[:, :3] + noise).clamp(-self.cfg.max_speed, self.cfg.max_speed)
+        return out
