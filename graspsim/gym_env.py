@@ -1,0 +1,165 @@
+"""Gymnasium interfaces: ``graspsim/WristGrasp-v0`` (one scene) and a vector env with autoreset.
+
+Both wrap the batched torch simulator and return numpy arrays in gymnasium's conventions:
+observation ``{"rgb": H,W,3 uint8, "mask": H,W uint8 (0/1), "gripper": 2 float32}``, action
+``(vx, vy, vz, grip)`` float32 with velocities in m/s (clipped to ``max_speed``) and grip > 0 closing.
+``terminated`` = the sphere is held and lifted; ``truncated`` = the step limit was reached.
+
+The vector env follows gymnasium's default NEXT_STEP autoreset: the step after an episode ends resets
+that sub-environment (its action is ignored) and returns its first observation with reward 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+from . import physics
+from .config import SimConfig
+from .env import GraspEnv, gripper_obs, observe
+from .randomization import sample_scenes
+
+ENV_ID = "graspsim/WristGrasp-v0"
+
+
+def _spaces(cfg: SimConfig) -> tuple[spaces.Dict, spaces.Box]:
+    s = cfg.image_size
+    obs = spaces.Dict(
+        {
+            "rgb": spaces.Box(0, 255, (s, s, 3), np.uint8),
+            "mask": spaces.Box(0, 1, (s, s), np.uint8),
+            "gripper": spaces.Box(0.0, 1.0, (2,), np.float32),
+        }
+    )
+    v = cfg.max_speed
+    act = spaces.Box(np.array([-v, -v, -v, -1.0], np.float32), np.array([v, v, v, 1.0], np.float32), dtype=np.float32)
+    return obs, act
+
+
+def _to_numpy(obs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    return {
+        "rgb": obs["rgb"].permute(0, 2, 3, 1).cpu().numpy(),
+        "mask": obs["mask"].to(torch.uint8).cpu().numpy(),
+        "gripper": obs["gripper"].clamp(0.0, 1.0).cpu().numpy().astype(np.float32),
+    }
+
+
+def _action_tensor(action: Any, n: int, device: torch.device) -> torch.Tensor:
+    a = np.asarray(action, dtype=np.float32)
+    if a.shape == (4,) and n == 1:
+        a = a[None]
+    if a.shape != (n, 4):
+        raise ValueError(f"action must have shape ({n}, 4){' or (4,)' if n == 1 else ''}; got {a.shape}")
+    return torch.as_tensor(a, device=device)
+
+
+class WristGraspEnv(gym.Env):
+    """One randomized scene (``gymnasium.make("graspsim/WristGrasp-v0")``)."""
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, cfg: SimConfig | None = None, device: str = "cpu", render_mode: str | None = None):
+        self.cfg = cfg or SimConfig()
+        self.observation_space, self.action_space = _spaces(self.cfg)
+        if render_mode not in (None, "rgb_array"):
+            raise ValueError(f"render_mode must be None or 'rgb_array'; got {render_mode!r}")
+        self.render_mode = render_mode
+        self._env = GraspEnv(self.cfg, num_envs=1, device=device, seed=0)
+        self._last: dict[str, np.ndarray] | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is None:
+            seed = int(self.np_random.integers(0, 2**31 - 1))
+        obs = _to_numpy(self._env.reset(seed=seed))
+        self._last = {k: v[0] for k, v in obs.items()}
+        return self._last, {}
+
+    def step(self, action):
+        obs, reward, done, info = self._env.step(_action_tensor(action, 1, self._env.device))
+        o = _to_numpy(obs)
+        self._last = {k: v[0] for k, v in o.items()}
+        success = bool(info["success"][0])
+        truncated = bool(done[0]) and not success
+        return self._last, float(reward[0]), success, truncated, {"failure": physics.FAILURE_NAMES[int(info["failure"][0])]}
+
+    def render(self):
+        if self._last is None:
+            return None
+        return self._last["rgb"]
+
+    @property
+    def privileged(self) -> dict[str, np.ndarray]:
+        return {k: v[0].cpu().numpy() for k, v in self._env.privileged().items()}
+
+
+class WristGraspVectorEnv(VectorEnv):
+    """``num_envs`` scenes stepped in one batched call, with NEXT_STEP autoreset."""
+
+    metadata = {"render_modes": ["rgb_array"], "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int = 8, cfg: SimConfig | None = None, device: str = "cpu", render_mode: str | None = None):
+        self.cfg = cfg or SimConfig()
+        self.num_envs = num_envs
+        self.render_mode = render_mode
+        self.single_observation_space, self.single_action_space = _spaces(self.cfg)
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
+        self._env = GraspEnv(self.cfg, num_envs=num_envs, device=device, seed=0)
+        self._autoreset = torch.zeros(num_envs, dtype=torch.bool, device=self._env.device)
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict | None = None):
+        if isinstance(seed, (list, tuple)):
+            seed = seed[0]
+        obs = self._env.reset(seed=seed)
+        self._autoreset.zero_()
+        return _to_numpy(obs), {}
+
+    def step(self, actions):
+        env = self._env
+        a = _action_tensor(actions, self.num_envs, env.device)
+        ids = torch.nonzero(self._autoreset).flatten()
+        stepped = physics.step(env.state, a, self.cfg, env.generator)
+        if ids.numel():
+            fresh = sample_scenes(self.cfg, int(ids.numel()), env.generator, env.device)
+            out = {}
+            for k, v in stepped.items():
+                v = v.clone()
+                v[ids] = getattr(fresh, k)
+                out[k] = v
+            stepped = type(stepped)(**out)
+        before_success = env.state.success & ~self._autoreset
+        env.state = stepped
+        obs = observe(stepped, self.cfg, env.generator)
+        success = stepped.success
+        reward = (success & ~before_success & ~self._autoreset).float()
+        terminated = success & ~self._autoreset
+        truncated = stepped.done & ~success & ~self._autoreset
+        self._autoreset = terminated | truncated
+        info = {"failure": physics.failure_cause(stepped).cpu().numpy()}
+        return (
+            _to_numpy(obs),
+            reward.cpu().numpy(),
+            terminated.cpu().numpy(),
+            truncated.cpu().numpy(),
+            info,
+        )
+
+    def render(self):
+        return self._env.render().rgb.permute(0, 2, 3, 1).cpu().numpy()
+
+
+def register() -> None:
+    """Register ``graspsim/WristGrasp-v0`` (idempotent)."""
+    if ENV_ID not in gym.registry:
+        gym.register(
+            id=ENV_ID,
+            entry_point="graspsim.gym_env:WristGraspEnv",
+            vector_entry_point="graspsim.gym_env:WristGraspVectorEnv",
+            max_episode_steps=None,
+        )
