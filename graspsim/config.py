@@ -61,7 +61,7 @@ class RandomizationConfig:
     # --- gripper start ---
     start_height: Range = (0.14, 0.22)
     """Initial fingertip height above the table (m)."""
-    start_offset: Range = (-0.06, 0.06)
+    start_offset: Range = (-0.045, 0.045)
     """Initial x and y offset of the fingertips from the target (m)."""
     # --- distractors ---
     max_distractors: int = 4
