@@ -1,0 +1,256 @@
+"""``BulletGraspEnv``: the grasping task in pybullet with a Franka Panda, behind the ``GraspEnv`` API.
+
+>>> env = BulletGraspEnv(SimConfig(), num_envs=8, seed=0, workers=2)
+>>> obs = env.reset()                                # rgb 8,3,H,W uint8; mask 8,H,W bool; gripper 8,2
+>>> obs, reward, done, info = env.step(action)      # action 8,4 float32: (vx, vy, vz) m/s, grip > 0 closes
+>>> env.privileged()                                 # same keys as graspsim.privileged
+>>> env.close()
+
+Scene parameters come from :func:`graspsim.randomization.sample_scenes` (same generator use as the
+torch env), so the same seed draws the same sphere, distractors, looks, camera and dynamics in both
+backends. The velocity command is turned into a fingertip-centre target exactly as the torch
+simulator turns it into a motion (latency, gain, noise, per-axis speed clip, acceleration limit,
+workspace clamp); the arm then tracks that target through IK and contact physics in pybullet
+(:mod:`graspsim.bullet.scene`). The per-scene bookkeeping lives in a :class:`graspsim.State` updated
+from pybullet measurements, so ``privileged()`` and the failure codes mean the same as in the torch env:
+
+* ``held``: both finger pads touch the sphere (within 1 mm), the sphere centre lies between the pads
+  and the close command is active. No attachment: only friction holds the sphere.
+* ``success``: held with the sphere bottom at least ``lift_height`` above the table (latched).
+* ``pushed``: a finger touched the free sphere while it moved more than 1 mm in the step.
+* ``missed``: the pads closed to under 2 mm without holding the sphere. ``dropped``: a held sphere was
+  lost while the close command stayed on.
+
+The batch is a list of pybullet DIRECT clients, in this process (``workers=0``) or spread over
+``workers`` child processes that step their scenes in parallel.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..config import SimConfig
+from ..env import as_index, gripper_obs, privileged, reset_scenes
+from ..physics import failure_cause, validate_action
+from ..randomization import sample_scenes
+from ..render import postprocess
+from ..state import State
+from .scene import scene_params
+from .workers import LocalGroup, ProcessGroup
+
+PAD_HALF_X = 0.0105  # half extent of a Panda finger pad along the hand x axis (m)
+PAD_LENGTH = 0.0538  # Panda finger length below the finger joint (m)
+MAX_LAG = 0.02  # the integrated target never runs further than this ahead of the measured fingertips (m)
+PUSH_MOVE = 1e-3  # sphere displacement in one step that counts as a push when a finger touches it (m)
+MISS_GAP = 2e-3  # a close that ends below this pad gap without a hold is a missed grasp (m)
+
+
+class BulletGraspEnv:
+    """``num_envs`` pybullet scenes with the API of :class:`graspsim.GraspEnv` (see module docstring).
+
+    ``device`` is where the returned tensors live (physics runs on CPU in pybullet). ``workers`` > 0
+    spreads the scenes over that many child processes (capped at ``num_envs``).
+    """
+
+    def __init__(self, cfg: SimConfig | None = None, num_envs: int = 1, device: str | torch.device = "cpu",
+                 seed: int = 0, workers: int = 0, render_obs: bool = True):
+        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs <= 0:
+            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+            raise ValueError(f"workers must be a non-negative int; got {workers!r}")
+        self.cfg = cfg or SimConfig()
+        self.num_envs = num_envs
+        self.device = torch.device(device)
+        self.render_obs = render_obs
+        self.workers = min(workers, num_envs)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(int(seed))
+        self.groups: list = []
+        self.slices: list[tuple[int, int]] = []
+        try:
+            if self.workers == 0:
+                self.groups = [LocalGroup(self.cfg, num_envs)]
+                self.slices = [(0, num_envs)]
+            else:
+                bounds = np.linspace(0, num_envs, self.workers + 1).round().astype(int)
+                for lo, hi in zip(bounds[:-1], bounds[1:]):
+                    self.groups.append(ProcessGroup(self.cfg, int(hi - lo)))
+                    self.slices.append((int(lo), int(hi)))
+        except BaseException:
+            self.close()
+            raise
+        H = self.cfg.image_size
+        self._rgb = np.zeros((num_envs, H, H, 3), np.uint8)
+        self._mask = np.zeros((num_envs, H, H), bool)
+        self._target = torch.zeros((num_envs, 3), device=self.device)
+        self._cmd_vel = torch.zeros((num_envs, 3), device=self.device)
+        self.state: State = sample_scenes(self.cfg, num_envs, self.generator, self.device)
+        self._build(torch.arange(num_envs))
+
+    # ------------------------------------------------------------------ dispatch
+    def _run(self, method: str, per_group_args: list[tuple | None]) -> list[dict | None]:
+        """Call ``method`` on every group with args (None = skip); worker groups run concurrently."""
+        for g, args in zip(self.groups, per_group_args):
+            if args is not None and isinstance(g, ProcessGroup):
+                g.send(method, *args)
+        out: list[dict | None] = []
+        for g, args in zip(self.groups, per_group_args):
+            if args is None:
+                out.append(None)
+            elif isinstance(g, ProcessGroup):
+                out.append(g.recv())
+            else:
+                out.append(getattr(g, method)(*args))
+        return out
+
+    def _build(self, ids: Tensor) -> None:
+        """(Re)build the pybullet scenes ``ids`` from ``self.state`` and read back their measurements."""
+        ids_list = ids.tolist()
+        args = []
+        for lo, hi in self.slices:
+            local = [i for i in ids_list if lo <= i < hi]
+            args.append(([i - lo for i in local], [scene_params(self.state, i) for i in local], self.render_obs)
+                        if local else None)
+        results = self._run("reset", args)
+        tcp = self.state.tcp_pos.clone()
+        sphere = self.state.sphere_pos.clone()
+        width = self.state.finger_width.clone()
+        for (lo, hi), a, res in zip(self.slices, args, results):
+            if res is None:
+                continue
+            gids = torch.tensor([lo + i for i in a[0]], dtype=torch.long)
+            tcp[gids] = torch.from_numpy(res["tcp"]).float().to(self.device)
+            sphere[gids] = torch.from_numpy(res["sphere"]).float().to(self.device)
+            width[gids] = torch.from_numpy(res["gap"]).float().to(self.device)
+            if self.render_obs:
+                self._rgb[gids.numpy()] = res["rgb"]
+                self._mask[gids.numpy()] = res["mask"]
+        dev_ids = ids.to(self.device)
+        self._target[dev_ids] = tcp[dev_ids]
+        self._cmd_vel[dev_ids] = 0.0
+        self.state = self.state.replace(tcp_pos=tcp, sphere_pos=sphere, finger_width=width)
+
+    # ------------------------------------------------------------------ core API
+    def reset(self, env_ids: Tensor | Sequence[int] | None = None, seed: int | None = None) -> dict[str, Tensor]:
+        """Re-sample and rebuild the scenes ``env_ids`` (default all). ``seed`` re-seeds the generator first."""
+        if seed is not None:
+            self.generator.manual_seed(int(seed))
+        ids = as_index(env_ids, self.num_envs, self.device)
+        if env_ids is None:
+            self.state = sample_scenes(self.cfg, self.num_envs, self.generator, self.device)
+        else:
+            self.state = reset_scenes(self.state, ids, self.cfg, self.generator, self.num_envs, self.device)
+        if ids.numel():
+            self._build(ids.cpu())
+        return self.observe()
+
+    def _command_targets(self, action: Tensor) -> tuple[Tensor, Tensor]:
+        """Integrate the commanded velocities into fingertip targets ``B,3`` (same rules as
+        ``graspsim.physics.step``) and return them with the executed close command ``B`` bool."""
+        s, cfg, dt = self.state, self.cfg, self.cfg.dt
+        executed = torch.where(s.latency[:, None], s.prev_action, action)
+        noise = torch.randn((self.num_envs, 3), generator=self.generator, device=self.device) * s.action_noise[:, None]
+        v_cmd = (executed[:, :3] * s.action_gain[:, None] + noise).clamp(-cfg.max_speed, cfg.max_speed)
+        vel = self._cmd_vel + (v_cmd - self._cmd_vel).clamp(-cfg.max_accel * dt, cfg.max_accel * dt)
+        lo = torch.tensor([-cfg.workspace, -cfg.workspace, 0.0], device=self.device)
+        hi = torch.tensor([cfg.workspace, cfg.workspace, cfg.max_height], device=self.device)
+        target = torch.maximum(torch.minimum(self._target + vel * dt, hi), lo)
+        # anti wind-up: when the arm is blocked (table, objects) the target waits for it
+        target = s.tcp_pos + (target - s.tcp_pos).clamp(-MAX_LAG, MAX_LAG)
+        self._cmd_vel = (target - self._target) / dt
+        self._target = target
+        return target, executed[:, 3] > 0
+
+    def step(self, action: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
+        """Apply ``action`` (B,4) to every scene. Returns (obs, reward B float32, done B bool, info) with the
+        meanings of :meth:`graspsim.GraspEnv.step`. Raises ValueError on a wrong shape or NaN/inf."""
+        action = validate_action(action, self.num_envs).to(self.device)
+        target, close = self._command_targets(action)
+        t_np, c_np = target.cpu().numpy().astype(np.float64), close.cpu().numpy()
+        results = self._run("step", [(t_np[lo:hi], c_np[lo:hi], self.render_obs) for lo, hi in self.slices])
+        m = {k: np.concatenate([r[k] for r in results]) for k in results[0]}
+        if self.render_obs:
+            self._rgb, self._mask = m["rgb"], m["mask"]
+        self._update_state(m, action, close)
+        s = self.state
+        before_success = self._success_before
+        reward = (s.success & ~before_success).float()
+        info = {"success": s.success, "timeout": s.done & ~s.success, "failure": failure_cause(s)}
+        return self.observe(), reward, s.done, info
+
+    def _update_state(self, m: dict, action: Tensor, close: Tensor) -> None:
+        s, cfg, dev = self.state, self.cfg, self.device
+        self._success_before = s.success
+        tcp = torch.from_numpy(m["tcp"]).float().to(dev)
+        sphere = torch.from_numpy(m["sphere"]).float().to(dev)
+        width = torch.from_numpy(m["gap"]).float().to(dev)
+        touch = torch.from_numpy(m["touch"]).to(dev)
+        r = s.sphere_radius
+        rel = sphere - tcp
+        between = (
+            (rel[:, 0].abs() <= PAD_HALF_X)
+            & (rel[:, 1].abs() <= width / 2 + r)
+            & (rel[:, 2] >= -r)
+            & (rel[:, 2] <= PAD_LENGTH)
+        )
+        held = touch.all(dim=1) & between & close
+        moved = (sphere[:, :2] - s.sphere_pos[:, :2]).norm(dim=1) > PUSH_MOVE
+        pushed = s.pushed | (~held & ~s.held & touch.any(dim=1) & moved)
+        dropped = s.dropped | (s.held & ~held & close)
+        missed = s.missed + (close & ~held & (width < MISS_GAP) & (s.finger_width >= MISS_GAP)).long()
+        steps = s.steps + 1
+        success = s.success | (held & ((sphere[:, 2] - r) >= cfg.lift_height))
+        self.state = s.replace(
+            tcp_pos=tcp,
+            tcp_vel=(tcp - s.tcp_pos) / cfg.dt,
+            finger_width=width,
+            close_cmd=close,
+            prev_action=action,
+            sphere_pos=sphere,
+            held=held,
+            held_offset=torch.where(held[:, None], rel, s.held_offset),
+            steps=steps,
+            success=success,
+            done=s.done | success | (steps >= cfg.max_steps),
+            pushed=pushed,
+            dropped=dropped,
+            missed=missed,
+        )
+
+    def observe(self) -> dict[str, Tensor]:
+        """Policy observation: rgb B,3,H,W uint8 (TinyRenderer image + the scene's blur and noise),
+        mask B,H,W bool (pybullet segmentation == sphere body), gripper B,2 float32."""
+        grip = gripper_obs(self.state, self.cfg)
+        if not self.render_obs:
+            return {"gripper": grip}
+        color = torch.from_numpy(self._rgb).to(self.device).permute(0, 3, 1, 2).float() / 255.0
+        color = postprocess(color, self.state.blur, self.state.image_noise, self.generator)
+        rgb = (color * 255.0 + 0.5).to(torch.uint8)
+        return {"rgb": rgb, "mask": torch.from_numpy(self._mask.copy()).to(self.device), "gripper": grip}
+
+    def privileged(self) -> dict[str, Tensor]:
+        """True poses measured in pybullet, same keys as :func:`graspsim.privileged` (expert only)."""
+        return privileged(self.state)
+
+    # ------------------------------------------------------------------ lifetime
+    def close(self) -> None:
+        """Disconnect every pybullet client and stop the worker processes (idempotent)."""
+        for g in self.groups:
+            try:
+                g.close()
+            except Exception:  # closing must not raise during interpreter shutdown
+                pass
+        self.groups = []
+
+    def __enter__(self) -> "BulletGraspEnv":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
