@@ -1,0 +1,845 @@
+"""Episode files: robomimic-style HDF5, written crash-safely, read back as episodes or flat step arrays.
+
+Layout (what plain ``h5py`` and robomimic see)::
+
+    /                      attrs: format = "graspsim-episodes-v1", graspsim_version, config (JSON)
+    /data                  attrs: total (sum of num_samples), env_args (JSON: env_name, type, env_kwargs)
+    /data/demo_K           attrs: num_samples (int), plus per-episode attrs (success, failure, seed, ...)
+    /data/demo_K/obs/<key>         T,... per-step observations (rgb T,H,W,3 uint8; mask T,H,W uint8 0/1; ...)
+    /data/demo_K/actions           T,A float32 (the expert's labels)
+    /data/demo_K/privileged/<key>  T,... true state for analysis (never a policy input)
+    /data/demo_K/<extra>           T,... optional per-step arrays (rewards, dones, executed_actions, ...)
+
+``K`` counts from 0 in the order episodes were appended. Boolean arrays are stored as uint8 0/1 so any
+HDF5 reader can use them. Image-like arrays (3 or more dimensions) are chunked and compressed.
+
+Crash safety
+------------
+HDF5 cannot be modified in place safely: a process killed during a write can leave the library's
+metadata half-updated and the whole file unreadable. The writer therefore never modifies a committed
+file. Each :meth:`EpisodeWriter.append` does:
+
+1. write the new episodes into a fresh *part* file ``<name>.parts/part-NNNNNN.h5`` (temporary name,
+   fsync, atomic rename);
+2. write a new small *index* file holding the attributes and one HDF5 external link per episode
+   (``data/demo_K`` -> ``part-NNNNNN.h5:/data/demo_K``), fsync, and atomically rename it over ``PATH``.
+
+Step 2's rename is the commit point: at every instant ``PATH`` is a complete HDF5 file that plain
+``h5py`` opens (external links resolve relative to the file's folder), holding every committed
+episode. A crash leaves at worst an unreferenced part or a temporary file, which the next writer
+deletes. :meth:`EpisodeWriter.close` *consolidates*: it copies every episode (compressed chunks are
+copied as they are) into one self-contained file, renames it over ``PATH`` and removes the parts
+folder. Resuming a consolidated file hard-links it into the parts folder as the first part, so old
+episodes are never rewritten while appending. Each append costs the new episodes plus an index of one
+link per episode, so appending stays cheap for thousands of episodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import json
+import logging
+import math
+import os
+import re
+import secrets
+import shutil
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Collection, Iterable, Iterator, Sequence
+
+import h5py
+import numpy as np
+import torch
+from torch import Tensor
+
+log = logging.getLogger(__name__)
+
+FORMAT = "graspsim-episodes-v1"
+DATA = "data"
+OBS = "obs"
+ACTIONS = "actions"
+PRIVILEGED = "privileged"
+DEMO_PREFIX = "demo_"
+RESERVED = (OBS, ACTIONS, PRIVILEGED)
+PARTS_SUFFIX = ".parts"
+_PART_RE = re.compile(r"^part-(\d{6,})\.h5$")
+CHUNK_FRAMES = 16
+"""Frames per compressed chunk of image-like arrays."""
+
+
+def demo_name(k: int) -> str:
+    return f"{DEMO_PREFIX}{k}"
+
+
+def demo_index(name: str) -> int:
+    """Index ``K`` of a group named ``demo_K`` (the sort key robomimic uses)."""
+    return int(name[len(DEMO_PREFIX):])
+
+
+def _default_env_args(config: dict) -> dict:
+    sim = config.get("sim", config)
+    return {"env_name": "graspsim.GraspEnv", "type": 2, "env_kwargs": sim if isinstance(sim, dict) else {}}
+
+
+# ------------------------------------------------------------------------------------------ Episode
+@dataclass
+class Episode:
+    """One episode of ``T`` steps, as numpy arrays with time first.
+
+    ``obs``: policy observations (``rgb`` T,H,W,3 uint8; ``mask`` T,H,W uint8 0/1; ``gripper`` T,2 float32).
+    ``actions``: T,A float32 labels. ``privileged``: true state per step (``tcp_pos`` T,3 m, ...).
+    ``extras``: other per-step arrays stored beside ``actions`` (``rewards``, ``dones``,
+    ``executed_actions``, ``learner_actions``...). ``attrs``: per-episode scalars or strings
+    (``success``, ``failure``, ``seed``, ``iteration``, ``beta``...); ``num_samples`` is added on write.
+    """
+
+    obs: dict[str, np.ndarray]
+    actions: np.ndarray
+    privileged: dict[str, np.ndarray] = field(default_factory=dict)
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_samples(self) -> int:
+        return int(np.shape(self.actions)[0]) if np.ndim(self.actions) else 0
+
+    def arrays(self) -> Iterator[tuple[str, np.ndarray]]:
+        """(path inside the demo group, array) for every stored array."""
+        for k, v in self.obs.items():
+            yield f"{OBS}/{k}", v
+        yield ACTIONS, self.actions
+        for k, v in self.privileged.items():
+            yield f"{PRIVILEGED}/{k}", v
+        for k, v in self.extras.items():
+            yield k, v
+
+    def validate(self, where: str = "episode") -> None:
+        """Raise ValueError unless every array is finite-typed numpy with ``T >= 1`` rows."""
+        if not isinstance(self.obs, dict) or not self.obs:
+            raise ValueError(f"{where}: obs must be a non-empty dict of arrays")
+        for group in (self.obs, self.privileged, self.extras):
+            for k in group:
+                if not isinstance(k, str) or not k or "/" in k or k.startswith("."):
+                    raise ValueError(f"{where}: invalid array name {k!r} (no '/', not empty)")
+        clash = sorted(set(self.extras) & set(RESERVED))
+        if clash:
+            raise ValueError(f"{where}: extras may not be named {clash} (reserved)")
+        T = self.num_samples
+        if T < 1:
+            raise ValueError(f"{where}: actions must be a T,A array with T >= 1; got shape {np.shape(self.actions)}")
+        for path, v in self.arrays():
+            if not isinstance(v, np.ndarray):
+                raise ValueError(f"{where}: {path} must be a numpy array; got {type(v).__name__}")
+            if v.ndim == 0 or v.shape[0] != T:
+                raise ValueError(f"{where}: {path} has shape {v.shape}; expected {T} rows like actions")
+            if v.dtype.kind not in "biuf":
+                raise ValueError(f"{where}: {path} has unsupported dtype {v.dtype}")
+        if self.actions.ndim != 2 or self.actions.dtype.kind != "f":
+            raise ValueError(f"{where}: actions must be a float T,A array; got {self.actions.dtype} {self.actions.shape}")
+        if not np.isfinite(self.actions).all():
+            raise ValueError(f"{where}: actions contain NaN or inf")
+        for k, v in self.attrs.items():
+            if not isinstance(k, str) or not k or "/" in k:
+                raise ValueError(f"{where}: invalid attribute name {k!r}")
+            if not isinstance(v, (bool, int, float, str, np.generic)):
+                raise ValueError(f"{where}: attribute {k!r} must be a scalar or string; got {type(v).__name__}")
+        if "num_samples" in self.attrs and int(self.attrs["num_samples"]) != T:
+            raise ValueError(f"{where}: attrs num_samples={self.attrs['num_samples']} but the episode has {T} steps")
+
+
+def _storable(v: np.ndarray) -> np.ndarray:
+    return v.astype(np.uint8) if v.dtype == np.bool_ else v
+
+
+def _signature(ep: Episode) -> dict[str, tuple]:
+    """Per-step shape and dtype of the arrays that every episode of a file must share (obs, actions)."""
+    sig = {f"{OBS}/{k}": (tuple(v.shape[1:]), _storable(v[:0]).dtype.str) for k, v in ep.obs.items()}
+    sig[ACTIONS] = (tuple(ep.actions.shape[1:]), ep.actions.dtype.str)
+    return sig
+
+
+def _write_demo(group: h5py.Group, ep: Episode, compression: str | None, level: int | None) -> None:
+    for path, v in ep.arrays():
+        v = _storable(np.ascontiguousarray(v))
+        if v.ndim >= 3 and compression:
+            chunks = (min(v.shape[0], CHUNK_FRAMES),) + v.shape[1:]
+            group.create_dataset(path, data=v, chunks=chunks, compression=compression,
+                                 compression_opts=level if compression == "gzip" else None, shuffle=False)
+        else:
+            group.create_dataset(path, data=v)
+    group.attrs["num_samples"] = np.int64(ep.num_samples)
+    for k, v in ep.attrs.items():
+        if k != "num_samples":
+            group.attrs[k] = v
+
+
+def _attr_value(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+def _read_demo(g: h5py.Group, obs_keys: Collection[str] | None = None) -> Episode:
+    obs_g = g[OBS]
+    names = list(obs_g.keys()) if obs_keys is None else list(obs_keys)
+    missing = [k for k in names if k not in obs_g]
+    if missing:
+        raise KeyError(f"{g.name}: no obs key(s) {missing}; available: {sorted(obs_g.keys())}")
+    obs = {k: obs_g[k][()] for k in names}
+    priv = {k: v[()] for k, v in g[PRIVILEGED].items()} if PRIVILEGED in g else {}
+    extras = {k: v[()] for k, v in g.items() if k not in RESERVED and isinstance(v, h5py.Dataset)}
+    attrs = {k: _attr_value(v) for k, v in g.attrs.items() if k != "num_samples"}
+    return Episode(obs=obs, actions=g[ACTIONS][()], privileged=priv, extras=extras, attrs=attrs)
+
+
+# ------------------------------------------------------------------------------------------ file utils
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold back Ctrl-C (SIGINT) until the block ends, so a commit is never half-recorded in memory."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list = []
+    old = signal.signal(signal.SIGINT, lambda *a: caught.append(a))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if caught:
+            raise KeyboardInterrupt
+
+
+def _open_h5(path: Path, what: str = "episode file") -> h5py.File:
+    """Open ``path`` read-only; a clear ValueError for files that are not readable HDF5."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{what} not found: {path}")
+    if path.is_dir():
+        raise ValueError(f"{what} {path} is a directory, not an HDF5 file")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise ValueError(f"{path} is not a readable HDF5 {what} ({e})") from e
+
+
+def _sorted_demos(data: h5py.Group) -> list[str]:
+    names = [n for n in data.keys() if n.startswith(DEMO_PREFIX) and n[len(DEMO_PREFIX):].isdigit()]
+    return sorted(names, key=demo_index)
+
+
+def parts_dir(path: str | os.PathLike) -> Path:
+    """Folder holding the part files of an unconsolidated episode file ``path``."""
+    p = Path(path)
+    return p.parent / (p.name + PARTS_SUFFIX)
+
+
+def flatten_config(d: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists kept as values)."""
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) and v:
+            out.update(flatten_config(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def config_differences(old: dict, new: dict, ignore: Collection[str] = ()) -> list[str]:
+    """Dotted keys whose values differ between two configs (``ignore`` lists top-level or dotted keys)."""
+    a, b = flatten_config(json.loads(json.dumps(old))), flatten_config(json.loads(json.dumps(new)))
+    ign = set(ignore)
+
+    def ignored(k: str) -> bool:
+        return any(k == i or k.startswith(i + ".") for i in ign)
+
+    return sorted(k for k in set(a) | set(b) if not ignored(k) and a.get(k, "<missing>") != b.get(k, "<missing>"))
+
+
+# ------------------------------------------------------------------------------------------ writer
+class EpisodeWriter:
+    """Append episodes to a robomimic-style HDF5 file; crash-safe (see the module docstring).
+
+    Args:
+        path: the ``.h5`` file. Its folder must exist and be writable.
+        config: the resolved run configuration (JSON-serializable); stored as the file attr ``config``.
+        resume: continue an existing file (its stored config must equal ``config`` up to ``ignore_keys``);
+            a missing file is started fresh.
+        overwrite: replace an existing file. Without ``resume`` or ``overwrite`` an existing file is
+            refused with FileExistsError.
+        env_args: robomimic ``env_args`` (dict with env_name, type, env_kwargs); default derived from
+            ``config["sim"]``.
+        ignore_keys: config keys (top-level or dotted) that may differ on resume (e.g. ``episodes``).
+        compression: ``"gzip"``, ``"lzf"`` or None, for arrays with 3+ dimensions (images, masks).
+        compression_level: gzip level 0-9.
+        consolidate: on :meth:`close`, merge all parts into one self-contained file (default True).
+
+    ``append`` is durable when it returns; a crash during it loses at most that call's episodes.
+    Only one writer per file at a time (enforced with a lock file on POSIX).
+    """
+
+    def __init__(self, path: str | os.PathLike, config: dict, *, resume: bool = False, overwrite: bool = False,
+                 env_args: dict | None = None, ignore_keys: Collection[str] = (), compression: str | None = "gzip",
+                 compression_level: int = 4, consolidate: bool = True):
+        self.path = Path(path)
+        if resume and overwrite:
+            raise ValueError("EpisodeWriter: choose either resume or overwrite, not both")
+        if compression not in (None, "gzip", "lzf"):
+            raise ValueError(f"EpisodeWriter: compression must be 'gzip', 'lzf' or None; got {compression!r}")
+        if not (isinstance(compression_level, int) and 0 <= compression_level <= 9):
+            raise ValueError(f"EpisodeWriter: compression_level must be an int in 0..9; got {compression_level!r}")
+        try:
+            self._config_json = json.dumps(config, sort_keys=True)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"EpisodeWriter: config is not JSON-serializable ({e})") from e
+        if not isinstance(config, dict):
+            raise ValueError(f"EpisodeWriter: config must be a dict; got {type(config).__name__}")
+        self.config = json.loads(self._config_json)
+        self.env_args = env_args if env_args is not None else _default_env_args(self.config)
+        self._env_args_json = json.dumps(self.env_args, sort_keys=True)
+        self.compression, self.compression_level, self.consolidate = compression, compression_level, consolidate
+        self.parts = parts_dir(self.path)
+        # committed state: demo names in order, where each lives (None = inside PATH itself), lengths
+        self._demos: list[str] = []
+        self._where: dict[str, str | None] = {}
+        self._lengths: dict[str, int] = {}
+        self._signature: dict[str, tuple] | None = None
+        self._next_part = 0
+        self._closed = False
+        self._lock_fd: int | None = None
+
+        folder = self.path.parent
+        if not folder.is_dir():
+            raise FileNotFoundError(f"output folder does not exist: {folder} (for {self.path})")
+        if self.path.is_dir():
+            raise ValueError(f"output path {self.path} is a directory; give a .h5 file path")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(f"output folder is not writable: {folder}")
+        exists = self.path.exists()
+        if exists and not (resume or overwrite):
+            raise FileExistsError(f"{self.path} already exists; pass resume to continue it or overwrite to replace it")
+        if exists and resume:
+            self._load_existing(ignore_keys)  # validates before anything is written
+        self._lock()
+        try:
+            self._remove_stale_temps()
+            if not (exists and resume):
+                if exists:
+                    log.info("overwriting %s", self.path)
+                elif resume:
+                    log.info("%s does not exist; starting a new file", self.path)
+                self._write_index()
+            self._collect_garbage()
+        except BaseException:
+            self._unlock()
+            raise
+
+    # ---------------------------------------------------------------- public API
+    @property
+    def num_episodes(self) -> int:
+        return len(self._demos)
+
+    @property
+    def num_steps(self) -> int:
+        return sum(self._lengths.values())
+
+    @property
+    def demo_names(self) -> list[str]:
+        return list(self._demos)
+
+    def append(self, episodes: Sequence[Episode]) -> list[str]:
+        """Commit ``episodes`` (durable on return). Returns the new demo names ``demo_K``.
+
+        Every episode must share the per-step shapes and dtypes of ``obs`` and ``actions`` with the
+        episodes already in the file; violations raise ValueError before anything is written.
+        """
+        if self._closed:
+            raise ValueError(f"EpisodeWriter for {self.path} is closed")
+        episodes = list(episodes)
+        if not episodes:
+            return []
+        sig = self._signature
+        for i, ep in enumerate(episodes):
+            if not isinstance(ep, Episode):
+                raise ValueError(f"append: item {i} is a {type(ep).__name__}, not an Episode")
+            ep.validate(f"episode {i}")
+            s = _signature(ep)
+            if sig is None:
+                sig = s
+            elif s != sig:
+                bad = sorted(k for k in set(s) | set(sig) if s.get(k) != sig.get(k))
+                raise ValueError(
+                    f"episode {i}: per-step shape/dtype of {bad} differs from the file's "
+                    f"({[sig.get(k) for k in bad]} expected, got {[s.get(k) for k in bad]})"
+                )
+        start = self.num_episodes
+        names = [demo_name(start + i) for i in range(len(episodes))]
+        self.parts.mkdir(exist_ok=True)
+        with _sigint_deferred():
+            where = dict(self._where)
+            embedded = [n for n, w in where.items() if w is None]
+            if embedded:  # resumed a consolidated file: keep its episodes in place as the first part
+                base = self._part_name(self._next_part)
+                self._link_or_copy(self.path, self.parts / base)
+                self._next_part += 1
+                where.update({n: base for n in embedded})
+            part = self._part_name(self._next_part)
+            tmp = self.parts / f".{part}.{secrets.token_hex(4)}.tmp"
+            try:
+                with h5py.File(tmp, "w") as f:
+                    data = f.create_group(DATA)
+                    for name, ep in zip(names, episodes):
+                        _write_demo(data.create_group(name), ep, self.compression, self.compression_level)
+                _fsync_file(tmp)
+                os.replace(tmp, self.parts / part)
+            finally:
+                if tmp.exists():
+                    tmp.unlink()
+            _fsync_dir(self.parts)
+            self._next_part += 1
+            where.update({n: part for n in names})
+            lengths = dict(self._lengths)
+            lengths.update({n: ep.num_samples for n, ep in zip(names, episodes)})
+            self._write_index(self._demos + names, where, lengths)  # commit point
+            self._demos += names
+            self._where, self._lengths, self._signature = where, lengths, sig
+        return names
+
+    def close(self) -> None:
+        """Consolidate (if enabled and needed) and release the file. Safe to call twice."""
+        if self._closed:
+            return
+        try:
+            if self.consolidate:
+                self._consolidate()
+        finally:
+            self._closed = True
+            self._unlock()
+
+    def __enter__(self) -> "EpisodeWriter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- internals
+    @staticmethod
+    def _part_name(i: int) -> str:
+        return f"part-{i:06d}.h5"
+
+    def _tmp_beside(self, target: Path) -> Path:
+        return target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+
+    def _lock(self) -> None:
+        lock = self.path.parent / f".{self.path.name}.lock"
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(fd)
+            raise ValueError(f"{self.path} is being written by another process (lock {lock} is held)") from e
+        self._lock_fd = fd
+
+    def _unlock(self) -> None:
+        if self._lock_fd is None:
+            return
+        lock = self.path.parent / f".{self.path.name}.lock"
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        os.close(self._lock_fd)
+        self._lock_fd = None
+
+    def _remove_stale_temps(self) -> None:
+        """Delete temporary files left by a writer that was killed (we hold the lock, so none is live)."""
+        pattern = re.compile(rf"^\.{re.escape(self.path.name)}\.[0-9a-f]+\.tmp$")
+        for p in self.path.parent.iterdir():
+            if pattern.match(p.name):
+                log.info("removing leftover temporary file %s", p)
+                p.unlink()
+        if self.parts.is_dir():
+            for p in self.parts.iterdir():
+                if p.name.startswith(".") and p.name.endswith(".tmp"):
+                    p.unlink()
+
+    def _collect_garbage(self) -> None:
+        """Delete parts the committed index does not reference (a crash between part write and commit)."""
+        if not self.parts.is_dir():
+            return
+        used = set(self._where.values())
+        for p in self.parts.iterdir():
+            m = _PART_RE.match(p.name)
+            if m and p.name not in used:
+                log.info("removing uncommitted part %s", p)
+                p.unlink()
+            elif m:
+                self._next_part = max(self._next_part, int(m.group(1)) + 1)
+        if not any(self.parts.iterdir()):
+            self.parts.rmdir()
+
+    def _load_existing(self, ignore_keys: Collection[str]) -> None:
+        """Read and check an existing file for resuming. Writes nothing; raises ValueError if unusable."""
+        with _open_h5(self.path) as f:
+            fmt = _attr_value(f.attrs.get("format", ""))
+            if fmt != FORMAT:
+                raise ValueError(f"{self.path} is not a graspsim episode file (format attr {fmt!r}, expected {FORMAT!r})")
+            try:
+                old = json.loads(_attr_value(f.attrs["config"]))
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"{self.path}: missing or unreadable 'config' attribute ({e})") from e
+            diff = config_differences(old, self.config, ignore_keys)
+            if diff:
+                shown = ", ".join(f"{k}: {flatten_config(old).get(k, '<missing>')!r} -> "
+                                  f"{flatten_config(self.config).get(k, '<missing>')!r}" for k in diff[:8])
+                raise ValueError(f"cannot resume {self.path}: its config differs in {len(diff)} field(s): {shown}")
+            if DATA not in f:
+                raise ValueError(f"{self.path}: no '{DATA}' group")
+            data = f[DATA]
+            names = _sorted_demos(data)
+            if [demo_index(n) for n in names] != list(range(len(names))):
+                raise ValueError(f"{self.path}: demo groups are not numbered 0..{len(names) - 1}")
+            for n in names:
+                link = data.get(n, getlink=True)
+                if isinstance(link, h5py.ExternalLink):
+                    target = self.path.parent / link.filename
+                    if Path(link.filename).parent.name != self.parts.name or not target.is_file():
+                        raise ValueError(f"{self.path}: {n} points to a missing part file {target}")
+                    self._where[n] = Path(link.filename).name
+                else:
+                    self._where[n] = None
+                try:
+                    g = data[n]
+                    self._lengths[n] = int(g.attrs["num_samples"])
+                    if self._signature is None:
+                        obs = {k: v[:1] for k, v in g[OBS].items()}
+                        self._signature = _signature(Episode(obs=obs, actions=g[ACTIONS][:1]))
+                except (KeyError, OSError, ValueError) as e:
+                    raise ValueError(f"{self.path}: {n} is unreadable ({e})") from e
+            self._demos = names
+
+    def _write_index(self, demos: list[str] | None = None, where: dict | None = None,
+                     lengths: dict | None = None) -> None:
+        demos = self._demos if demos is None else demos
+        where = self._where if where is None else where
+        lengths = self._lengths if lengths is None else lengths
+        tmp = self._tmp_beside(self.path)
+        try:
+            with h5py.File(tmp, "w") as f:
+                self._write_header(f, sum(lengths[n] for n in demos))
+                data = f[DATA]
+                for n in demos:
+                    data[n] = h5py.ExternalLink(f"{self.parts.name}/{where[n]}", f"/{DATA}/{n}")
+            _fsync_file(tmp)
+            os.replace(tmp, self.path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        _fsync_dir(self.path.parent)
+
+    def _write_header(self, f: h5py.File, total: int) -> None:
+        from . import __version__
+
+        f.attrs["format"] = FORMAT
+        f.attrs["graspsim_version"] = __version__
+        f.attrs["config"] = self._config_json
+        data = f.create_group(DATA)
+        data.attrs["total"] = np.int64(total)
+        data.attrs["env_args"] = self._env_args_json
+
+    def _link_or_copy(self, src: Path, dst: Path) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            tmp = dst.parent / f".{dst.name}.{secrets.token_hex(4)}.tmp"
+            shutil.copyfile(src, tmp)
+            _fsync_file(tmp)
+            os.replace(tmp, dst)
+        _fsync_dir(dst.parent)
+
+    def _consolidate(self) -> None:
+        if not any(w is not None for w in self._where.values()):
+            return  # already self-contained
+        tmp = self._tmp_beside(self.path)
+        with _sigint_deferred():
+            try:
+                with h5py.File(tmp, "w") as f:
+                    self._write_header(f, self.num_steps)
+                    data = f[DATA]
+                    by_part: dict[str, list[str]] = {}
+                    for n in self._demos:
+                        by_part.setdefault(self._where[n], []).append(n)
+                    for part, names in sorted(by_part.items()):
+                        with h5py.File(self.parts / part, "r") as src:
+                            for n in names:
+                                src.copy(src[f"{DATA}/{n}"], data, name=n)
+                _fsync_file(tmp)
+                os.replace(tmp, self.path)
+            finally:
+                if tmp.exists():
+                    tmp.unlink()
+            _fsync_dir(self.path.parent)
+            self._where = {n: None for n in self._demos}
+        shutil.rmtree(self.parts, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------ readers
+def _check_episode_file(f: h5py.File, path: Path) -> h5py.Group:
+    if DATA not in f:
+        raise ValueError(f"{path} has no '{DATA}' group; not a robomimic-style episode file")
+    return f[DATA]
+
+
+def read_episodes(path: str | os.PathLike, keys: Collection[str] | None = None,
+                  demos: Iterable[int] | None = None) -> Iterator[Episode]:
+    """Yield the episodes of ``path`` in demo order (``demo_0``, ``demo_1``...).
+
+    ``keys``: observation keys to load (None = all). ``demos``: indices K to read (None = all).
+    Actions, privileged arrays, extras and attrs are always loaded.
+    """
+    path = Path(path)
+    with _open_h5(path) as f:
+        data = _check_episode_file(f, path)
+        names = _sorted_demos(data)
+        if demos is not None:
+            wanted = [demo_name(int(k)) for k in demos]
+            missing = [n for n in wanted if n not in data]
+            if missing:
+                raise KeyError(f"{path}: no demo(s) {missing}; the file has {len(names)} demos")
+            names = wanted
+        for n in names:
+            yield _read_demo(data[n], keys)
+
+
+def load_steps(path: str | os.PathLike, obs_keys: Sequence[str] = ("mask", "gripper"),
+               extra_keys: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """All steps of all demos concatenated: ``{obs key: N,..., "actions": N,A, extra key: N,...,
+    "episode": N int64 (demo index K), "step": N int64 (step within the episode)}``."""
+    path = Path(path)
+    with _open_h5(path) as f:
+        data = _check_episode_file(f, path)
+        names = _sorted_demos(data)
+        if not names:
+            raise ValueError(f"{path} holds no episodes")
+        lengths = [int(data[n].attrs["num_samples"]) for n in names]
+        total = sum(lengths)
+        first = data[names[0]]
+        sources = {k: f"{OBS}/{k}" for k in obs_keys}
+        sources[ACTIONS] = ACTIONS
+        sources.update({k: k for k in extra_keys})
+        for k, src in sources.items():
+            if src not in first:
+                raise KeyError(f"{path}: {names[0]} has no array '{src}'")
+        out = {k: np.empty((total,) + first[src].shape[1:], first[src].dtype) for k, src in sources.items()}
+        out["episode"] = np.repeat(np.array([demo_index(n) for n in names], np.int64), lengths)
+        out["step"] = np.concatenate([np.arange(t, dtype=np.int64) for t in lengths])
+        at = 0
+        for n, t in zip(names, lengths):
+            g = data[n]
+            for k, src in sources.items():
+                ds = g[src]
+                if ds.shape[0] != t:
+                    raise ValueError(f"{path}: {n}/{src} has {ds.shape[0]} rows but num_samples is {t}")
+                ds.read_direct(out[k], dest_sel=np.s_[at:at + t])
+            at += t
+    return out
+
+
+def demo_attrs(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Per-demo attributes (including ``num_samples``) in demo order, without loading arrays."""
+    path = Path(path)
+    with _open_h5(path) as f:
+        data = _check_episode_file(f, path)
+        return [{k: _attr_value(v) for k, v in data[n].attrs.items()} for n in _sorted_demos(data)]
+
+
+def describe(path: str | os.PathLike) -> dict[str, Any]:
+    """Summary of an episode file: counts, success rate, failure causes, array keys/shapes/dtypes."""
+    path = Path(path)
+    with _open_h5(path) as f:
+        data = _check_episode_file(f, path)
+        names = _sorted_demos(data)
+        attrs = [{k: _attr_value(v) for k, v in data[n].attrs.items()} for n in names]
+        arrays: dict[str, dict[str, Any]] = {}
+        if names:
+            def visit(name: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    arrays[name] = {"shape": list(obj.shape), "dtype": str(obj.dtype),
+                                    "compression": obj.compression}
+            data[names[0]].visititems(visit)
+        external = any(isinstance(data.get(n, getlink=True), h5py.ExternalLink) for n in names)
+        config = _attr_value(f.attrs.get("config", "{}"))
+        fmt = _attr_value(f.attrs.get("format", ""))
+        total = int(_attr_value(data.attrs.get("total", -1)))
+    lengths = np.array([int(a.get("num_samples", 0)) for a in attrs], np.int64)
+    success = np.array([bool(a.get("success", False)) for a in attrs], bool)
+    failures: dict[str, int] = {}
+    for a in attrs:
+        if "failure" in a:
+            failures[str(a["failure"])] = failures.get(str(a["failure"]), 0) + 1
+    size = path.stat().st_size
+    pdir = parts_dir(path)
+    if external and pdir.is_dir():
+        size += sum(p.stat().st_size for p in pdir.iterdir() if _PART_RE.match(p.name))
+    return {
+        "path": str(path),
+        "format": fmt,
+        "episodes": len(names),
+        "steps": int(lengths.sum()),
+        "total_attr": total,
+        "success_rate": float(success.mean()) if len(names) else math.nan,
+        "failures": failures,
+        "median_steps_success": float(np.median(lengths[success])) if success.any() else math.nan,
+        "mean_steps": float(lengths.mean()) if len(names) else math.nan,
+        "arrays": arrays,
+        "consolidated": not external,
+        "bytes": int(size),
+        "config": json.loads(config) if config else {},
+    }
+
+
+# ------------------------------------------------------------------------------------------ recorder
+class EpisodeRecorder:
+    """Collect batched per-step tensors and emit finished :class:`Episode`s for the scenes that end.
+
+    Buffers are ``B,cap,...`` tensors on ``buffer_device`` (grown by doubling), written with one
+    vectorized scatter per key per step; only finished episodes are converted to numpy (a Python loop
+    over finished episodes, never over all scenes).
+
+    Args:
+        num_envs: batch size ``B``.
+        image_keys: obs keys given as ``B,C,H,W`` and stored as ``T,H,W,C``.
+        capacity: initial steps per scene (grows as needed).
+        buffer_device: where the buffers live (CPU by default: episodes are written from there).
+    """
+
+    def __init__(self, num_envs: int, image_keys: Sequence[str] = ("rgb",), capacity: int = 64,
+                 buffer_device: str | torch.device = "cpu"):
+        if not isinstance(num_envs, int) or num_envs <= 0:
+            raise ValueError(f"EpisodeRecorder: num_envs must be a positive int; got {num_envs!r}")
+        if not isinstance(capacity, int) or capacity <= 0:
+            raise ValueError(f"EpisodeRecorder: capacity must be a positive int; got {capacity!r}")
+        self.num_envs = num_envs
+        self.image_keys = tuple(image_keys)
+        self.capacity = capacity
+        self.device = torch.device(buffer_device)
+        self.lengths = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # B: steps recorded
+        self._buf: dict[str, dict[str, Tensor]] = {}
+        self._order: tuple | None = None
+
+    def record(self, obs: dict[str, Tensor], actions: Tensor, privileged: dict[str, Tensor] | None = None,
+               extras: dict[str, Tensor] | None = None, active: Tensor | None = None) -> None:
+        """Append one step for the scenes in ``active`` (B bool; default all). Every tensor is ``B,...``."""
+        groups = {"obs": obs, "actions": {ACTIONS: actions}, "privileged": privileged or {}, "extras": extras or {}}
+        order = tuple((g, tuple(sorted(d))) for g, d in groups.items())
+        if self._order is None:
+            self._order = order
+        elif order != self._order:
+            raise ValueError(f"EpisodeRecorder.record: keys changed from {self._order} to {order}")
+        B = self.num_envs
+        if active is None:
+            idx = torch.arange(B, device=self.device)
+        else:
+            active = torch.as_tensor(active, device=self.device)
+            if active.shape != (B,) or active.dtype != torch.bool:
+                raise ValueError(f"EpisodeRecorder.record: active must be a ({B},) bool tensor; got {tuple(active.shape)} {active.dtype}")
+            idx = torch.nonzero(active).flatten()
+        if idx.numel() == 0:
+            return
+        t = self.lengths[idx]
+        if int(t.max()) >= self.capacity:
+            self._grow(int(t.max()) + 1)
+        for gname, d in groups.items():
+            bufs = self._buf.setdefault(gname, {})
+            for k, v in d.items():
+                if not isinstance(v, Tensor) or v.dim() == 0 or v.shape[0] != B:
+                    raise ValueError(f"EpisodeRecorder.record: {gname}/{k} must be a tensor with leading dim {B}; "
+                                     f"got {getattr(v, 'shape', type(v).__name__)}")
+                v = v.detach()
+                if gname == "obs" and k in self.image_keys:
+                    if v.dim() != 4:
+                        raise ValueError(f"EpisodeRecorder.record: image obs {k} must be B,C,H,W; got {tuple(v.shape)}")
+                    v = v.permute(0, 2, 3, 1)
+                if v.dtype == torch.bool:
+                    v = v.to(torch.uint8)
+                v = v.to(self.device)
+                buf = bufs.get(k)
+                if buf is None:
+                    buf = bufs[k] = torch.zeros((B, self.capacity) + tuple(v.shape[1:]), dtype=v.dtype, device=self.device)
+                elif buf.shape[2:] != v.shape[1:] or buf.dtype != v.dtype:
+                    raise ValueError(f"EpisodeRecorder.record: {gname}/{k} changed from {tuple(buf.shape[2:])} {buf.dtype} "
+                                     f"to {tuple(v.shape[1:])} {v.dtype}")
+                buf[idx, t] = v[idx]
+        self.lengths[idx] += 1
+
+    def _grow(self, need: int) -> None:
+        cap = self.capacity
+        while cap < need:
+            cap *= 2
+        for bufs in self._buf.values():
+            for k, b in bufs.items():
+                nb = torch.zeros((b.shape[0], cap) + tuple(b.shape[2:]), dtype=b.dtype, device=b.device)
+                nb[:, : b.shape[1]] = b
+                bufs[k] = nb
+        self.capacity = cap
+
+    def finish(self, env_ids: Tensor | Sequence[int], attrs: Sequence[dict] | None = None) -> list[Episode]:
+        """Emit the episodes of scenes ``env_ids`` (in the given order) and clear their buffers.
+
+        ``attrs[i]`` becomes the attrs of the i-th episode. Scenes with no recorded step raise ValueError.
+        """
+        ids = [int(i) for i in torch.as_tensor(env_ids).flatten().tolist()]
+        if attrs is not None and len(attrs) != len(ids):
+            raise ValueError(f"EpisodeRecorder.finish: {len(ids)} env ids but {len(attrs)} attrs")
+        lengths = self.lengths.tolist()
+        out = []
+        for j, i in enumerate(ids):
+            if not 0 <= i < self.num_envs:
+                raise ValueError(f"EpisodeRecorder.finish: env id {i} outside 0..{self.num_envs - 1}")
+            T = lengths[i]
+            if T == 0:
+                raise ValueError(f"EpisodeRecorder.finish: scene {i} has no recorded steps")
+            take = {g: {k: b[i, :T].cpu().numpy().copy() for k, b in bufs.items()} for g, bufs in self._buf.items()}
+            out.append(Episode(obs=take["obs"], actions=take["actions"][ACTIONS], privileged=take.get("privileged", {}),
+                               extras=take.get("extras", {}), attrs=dict(attrs[j]) if attrs is not None else {}))
+        self.discard(ids)
+        return out
+
+    def discard(self, env_ids: Tensor | Sequence[int]) -> None:
+        """Forget the recorded steps of scenes ``env_ids`` (e.g. episodes cut short)."""
+        ids = torch.as_tensor(env_ids, dtype=torch.long, device=self.device).flatten()
+        self.lengths[ids] = 0
+
+
+__all__ = [
+    "Episode", "EpisodeRecorder", "EpisodeWriter", "FORMAT", "config_differences", "demo_attrs", "demo_name",
+    "describe", "load_steps", "parts_dir", "read_episodes",
+]
