@@ -239,7 +239,7 @@ class BulletGraspEnv:
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
         """Disconnect every pybullet client and stop the worker processes (idempotent)."""
-        for g in self.groups:
+        for g in getattr(self, "groups", []):
             try:
                 g.close()
             except Exception:  # closing must not raise during interpreter shutdown
