@@ -1,0 +1,522 @@
+"""``graspsim bench``: throughput of the batched torch simulator against the pybullet backend, in one run.
+
+Measured side by side on the same machine and thread setting (``bench(cfg) -> dict``):
+
+* **torch sim**: frames/s of ``GraspEnv.step`` (physics + RGB and mask render + blur/noise) at each batch
+  size of ``batch_sizes``; one frame = one scene advanced one control step and rendered.
+* **bullet**: frames/s of ``BulletGraspEnv.step`` (IK + 240 Hz contact physics + TinyRenderer RGB and
+  segmentation) for each ``(num_envs, workers)`` of ``bullet_configs``.
+* **full loop**: sim step + segmentation-net inference on the RGB + control-net inference on the
+  predicted mask, at ``loop_batch`` scenes (random weights unless checkpoints are given).
+* **training**: samples/s of forward + backward + Adam for both nets on a synthetic batch.
+* **peak memory per scene**: for each in-process configuration, the rise of the process's peak resident
+  set (Linux ``VmHWM``, reset through ``/proc/self/clear_refs`` after ``malloc_trim``) above the resident
+  size just before the measurement, divided by the scene count. Worker processes are not included
+  (their scenes live in other processes); where ``VmHWM`` cannot be reset, the field is null.
+
+Every timing is preceded by ``warmup`` untimed steps. Scenes are driven by the FSM expert, so both
+backends render realistic approach / grasp / lift states; done scenes keep stepping (no resets inside
+timed windows). ``speedup_vs_bullet`` = best torch frames/s over best bullet frames/s, both at
+``image_size``; the configurations behind both numbers are recorded. When it falls short of
+``target_speedup``, the torch step is profiled (``torch.profiler``) and the top operators are stored.
+Outputs in ``out``: ``bench.json`` and ``fps_vs_batch.png``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import inspect
+import json
+import logging
+import os
+import platform
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Tuple
+
+import torch
+
+from graspsim import GraspEnv, SimConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """Throughput benchmark: batched torch simulator vs the pybullet backend (see module docstring)."""
+
+    out: Path = Path("runs/bench")
+    """Output folder for bench.json and fps_vs_batch.png (created; existing files are replaced atomically)."""
+    image_size: int = 64
+    """Wrist image size (pixels) for every measurement."""
+    batch_sizes: Tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
+    """Torch simulator batch sizes."""
+    bullet_configs: Tuple[Tuple[int, int], ...] = ((1, 0), (8, 0), (8, 2))
+    """pybullet (num_envs, workers) pairs; workers = 0 runs every client in this process."""
+    loop_batch: int = 256
+    """Batch size of the full loop (sim + vision + control inference)."""
+    train_batch: int = 64
+    """Synthetic batch size for the training-throughput measurement."""
+    warmup: int = 2
+    """Untimed steps before each timing."""
+    min_steps: int = 3
+    """At least this many timed steps per measurement."""
+    seconds: float = 2.0
+    """Time budget per measurement (s): timing stops after min_steps once this is exceeded."""
+    threads: int = 2
+    """torch intra-op threads during the benchmark (0 = leave torch's default)."""
+    vision_checkpoint: Optional[Path] = None
+    """Optional trained segmentation checkpoint for the full loop (random weights otherwise)."""
+    control_checkpoint: Optional[Path] = None
+    """Optional trained control checkpoint for the full loop (random weights otherwise)."""
+    target_speedup: float = 20.0
+    """Speedup target of torch over pybullet; below it the torch step is profiled."""
+    profile: bool = True
+    """Profile the torch step when the speedup target is missed."""
+    plot: bool = True
+    """Write fps_vs_batch.png."""
+    seed: int = 0
+    """Seed of the scenes and of the synthetic batches."""
+    device: str = "cpu"
+    """Torch device of the batched simulator and the nets."""
+    sim: SimConfig = field(default_factory=SimConfig)
+    """Simulator configuration (image_size is overridden by the field above)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.image_size, int) or not 16 <= self.image_size <= 512:
+            raise ValueError(f"BenchConfig.image_size must be an int in 16..512; got {self.image_size!r}")
+        if not self.batch_sizes or any(not isinstance(b, int) or b <= 0 for b in self.batch_sizes):
+            raise ValueError(f"BenchConfig.batch_sizes must be positive ints; got {self.batch_sizes!r}")
+        for pair in self.bullet_configs:
+            if len(pair) != 2 or not isinstance(pair[0], int) or pair[0] <= 0 or not isinstance(pair[1], int) or pair[1] < 0:
+                raise ValueError(f"BenchConfig.bullet_configs entries must be (num_envs > 0, workers >= 0); got {pair!r}")
+        for name in ("loop_batch", "train_batch", "min_steps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < (0 if name == "loop_batch" else 1):
+                raise ValueError(f"BenchConfig.{name} must be a positive int (loop_batch may be 0 to skip); got {v!r}")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"BenchConfig.warmup must be a non-negative int; got {self.warmup!r}")
+        if not (isinstance(self.seconds, (int, float)) and self.seconds > 0):
+            raise ValueError(f"BenchConfig.seconds must be positive; got {self.seconds!r}")
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"BenchConfig.threads must be a non-negative int; got {self.threads!r}")
+        if not self.target_speedup > 0:
+            raise ValueError(f"BenchConfig.target_speedup must be positive; got {self.target_speedup!r}")
+        for name in ("vision_checkpoint", "control_checkpoint"):
+            p = getattr(self, name)
+            if p is not None and not Path(p).is_file():
+                raise FileNotFoundError(f"BenchConfig.{name}: no such file {str(p)!r}")
+
+
+# ----------------------------------------------------------------------------- memory
+_LIBC = None
+
+
+def _trim() -> None:
+    """Return freed heap pages to the OS so the resident size reflects live memory."""
+    global _LIBC
+    gc.collect()
+    try:
+        if _LIBC is None:
+            _LIBC = ctypes.CDLL("libc.so.6")
+        _LIBC.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _status_kb(key: str) -> Optional[int]:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class PeakMemory:
+    """Context manager: peak resident-set rise (bytes) inside the block; ``None`` where unsupported."""
+
+    def __enter__(self) -> "PeakMemory":
+        _trim()
+        self.ok = True
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # reset VmHWM to the current RSS
+        except OSError:
+            self.ok = False
+        self.base = _status_kb("VmRSS")
+        self.peak_bytes: Optional[int] = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        hwm = _status_kb("VmHWM")
+        if self.ok and hwm is not None and self.base is not None:
+            self.peak_bytes = max(0, hwm - self.base) * 1024
+
+
+# ----------------------------------------------------------------------------- timing
+def _timed(step: Callable[[], None], warmup: int, min_steps: int, seconds: float) -> tuple[int, float]:
+    """Run ``step`` ``warmup`` times untimed, then at least ``min_steps`` times until ``seconds`` pass.
+    Returns (timed steps, elapsed seconds)."""
+    for _ in range(warmup):
+        step()
+    n, t0 = 0, time.perf_counter()
+    while n < min_steps or time.perf_counter() - t0 < seconds:
+        step()
+        n += 1
+    return n, time.perf_counter() - t0
+
+
+def _expert_stepper(env, cfg: SimConfig, extra: Callable | None = None) -> Callable[[], None]:
+    from expert import expert_action
+
+    def step() -> None:
+        a = expert_action(env.privileged(), cfg)
+        obs, *_ = env.step(a)
+        if extra is not None:
+            extra(obs)
+
+    return step
+
+
+def measure_torch_sim(sim: SimConfig, batch: int, device: str, seed: int, warmup: int, min_steps: int,
+                      seconds: float) -> dict:
+    """Frames/s (and peak memory per scene) of the batched torch env stepping ``batch`` scenes."""
+    with PeakMemory() as mem:
+        env = GraspEnv(sim, num_envs=batch, device=device, seed=seed)
+        env.reset()
+        n, dt = _timed(_expert_stepper(env, sim), warmup, min_steps, seconds)
+    return {"batch": batch, "steps": n, "seconds": dt, "fps": batch * n / dt,
+            "peak_mem_mb_per_scene": None if mem.peak_bytes is None else mem.peak_bytes / batch / 2**20,
+            "load_avg_1min": os.getloadavg()[0]}
+
+
+def measure_bullet(sim: SimConfig, num_envs: int, workers: int, seed: int, warmup: int, min_steps: int,
+                   seconds: float) -> dict:
+    """Frames/s of the pybullet backend with ``num_envs`` clients over ``workers`` processes (0 = in-process)."""
+    from graspsim.bullet import BulletGraspEnv
+
+    with PeakMemory() as mem:
+        t0 = time.perf_counter()
+        env = BulletGraspEnv(sim, num_envs=num_envs, seed=seed, workers=workers)
+        build = time.perf_counter() - t0
+        try:
+            env.reset()
+            n, dt = _timed(_expert_stepper(env, sim), warmup, min_steps, seconds)
+        finally:
+            env.close()
+    per_scene = None if (mem.peak_bytes is None or workers > 0) else mem.peak_bytes / num_envs / 2**20
+    return {"num_envs": num_envs, "workers": workers, "steps": n, "seconds": dt, "fps": num_envs * n / dt,
+            "build_seconds": build, "peak_mem_mb_per_scene": per_scene, "load_avg_1min": os.getloadavg()[0]}
+
+
+# ----------------------------------------------------------------------------- nets
+def _build_default(cls):
+    """Instantiate ``cls`` with its default configuration (``cls()`` or ``cls(ConfigType())``)."""
+    params = [p for p in inspect.signature(cls).parameters.values() if p.name != "self"]
+    if not params or params[0].default is not inspect.Parameter.empty:
+        return cls()
+    ann = params[0].annotation
+    if isinstance(ann, str):
+        import sys
+        import typing
+
+        ann = typing.get_type_hints(cls.__init__, globalns=vars(sys.modules[cls.__module__])).get(params[0].name)
+    return cls(ann())
+
+
+def _load_net(checkpoint: Optional[Path], loader: str, model: str, device: torch.device) -> tuple[object, str]:
+    """A net from ``checkpoint`` through ``loader`` ("module:Class" with ``from_checkpoint(path, device)``
+    returning an object with ``.model``), else a randomly initialised ``model`` ("module:Class")."""
+    import importlib
+
+    mod, name = (checkpoint and loader or model).split(":")
+    cls = getattr(importlib.import_module(mod), name)
+    if checkpoint is not None:
+        return cls.from_checkpoint(checkpoint, device).model.to(device), str(checkpoint)
+    return _build_default(cls).to(device), "random init"
+
+
+def load_nets(cfg: BenchConfig) -> tuple[object, object, dict]:
+    """(segmentation net, control net, notes). Raises ImportError when a module is not available."""
+    dev = torch.device(cfg.device)
+    seg, seg_note = _load_net(cfg.vision_checkpoint, "vision.infer:Segmenter", "vision.model:SegNet", dev)
+    ctl, ctl_note = _load_net(cfg.control_checkpoint, "dagger.policy:MaskPolicy", "dagger.model:ControlNet", dev)
+    return seg, ctl, {"vision": seg_note, "control": ctl_note}
+
+
+def _seg_forward(net, rgb: torch.Tensor) -> torch.Tensor:
+    """Segmentation logits B,H,W from uint8 rgb B,3,H,W (the net's own input normalisation if it has one)."""
+    x = rgb.float() / 255.0
+    out = net(x)
+    return out[:, 0] if out.dim() == 4 else out
+
+
+def _ctl_forward(net, mask: torch.Tensor, gripper: torch.Tensor) -> torch.Tensor:
+    return net(mask.float()[:, None], gripper)
+
+
+def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
+    """Frames/s of torch sim + segmentation inference + control inference in closed loop."""
+    B = cfg.loop_batch
+    env = GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed)
+    obs = {"v": env.reset()}
+    seg.eval()
+    ctl.eval()
+    timing = {"sim": 0.0, "vision": 0.0, "control": 0.0}
+
+    @torch.inference_mode()
+    def step() -> None:
+        o = obs["v"]
+        t0 = time.perf_counter()
+        mask = _seg_forward(seg, o["rgb"]) > 0
+        t1 = time.perf_counter()
+        action = _ctl_forward(ctl, mask, o["gripper"]).float()
+        t2 = time.perf_counter()
+        obs["v"], *_ = env.step(action[:, :4].clamp(-1, 1).nan_to_num(0.0))
+        t3 = time.perf_counter()
+        timing["vision"] += t1 - t0
+        timing["control"] += t2 - t1
+        timing["sim"] += t3 - t2
+
+    for _ in range(cfg.warmup):
+        step()
+    for k in timing:
+        timing[k] = 0.0
+    n, dt = _timed(step, 0, cfg.min_steps, cfg.seconds)
+    return {"batch": B, "steps": n, "seconds": dt, "fps": B * n / dt,
+            "share": {k: v / dt for k, v in timing.items()}}
+
+
+def measure_training(cfg: BenchConfig, seg, ctl) -> dict:
+    """Samples/s of forward + backward + Adam step for each net on a synthetic batch."""
+    dev, B, H = torch.device(cfg.device), cfg.train_batch, cfg.image_size
+    g = torch.Generator(device=dev).manual_seed(cfg.seed)
+    rgb = torch.randint(0, 256, (B, 3, H, H), generator=g, device=dev, dtype=torch.uint8)
+    target = torch.rand((B, H, H), generator=g, device=dev) < 0.02
+    mask = torch.rand((B, H, H), generator=g, device=dev) < 0.02
+    grip = torch.rand((B, 2), generator=g, device=dev)
+    act = torch.rand((B, 4), generator=g, device=dev) * 2 - 1
+    out = {}
+    for name, net, loss_fn in (
+        ("vision", seg, lambda: torch.nn.functional.binary_cross_entropy_with_logits(_seg_forward(seg, rgb),
+                                                                                     target.float())),
+        ("control", ctl, lambda: torch.nn.functional.mse_loss(_ctl_forward(ctl, mask, grip).float()[:, :4], act)),
+    ):
+        net.train()
+        opt = torch.optim.Adam(net.parameters(), lr=1e-4)
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            loss_fn().backward()
+            opt.step()
+
+        n, dt = _timed(step, cfg.warmup, cfg.min_steps, cfg.seconds)
+        out[name] = {"batch": B, "steps": n, "seconds": dt, "samples_per_s": B * n / dt,
+                     "params": sum(p.numel() for p in net.parameters())}
+    return out
+
+
+# ----------------------------------------------------------------------------- profile
+def profile_torch_step(sim: SimConfig, batch: int, device: str, seed: int, top: int = 12) -> dict:
+    """Where the time of one torch-sim step goes: top operators by self CPU time, and the share of
+    ``render`` vs ``physics.step`` vs the rest."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from graspsim import physics
+    from graspsim.render import render
+
+    env = GraspEnv(sim, num_envs=batch, device=device, seed=seed)
+    env.reset()
+    from expert import expert_action
+
+    a = expert_action(env.privileged(), sim)
+    for _ in range(2):
+        env.step(a)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            with record_function("physics.step"):
+                state = physics.step(env.state, a, sim, env.generator)
+            with record_function("render"):
+                render(state, sim, generator=env.generator)
+    events = prof.key_averages()
+    functions = _render_functions(env, a, sim)
+    total = sum(e.self_cpu_time_total for e in events) or 1.0
+    parts = {e.key: e.cpu_time_total / 3 / 1e3 for e in events if e.key in ("physics.step", "render")}
+    ops = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
+    return {
+        "batch": batch,
+        "ms_per_step": parts,
+        "render_functions_ms": functions,
+        "top_ops": [{"op": e.key, "self_ms_per_step": e.self_cpu_time_total / 3 / 1e3, "calls_per_step": e.count / 3,
+                     "share": e.self_cpu_time_total / total} for e in ops],
+    }
+
+
+def _render_functions(env, action, sim: SimConfig, reps: int = 2) -> dict:
+    """Cumulative ms per step of the Python functions of ``graspsim/render.py`` (cProfile, no profiler
+    overhead inside the ops), largest first: which stage of the ray caster costs what."""
+    import cProfile
+    import pstats
+
+    from graspsim import physics
+    from graspsim.render import render
+
+    state = physics.step(env.state, action, sim, env.generator)
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(reps):
+        render(state, sim, generator=env.generator)
+    pr.disable()
+    stats = pstats.Stats(pr).stats  # (file, line, name) -> (cc, nc, tt, ct, callers)
+    rows = {f"{name} (render.py:{line})": ct / reps * 1e3 for (file, line, name), (_, _, _, ct, _) in stats.items()
+            if file.endswith(os.path.join("graspsim", "render.py"))}
+    return dict(sorted(rows.items(), key=lambda kv: -kv[1]))
+
+
+# ----------------------------------------------------------------------------- outputs
+def _write_json(path: Path, data: dict) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+    os.replace(tmp, path)
+
+
+def plot_fps(result: dict, path: Path) -> None:
+    """fps versus batch size (log-log) for the torch sim, with the pybullet configurations as lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=110)
+    ts = result["torch_sim"]
+    ax.plot([r["batch"] for r in ts], [r["fps"] for r in ts], "o-", label="torch sim (step + render)")
+    loop = result.get("full_loop") or {}
+    if "fps" in loop:
+        ax.plot([loop["batch"]], [loop["fps"]], "s", color="C3", label="torch sim + vision + control")
+    for i, r in enumerate(result["bullet"]):
+        ax.axhline(r["fps"], color=f"C{2 + i % 5}", ls="--", lw=1,
+                   label=f"pybullet {r['num_envs']} env{'s' if r['num_envs'] > 1 else ''}, "
+                         f"{'in-process' if r['workers'] == 0 else str(r['workers']) + ' workers'}")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("batch size (scenes)")
+    ax.set_ylabel("frames / s")
+    ax.set_title(f"{result['image_size']}x{result['image_size']}, {result['machine']['torch_threads']} torch threads, "
+                 f"{result['machine']['cpus']} CPUs")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def bench(cfg: BenchConfig) -> dict:
+    """Run every measurement (see module docstring), write ``bench.json`` and the plot; return the dict."""
+    import dataclasses
+
+    import pybullet
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    sim = dataclasses.replace(cfg.sim, image_size=cfg.image_size)
+    old_threads = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t_start = time.perf_counter()
+    try:
+        result: dict = {
+            "config": json.loads(json.dumps(asdict(cfg), default=str)),
+            "image_size": cfg.image_size,
+            "machine": {
+                "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+                "pybullet_api": pybullet.getAPIVersion(), "platform": platform.platform(),
+                "processor": platform.processor(), "load_avg_at_start": os.getloadavg(),
+            },
+            "notes": [
+                "one frame = one scene advanced one control step and rendered (RGB + target mask)",
+                "peak_mem_mb_per_scene = rise of peak RSS (VmHWM reset via /proc/self/clear_refs) over the RSS "
+                "before the measurement, divided by the scenes; in-process only",
+                "timings are wall-clock on a machine shared with other jobs; see load_avg_at_start",
+            ],
+        }
+        _warm_caches(sim, cfg)
+        result["torch_sim"] = []
+        for b in cfg.batch_sizes:
+            r = measure_torch_sim(sim, b, cfg.device, cfg.seed, cfg.warmup, cfg.min_steps, cfg.seconds)
+            log.info("torch sim batch %d: %.0f frames/s", b, r["fps"])
+            result["torch_sim"].append(r)
+        result["bullet"] = []
+        for n, w in cfg.bullet_configs:
+            r = measure_bullet(sim, n, w, cfg.seed, cfg.warmup, cfg.min_steps, cfg.seconds)
+            log.info("pybullet %d envs, %d workers: %.0f frames/s", n, w, r["fps"])
+            result["bullet"].append(r)
+        best_t = max(result["torch_sim"], key=lambda r: r["fps"])
+        best_b = max(result["bullet"], key=lambda r: r["fps"]) if result["bullet"] else None
+        if best_b is not None:
+            result["speedup_vs_bullet"] = best_t["fps"] / best_b["fps"]
+            result["speedup_detail"] = {
+                "torch": {"batch": best_t["batch"], "fps": best_t["fps"]},
+                "bullet": {"num_envs": best_b["num_envs"], "workers": best_b["workers"], "fps": best_b["fps"]},
+                "image_size": cfg.image_size, "target": cfg.target_speedup,
+                "met": result_met(best_t["fps"], best_b["fps"], cfg.target_speedup),
+            }
+            log.info("speedup vs pybullet at %dx%d: %.1fx", cfg.image_size, cfg.image_size, result["speedup_vs_bullet"])
+        else:
+            result["speedup_vs_bullet"] = None
+
+        nets = None
+        try:
+            seg, ctl, net_notes = load_nets(cfg)
+            nets = (seg, ctl)
+        except (ImportError, AttributeError) as e:
+            net_notes = {"skipped": f"vision/control nets not available: {e}"}
+            log.warning("full loop and training skipped: %s", e)
+        if nets is not None and cfg.loop_batch > 0:
+            result["full_loop"] = measure_full_loop(cfg, sim, *nets) | {"nets": net_notes}
+            log.info("full loop batch %d: %.0f frames/s", cfg.loop_batch, result["full_loop"]["fps"])
+        else:
+            result["full_loop"] = {"skipped": net_notes.get("skipped", "loop_batch = 0")}
+        result["training"] = measure_training(cfg, *nets) if nets is not None else {"skipped": net_notes["skipped"]}
+
+        short = result["speedup_vs_bullet"] is not None and result["speedup_vs_bullet"] < cfg.target_speedup
+        if cfg.profile and short:
+            result["profile"] = profile_torch_step(sim, best_t["batch"], cfg.device, cfg.seed)
+        result["total_seconds"] = time.perf_counter() - t_start
+        _write_json(out / "bench.json", result)
+        if cfg.plot:
+            plot_fps(result, out / "fps_vs_batch.png")
+        log.info("wrote %s in %.0f s", out / "bench.json", result["total_seconds"])
+        return result
+    finally:
+        torch.set_num_threads(old_threads)
+
+
+def _warm_caches(sim: SimConfig, cfg: BenchConfig) -> None:
+    """One untimed step of each backend, so lazy imports and one-off caches (texture bank, URDF copy,
+    texture PNGs) are neither timed nor counted as per-scene memory."""
+    env = GraspEnv(sim, num_envs=1, device=cfg.device, seed=cfg.seed)
+    env.step(torch.zeros(1, 4, device=cfg.device))
+    if cfg.bullet_configs:
+        from graspsim.bullet import BulletGraspEnv
+
+        with BulletGraspEnv(sim, num_envs=1, seed=cfg.seed) as benv:
+            benv.step(torch.zeros(1, 4))
+
+
+def result_met(torch_fps: float, bullet_fps: float, target: float) -> bool:
+    """True when the torch simulator reaches ``target`` times the pybullet frames/s."""
+    return torch_fps >= target * bullet_fps

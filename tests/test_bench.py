@@ -1,0 +1,48 @@
+"""graspsim bench at a tiny scale: writes bench.json with the expected keys and a consistent speedup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dagger.bench import BenchConfig, PeakMemory, bench
+
+
+def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
+    cfg = BenchConfig(out=tmp_path / "b", image_size=32, batch_sizes=(1, 2), bullet_configs=((1, 0),), loop_batch=2,
+                      train_batch=2, warmup=0, min_steps=1, seconds=0.01, target_speedup=1e6, threads=1)
+    res = bench(cfg)
+    data = json.loads((tmp_path / "b" / "bench.json").read_text())
+    assert (tmp_path / "b" / "fps_vs_batch.png").stat().st_size > 0
+    for key in ("machine", "torch_sim", "bullet", "speedup_vs_bullet", "speedup_detail", "full_loop", "training",
+                "profile", "total_seconds", "image_size"):
+        assert key in data, key
+    assert [r["batch"] for r in data["torch_sim"]] == [1, 2]
+    assert all(r["fps"] > 0 and r["steps"] >= 1 for r in data["torch_sim"] + data["bullet"])
+    best_t = max(r["fps"] for r in data["torch_sim"])
+    best_b = max(r["fps"] for r in data["bullet"])
+    assert data["speedup_vs_bullet"] == pytest.approx(best_t / best_b)
+    assert data["speedup_detail"]["met"] is False  # a 1e6 target cannot be met, so the profile ran
+    assert data["profile"]["top_ops"] and "render" in data["profile"]["ms_per_step"]
+    assert data["machine"]["torch_threads"] == 1 and data["image_size"] == 32
+    assert res["speedup_vs_bullet"] == data["speedup_vs_bullet"]
+
+
+def test_bench_config_errors(tmp_path: Path):
+    with pytest.raises(ValueError, match="batch_sizes"):
+        BenchConfig(batch_sizes=(0,))
+    with pytest.raises(ValueError, match="bullet_configs"):
+        BenchConfig(bullet_configs=((2, -1),))
+    with pytest.raises(FileNotFoundError, match="vision_checkpoint"):
+        BenchConfig(vision_checkpoint=tmp_path / "missing.pt")
+
+
+def test_peak_memory_sees_an_allocation():
+    with PeakMemory() as mem:
+        block = bytearray(64 * 2**20)
+        block[::4096] = b"x" * len(block[::4096])  # touch every page
+    if mem.peak_bytes is None:
+        pytest.skip("VmHWM cannot be reset on this system")
+    assert mem.peak_bytes >= 48 * 2**20
