@@ -3,14 +3,13 @@
 Scene primitives: the textured table plane z = 0, the target sphere, distractors (yawed boxes, vertical
 cylinders, spheres) and the two finger boxes. One primary ray per pixel through a pinhole camera;
 the first surface hit decides the pixel, so the target mask is occlusion-aware by construction.
-Shading: ambient + Lambert diffuse + Blinn-Phong specular from one directional light, with hard
-shadows from a shadow ray per pixel. Post-processing (optional): 3x3 Gaussian blur blend and
+Shading: ambient + Lambert diffuse + Blinn-Phong specular (objects) from one directional light,
+with hard shadows from a per-scene shadow map (see ``_shadowed``); the table is matte. Post-processing (optional): 3x3 Gaussian blur blend and
 additive Gaussian noise, applied to RGB only (the mask stays exact).
 
 Speed: the table hit is computed densely (one division per pixel). Objects are small on screen, so
-each object is first tested against its bounding sphere for all pixels with one batched matmul; the
-exact intersection runs only on the surviving (scene, pixel, object) candidates. Shadow rays use the
-same two-stage test. Nothing loops over scenes.
+the exact intersection runs only on the (scene, pixel, object) candidates inside each object's projected
+bounding box. Object pixels are shaded sparsely. Nothing loops over scenes.
 """
 
 from __future__ import annotations
@@ -179,23 +178,31 @@ def _cylinder_hit(o: Tensor, d: Tensor, c: Tensor, h: Tensor) -> tuple[Tensor, T
     return t, n
 
 
-def intersect(o: Tensor, d: Tensor, kind: Tensor, c: Tensor, h: Tensor, yaw: Tensor) -> tuple[Tensor, Tensor]:
-    """Exact first hit of C rays with C objects of mixed kinds; returns (t: C, normal: C,3)."""
-    t = torch.full(kind.shape, INF, device=o.device)
-    n = torch.zeros_like(o)
-    for k in (KIND_SPHERE, KIND_BOX, KIND_CYLINDER):  # three primitive kinds, not scenes
-        sel = torch.nonzero(kind == k).flatten()
-        if sel.numel() == 0:
-            continue
-        if k == KIND_SPHERE:
-            tk, nk = _sphere_hit(o[sel], d[sel], c[sel], h[sel, 0])
-        elif k == KIND_BOX:
-            tk, nk = _box_hit(o[sel], d[sel], c[sel], h[sel], yaw[sel])
-        else:
-            tk, nk = _cylinder_hit(o[sel], d[sel], c[sel], h[sel])
-        t[sel] = tk
-        n[sel] = nk
-    return t, n
+def intersect(kind: int, o: Tensor, d: Tensor, c: Tensor, h: Tensor, yaw: Tensor) -> tuple[Tensor, Tensor]:
+    """Exact first hit of C rays with C objects of one primitive ``kind``; returns (t: C, normal: C,3)."""
+    if kind == KIND_SPHERE:
+        return _sphere_hit(o, d, c, h[:, 0])
+    if kind == KIND_BOX:
+        return _box_hit(o, d, c, h, yaw)
+    if kind == KIND_CYLINDER:
+        return _cylinder_hit(o, d, c, h)
+    raise ValueError(f"unknown primitive kind {kind}")
+
+
+PRIMITIVES = (KIND_SPHERE, KIND_BOX, KIND_CYLINDER)
+
+
+def _gather(objs: "Objects", b: Tensor, m: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-candidate (centre C,3, half C,3, yaw C) of objects ``m`` in scenes ``b``."""
+    M = objs.kind.shape[1]
+    fm = b * M + m
+    return (objs.centre.reshape(-1, 3).index_select(0, fm), objs.half.reshape(-1, 3).index_select(0, fm),
+            objs.yaw.reshape(-1).index_select(0, fm))
+
+
+def _kind_boxes(objs: "Objects", kind: int, x0: Tensor, x1: Tensor) -> Tensor:
+    """``x1`` with the boxes of objects that are not active primitives of ``kind`` emptied."""
+    return torch.where(objs.active & (objs.kind == kind), x1, x0 - 1)
 
 
 # ----------------------------------------------------------------------------- camera
@@ -222,53 +229,170 @@ def project(state: State, points: Tensor, size: int) -> tuple[Tensor, Tensor]:
 
 
 # ----------------------------------------------------------------------------- main entry
-def _first_hits(o: Tensor, d: Tensor, objs: Objects, t_limit: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Closest object hit per ray for rays sharing one origin per scene.
+_CORNERS = torch.tensor([[sx, sy, sz] for sx in (-1.0, 1.0) for sy in (-1.0, 1.0) for sz in (-1.0, 1.0)])
 
-    o: B,3, d: B,N,3, t_limit: B,N (hits beyond it are ignored). Returns (t B,N, object id B,N with
-    -1 for none, normal B,N,3).
+
+def screen_boxes(state: State, objs: Objects, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Conservative pixel bounding boxes ``x0, x1, y0, y1`` (B,M int64, inclusive) of every object.
+
+    The projection of a convex solid lies inside the projection of its bounding box's 8 corners.
+    Objects reaching behind the camera plane get the whole image; inactive ones an empty box.
+    """
+    dev = state.device
+    corners = _CORNERS.to(dev) * objs.half[:, :, None, :]  # B,M,8,3 (local)
+    # boxes rotate with their yaw; spheres and cylinders are symmetric about z
+    yaw = torch.where(objs.kind == KIND_BOX, objs.yaw, torch.zeros_like(objs.yaw))[..., None]
+    cs, sn = torch.cos(yaw), torch.sin(yaw)
+    x = cs * corners[..., 0] - sn * corners[..., 1]
+    y = sn * corners[..., 0] + cs * corners[..., 1]
+    world = torch.stack([x, y, corners[..., 2]], -1) + objs.centre[:, :, None, :]
+    B, M = objs.kind.shape
+    pix, z = project(state, world.view(B, M * 8, 3), size)
+    pix, z = pix.view(B, M, 8, 2), z.view(B, M, 8)
+    behind = (z <= 1e-4).any(-1)
+    lo = pix.min(2).values
+    hi = pix.max(2).values
+    x0 = torch.ceil(lo[..., 0] - 0.5).clamp(0, size).long()
+    x1 = torch.floor(hi[..., 0] - 0.5).clamp(-1, size - 1).long()
+    y0 = torch.ceil(lo[..., 1] - 0.5).clamp(0, size).long()
+    y1 = torch.floor(hi[..., 1] - 0.5).clamp(-1, size - 1).long()
+    full0, full1 = torch.zeros_like(x0), torch.full_like(x1, size - 1)
+    x0, y0 = torch.where(behind, full0, x0), torch.where(behind, full0, y0)
+    x1, y1 = torch.where(behind, full1, x1), torch.where(behind, full1, y1)
+    empty = ~objs.active
+    x1 = torch.where(empty, x0 - 1, x1)
+    return x0, x1, y0, y1
+
+
+def enumerate_boxes(x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor]:
+    """All (scene, pixel, object) triples inside the per-object pixel boxes, without a loop.
+
+    Inputs B,M int64 (inclusive bounds). Returns (b, n, m) int64 index tensors, n = y * size + x.
+    """
+    B, M = x0.shape
+    w = (x1 - x0 + 1).clamp_min(0).flatten()
+    h = (y1 - y0 + 1).clamp_min(0).flatten()
+    counts = w * h
+    total = int(counts.sum())
+    dev = x0.device
+    if total == 0:
+        e = torch.zeros(0, dtype=torch.long, device=dev)
+        return e, e, e
+    owner = torch.repeat_interleave(torch.arange(B * M, device=dev), counts, output_size=total)
+    start = torch.cumsum(counts, 0) - counts
+    local = torch.arange(total, device=dev) - start[owner]
+    wo = w[owner]
+    px = x0.flatten()[owner] + local % wo
+    py = y0.flatten()[owner] + local // wo
+    return owner // M, py * size + px, owner % M
+
+
+def _first_hits(state: State, o: Tensor, d: Tensor, objs: Objects, t_limit: Tensor, size: int
+                ) -> tuple[Tensor, Tensor, Tensor]:
+    """Closest object hit per primary ray.
+
+    o: B,3 camera centres, d: B,N,3 ray directions, t_limit: B,N (hits beyond it are ignored, e.g. the
+    table distance). Returns (t B,N, object id B,N with -1 for none, normal B,N,3).
     """
     B, N, _ = d.shape
-    oc = objs.centre - o[:, None]  # B,M,3
-    proj = d @ oc.transpose(1, 2)  # B,N,M
-    dist2 = (oc * oc).sum(-1)[:, None, :] - proj * proj
-    cand = (dist2 < (objs.bound * objs.bound)[:, None, :]) & (proj > -objs.bound[:, None, :]) & objs.active[:, None, :]
-    bi, ni, mi = torch.nonzero(cand, as_tuple=True)
+    x0, x1, y0, y1 = screen_boxes(state, objs, size)
+    ts, ns, flats, ms = [], [], [], []
+    for kind in PRIMITIVES:  # three primitive kinds, not scenes
+        bi, ni, mi = enumerate_boxes(x0, _kind_boxes(objs, kind, x0, x1), y0, y1, size)
+        if bi.numel() == 0:
+            continue
+        flat = bi * N + ni
+        c, h, yaw = _gather(objs, bi, mi)
+        t, n = intersect(kind, o.index_select(0, bi), d.reshape(-1, 3).index_select(0, flat), c, h, yaw)
+        ts.append(t), ns.append(n), flats.append(flat), ms.append(mi)
     t_best = t_limit.clone()
     obj = torch.full((B, N), -1, dtype=torch.long, device=d.device)
-    normal = torch.zeros((B, N, 3), device=d.device)
-    if bi.numel() == 0:
-        return t_best, obj, normal
-    t, n = intersect(o[bi], d[bi, ni], objs.kind[bi, mi], objs.centre[bi, mi], objs.half[bi, mi], objs.yaw[bi, mi])
-    flat = bi * N + ni
+    if not ts:
+        e = torch.zeros(0, dtype=torch.long, device=d.device)
+        return t_best, obj, (e, e, torch.zeros((0, 3), device=d.device))
+    t, n, flat, mi = torch.cat(ts), torch.cat(ns), torch.cat(flats), torch.cat(ms)
     tb = t_best.view(-1)
     tb.scatter_reduce_(0, flat, t, reduce="amin")
-    win = (t < INF) & (t <= tb[flat])
-    wf = flat[win]
-    obj.view(-1)[wf] = mi[win]
-    normal.view(-1, 3)[wf] = n[win]
-    return t_best, obj, normal
+    win = (t < INF) & (t <= tb.index_select(0, flat))
+    wf, wm, wn = flat[win], mi[win], n[win]
+    obj.view(-1)[wf] = wm
+    return t_best, obj, (wf, wm, wn)
 
 
-def _shadowed(p: Tensor, L: Tensor, objs: Objects, skip: Tensor) -> Tensor:
-    """B,N bool: the ray from surface points ``p`` (B,N,3) towards the light ``L`` (B,3) hits an object
-    other than ``skip`` (B,N object id of the surface itself)."""
+SHADOW_MAP = 64  # texels per side of the per-scene shadow map
+SHADOW_BIAS = 1e-3  # metres along the light direction
+
+
+def _shadowed(p: Tensor, L: Tensor, objs: Objects, skip: Tensor, valid: Tensor, G: int = SHADOW_MAP) -> Tensor:
+    """B,N bool: surface points ``p`` (B,N,3) are hidden from the directional light ``L`` (B,3).
+
+    A shadow map per scene: an orthographic grid perpendicular to ``L`` spanning the part of the
+    occluders' footprint that falls on visible surface points (``valid`` B,N), so texels get finer as
+    the camera closes in. Only texels inside an occluder's footprint are ray-cast (exactly, along -L), storing the
+    light-facing surface height and which object it belongs to; each point then does one lookup.
+    Objects never shadow themselves (``skip`` = object id of each point; convex solids are handled by
+    the n.L term). Resolution is ``G`` texels across the occluders' extent.
+    """
     B, N, _ = p.shape
-    cL = (objs.centre * L[:, None]).sum(-1)  # B,M
-    pL = (p * L[:, None]).sum(-1)  # B,N
-    proj = cL[:, None, :] - pL[..., None]  # B,N,M
-    cp = p @ objs.centre.transpose(1, 2)  # B,N,M
-    dist2 = (objs.centre * objs.centre).sum(-1)[:, None, :] - 2 * cp + (p * p).sum(-1)[..., None] - proj * proj
-    cand = (dist2 < (objs.bound * objs.bound)[:, None, :]) & (proj > -objs.bound[:, None, :]) & objs.active[:, None, :]
-    cand &= torch.arange(objs.kind.shape[1], device=p.device)[None, None, :] != skip[..., None]
-    bi, ni, mi = torch.nonzero(cand, as_tuple=True)
-    out = torch.zeros((B, N), dtype=torch.bool, device=p.device)
-    if bi.numel() == 0:
+    dev = p.device
+    helper = torch.where(L[:, 2:3].abs() < 0.9, torch.tensor([0.0, 0.0, 1.0], device=dev), torch.tensor([1.0, 0.0, 0.0], device=dev))
+    e1 = torch.linalg.cross(L, helper)
+    e1 = e1 / e1.norm(dim=-1, keepdim=True)
+    e2 = torch.linalg.cross(L, e1)
+    frame = torch.stack([e1, e2, L], -1)  # B,3,3: light-space axes as columns
+    cl = objs.centre @ frame  # B,M,3 light-space coordinates of the occluders
+    ca, cb, cs = cl.unbind(-1)
+    pl = p @ frame  # B,N,3 light-space coordinates of the surface points
+    pa, pb, ps = pl.unbind(-1)
+    R = objs.bound
+    big = torch.full_like(ca, 1e9)
+    lo_a = torch.where(objs.active, ca - R, big).min(1).values
+    lo_b = torch.where(objs.active, cb - R, big).min(1).values
+    hi_a = torch.where(objs.active, ca + R, -big).max(1).values
+    hi_b = torch.where(objs.active, cb + R, -big).max(1).values
+    bigp = torch.full_like(pa, 1e9)
+    lo_a = torch.maximum(lo_a, torch.where(valid, pa, bigp).min(1).values)
+    lo_b = torch.maximum(lo_b, torch.where(valid, pb, bigp).min(1).values)
+    hi_a = torch.minimum(hi_a, torch.where(valid, pa, -bigp).max(1).values)
+    hi_b = torch.minimum(hi_b, torch.where(valid, pb, -bigp).max(1).values)
+    texel = (torch.maximum(hi_a - lo_a, hi_b - lo_b) / G).clamp_min(1e-5)  # B
+    fx0 = torch.floor((ca - R - lo_a[:, None]) / texel[:, None]).long().clamp(0, G)
+    fx1 = torch.floor((ca + R - lo_a[:, None]) / texel[:, None]).long().clamp(-1, G - 1)
+    fy0 = torch.floor((cb - R - lo_b[:, None]) / texel[:, None]).long().clamp(0, G)
+    fy1 = torch.floor((cb + R - lo_b[:, None]) / texel[:, None]).long().clamp(-1, G - 1)
+    heights, flats, owners = [], [], []
+    for kind in PRIMITIVES:  # three primitive kinds, not scenes
+        bi, ti, mi = enumerate_boxes(fx0, _kind_boxes(objs, kind, fx0, fx1), fy0, fy1, G)
+        if bi.numel() == 0:
+            continue
+        texel_b = texel.index_select(0, bi)
+        ta = lo_a.index_select(0, bi) + ((ti % G).float() + 0.5) * texel_b
+        tb = lo_b.index_select(0, bi) + ((ti // G).float() + 0.5) * texel_b
+        fm = bi * objs.kind.shape[1] + mi
+        top = cs.reshape(-1).index_select(0, fm) + R.reshape(-1).index_select(0, fm) + 0.01
+        Lb = L.index_select(0, bi)
+        origin = e1.index_select(0, bi) * ta[:, None] + e2.index_select(0, bi) * tb[:, None] + Lb * top[:, None]
+        c, h, yaw = _gather(objs, bi, mi)
+        t, _ = intersect(kind, origin, -Lb, c, h, yaw)
+        hit = t < INF
+        heights.append((top - t)[hit]), flats.append((bi * G * G + ti)[hit]), owners.append(mi[hit])
+    out = torch.zeros((B, N), dtype=torch.bool, device=dev)
+    if not heights or sum(x.numel() for x in heights) == 0:
         return out
-    t, _ = intersect(p[bi, ni], L[bi], objs.kind[bi, mi], objs.centre[bi, mi], objs.half[bi, mi], objs.yaw[bi, mi])
-    hit = t < INF
-    out.view(-1)[(bi * N + ni)[hit]] = True
-    return out
+    height, flat, mi = torch.cat(heights), torch.cat(flats), torch.cat(owners)
+    smap = torch.full((B * G * G,), -INF, device=dev)
+    smap.scatter_reduce_(0, flat, height, reduce="amax")
+    owner = torch.full((B * G * G,), -1, dtype=torch.long, device=dev)
+    win = height >= smap.index_select(0, flat)
+    owner[flat[win]] = mi[win]
+    # look up every surface point
+    tx = torch.floor((pa - lo_a[:, None]) / texel[:, None]).long()
+    ty = torch.floor((pb - lo_b[:, None]) / texel[:, None]).long()
+    inside = (tx >= 0) & (tx < G) & (ty >= 0) & (ty < G)
+    idx = (torch.arange(B, device=dev)[:, None] * G * G + (ty.clamp(0, G - 1) * G + tx.clamp(0, G - 1))).view(-1)
+    lit_height = smap.index_select(0, idx).view(B, N)
+    occluder = owner.index_select(0, idx).view(B, N)
+    return inside & (lit_height > ps + SHADOW_BIAS) & (occluder != skip)
 
 
 _BANKS: dict[str, Tensor] = {}
@@ -310,35 +434,33 @@ def render(
         t_table = torch.full_like(dz, INF)
 
     objs = scene_objects(state, cfg, fingers=fingers, distractors=distractors)
-    t, obj, normal = _first_hits(o, d, objs, t_table)
-    is_table = (obj < 0) & (t < INF)
+    t, obj, (wf, wm, wn) = _first_hits(state, o, d, objs, t_table, size)
     hit_any = t < INF
-    p = o[:, None] + t.clamp(max=1e3)[..., None] * d  # B,N,3
+    p = o[:, None] + t.clamp(max=1e3)[..., None] * d  # B,N,3 first-hit points
+    L = state.light_dir
+    lit = ~_shadowed(p, L, objs, obj, hit_any) if shadows else torch.ones((B, N), dtype=torch.bool, device=dev)
 
-    # base colour
-    safe_obj = obj.clamp_min(0)
-    obj_col = torch.gather(objs.color, 1, safe_obj[..., None].expand(-1, -1, 3))
+    # table pixels (dense, constant normal +z): texture x tint x (ambient + diffuse)
     bank = _bank(dev)
     S = bank.shape[1]
     uv = (p[..., :2] * state.tex_scale[:, None, None] + state.tex_offset[:, None]) % 1.0
     ij = (uv * S).long().clamp_(0, S - 1)
     flat = (state.table_tex[:, None] * S + ij[..., 1]) * S + ij[..., 0]
-    tex_col = bank.view(-1, 3)[flat] * state.table_tint[:, None]
-    base = torch.where(is_table[..., None], tex_col, obj_col)
-    normal = torch.where(is_table[..., None], torch.tensor([0.0, 0.0, 1.0], device=dev).expand_as(normal), normal)
+    shade = state.ambient[:, None] + (state.light_intensity * L[:, 2].clamp_min(0.0))[:, None] * lit
+    shade = torch.where(hit_any & (obj < 0), shade, torch.zeros_like(shade))
+    color = bank.view(-1, 3).index_select(0, flat.view(-1)).view(B, N, 3) * (state.table_tint[:, None] * shade[..., None])
 
-    # lighting
-    L = state.light_dir
-    ndl = (normal * L[:, None]).sum(-1).clamp_min(0.0)
-    if shadows:
-        lit = ~_shadowed(p + normal * 1e-4, L, objs, obj)
-        ndl = ndl * lit
-    half_vec = L[:, None] - d
-    half_vec = half_vec / half_vec.norm(dim=-1, keepdim=True).clamp_min(1e-9)
-    spec_strength = torch.where(is_table, 0.15 * state.specular[:, None], state.specular[:, None])
-    spec = spec_strength * (normal * half_vec).sum(-1).clamp_min(0.0) ** state.shininess[:, None] * (ndl > 0)
-    color = base * (state.ambient[:, None, None] + state.light_intensity[:, None, None] * ndl[..., None]) + spec[..., None]
-    color = torch.where(hit_any[..., None], color, torch.zeros_like(color))
+    # object pixels (sparse): ambient + Lambert + Blinn-Phong
+    if wf.numel():
+        bw = wf // N
+        Lw = L.index_select(0, bw)
+        ndl = (wn * Lw).sum(-1).clamp_min(0.0) * lit.view(-1).index_select(0, wf)
+        hv = Lw - d.reshape(-1, 3).index_select(0, wf)
+        hv = hv / hv.norm(dim=-1, keepdim=True).clamp_min(1e-9)
+        spec = state.specular[bw] * (wn * hv).sum(-1).clamp_min(0.0) ** state.shininess[bw] * (ndl > 0)
+        base = objs.color.reshape(-1, 3).index_select(0, bw * objs.kind.shape[1] + wm)
+        col = base * (state.ambient[bw] + state.light_intensity[bw] * ndl)[:, None] + spec[:, None]
+        color.view(-1, 3)[wf] = col
 
     color = color.clamp(0.0, 1.0).view(B, size, size, 3).permute(0, 3, 1, 2)
     if post:
