@@ -128,3 +128,17 @@ def test_workers_match_in_process():
             o2, *_ = remote.step(a)
         assert torch.allclose(local.privileged()["tcp_pos"], remote.privileged()["tcp_pos"], atol=1e-6)
         assert torch.equal(o1["mask"], o2["mask"]) and torch.equal(o1["rgb"], o2["rgb"])
+
+
+def test_reset_to_rebuilds_given_scenes(env):
+    from graspsim import sample_scenes
+
+    fresh = sample_scenes(env.cfg, 1, torch.Generator().manual_seed(42))
+    env.reset(seed=0)
+    other = env.privileged()["sphere_pos"][1].clone()
+    env.reset_to(fresh, env_ids=[0])
+    p = env.privileged()
+    assert torch.allclose(p["sphere_pos"][0], fresh.sphere_pos[0], atol=1e-4)
+    assert torch.equal(p["sphere_pos"][1], other)
+    with pytest.raises(ValueError, match="scenes"):
+        env.reset_to(fresh, env_ids=[0, 1])

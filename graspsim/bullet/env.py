@@ -164,6 +164,22 @@ class BulletGraspEnv:
             self._build(ids.cpu())
         return self.observe()
 
+    def reset_to(self, scenes: State, env_ids: Tensor | Sequence[int] | None = None) -> dict[str, Tensor]:
+        """Rebuild the scenes ``env_ids`` (default all) from the given fresh ``scenes`` (a State with one row
+        per id, e.g. from ``sample_scenes`` with a per-episode seed). Returns the observation of all scenes."""
+        ids = as_index(env_ids, self.num_envs, self.device)
+        if scenes.batch_size != ids.numel():
+            raise ValueError(f"reset_to: got {scenes.batch_size} scenes for {ids.numel()} env ids")
+        out = {}
+        for k, v in self.state.items():
+            v = v.clone()
+            v[ids] = getattr(scenes, k).to(self.device)
+            out[k] = v
+        self.state = State(**out)
+        if ids.numel():
+            self._build(ids.cpu())
+        return self.observe()
+
     def _command_targets(self, action: Tensor) -> tuple[Tensor, Tensor]:
         """Integrate the commanded velocities into fingertip targets ``B,3`` (same rules as
         ``graspsim.physics.step``) and return them with the executed close command ``B`` bool."""
