@@ -1,0 +1,142 @@
+"""A bank of real background photos: random crops and resizes plus photometric augmentation.
+
+Users point it at their own wrist-camera photos taken without the target; the repository ships
+``data/backgrounds/{train,val}`` (see its SOURCES.md). Crops come from albumentations
+(``RandomResizedCrop``, flips, 90-degree turns, colour jitter, gamma, blur, grey), seeded per call so
+the same seed gives the same crops.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .io import list_images, read_image
+
+log = logging.getLogger(__name__)
+
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DEFAULT_BACKGROUNDS = DATA_DIR / "backgrounds"
+
+
+def _pipeline(size: int):
+    import albumentations as A
+    import cv2
+
+    return A.Compose(
+        [
+            A.RandomResizedCrop(size=(size, size), scale=(0.03, 1.0), ratio=(0.6, 1.6), interpolation=cv2.INTER_AREA),
+            A.HorizontalFlip(p=0.5),
+            A.VerticalFlip(p=0.5),
+            A.RandomRotate90(p=0.5),
+            A.ColorJitter(brightness=(0.6, 1.4), contrast=(0.6, 1.4), saturation=(0.5, 1.5), hue=(-0.08, 0.08), p=0.8),
+            A.RandomGamma(gamma_limit=(70, 140), p=0.5),
+            A.ToGray(p=0.05),
+            A.GaussianBlur(blur_limit=(3, 3), sigma_limit=(0.3, 1.0), p=0.2),
+        ]
+    )
+
+
+class BackgroundBank:
+    """In-memory real photos and a seeded crop/augment sampler.
+
+    ``images``: list of ``H,W,3 uint8`` RGB arrays (any sizes); ``names``: their file names.
+    ``skipped``: files that could not be read and were skipped (``skip_bad``).
+    """
+
+    def __init__(self, images: list[np.ndarray], names: list[str], size: int = 64, skipped: list[str] | None = None):
+        if not images:
+            raise ValueError("BackgroundBank needs at least one image")
+        if len(images) != len(names):
+            raise ValueError(f"BackgroundBank: {len(images)} images but {len(names)} names")
+        if not isinstance(size, int) or size < 8:
+            raise ValueError(f"BackgroundBank.size must be an int >= 8; got {size!r}")
+        for im, n in zip(images, names):
+            if im.ndim != 3 or im.shape[2] != 3 or im.dtype != np.uint8:
+                raise ValueError(f"background {n}: expected H,W,3 uint8, got {im.shape} {im.dtype}")
+        self.images = images
+        self.names = list(names)
+        self.size = size
+        self.skipped = list(skipped or [])
+        self._aug = _pipeline(size)
+
+    @classmethod
+    def from_folder(cls, folder: str | os.PathLike, size: int = 64, skip_bad: bool = False, max_side: int = 320) -> "BackgroundBank":
+        """Load every PNG/JPEG directly inside ``folder``; images larger than ``max_side`` are downscaled.
+
+        An unreadable file raises ValueError naming it, unless ``skip_bad`` (then it is logged and listed
+        in ``.skipped``). An empty folder (or one whose files are all bad) raises ValueError.
+        """
+        import cv2
+
+        files = list_images(folder)
+        images, names, skipped = [], [], []
+        for f in files:
+            try:
+                im = read_image(f)
+            except ValueError:
+                if not skip_bad:
+                    raise
+                skipped.append(str(f))
+                continue
+            h, w = im.shape[:2]
+            if max(h, w) > max_side:
+                s = max_side / max(h, w)
+                im = cv2.resize(im, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
+            images.append(im)
+            names.append(f.name)
+        if skipped:
+            log.warning("skipped %d unreadable background file(s): %s", len(skipped), ", ".join(skipped))
+        if not images:
+            raise ValueError(f"background folder {folder}: no readable images (skipped {len(skipped)})")
+        return cls(images, names, size=size, skipped=skipped)
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def sample(self, n: int, seed: int) -> np.ndarray:
+        """``n`` augmented crops as ``n,size,size,3 uint8``; deterministic given ``seed``."""
+        if n <= 0:
+            raise ValueError(f"BackgroundBank.sample: n must be positive; got {n}")
+        rng = np.random.default_rng(seed)
+        idx = rng.integers(0, len(self.images), size=n)
+        self._aug.set_random_seed(int(seed))
+        out = np.empty((n, self.size, self.size, 3), dtype=np.uint8)
+        for i, k in enumerate(idx):  # per-image crop of a variable-size photo (CPU, ~3k img/s)
+            out[i] = self._aug(image=self.images[k])["image"]
+        return out
+
+    def sample_tensor(self, n: int, generator: torch.Generator, device: torch.device | str = "cpu") -> Tensor:
+        """``n`` crops as ``n,3,size,size float32`` in [0, 1] on ``device``; the seed is drawn from ``generator``."""
+        seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device).item())
+        arr = self.sample(n, seed)
+        return torch.from_numpy(arr).to(device).permute(0, 3, 1, 2).float().div_(255.0)
+
+
+def resolve_split(backgrounds: str | os.PathLike, val_backgrounds: str | os.PathLike | None) -> tuple[Path, Path]:
+    """Training and validation background folders.
+
+    ``val_backgrounds`` given: (backgrounds, val_backgrounds). Otherwise ``backgrounds`` must contain
+    ``train/`` and ``val/`` sub-folders (the layout of the shipped ``data/backgrounds``).
+    """
+    bg = Path(backgrounds)
+    if not bg.exists():
+        raise FileNotFoundError(f"background folder {bg} does not exist")
+    if val_backgrounds is not None:
+        val = Path(val_backgrounds)
+        if not val.exists():
+            raise FileNotFoundError(f"validation background folder {val} does not exist")
+        if val.resolve() == bg.resolve():
+            raise ValueError(f"validation backgrounds {val} must differ from training backgrounds {bg}")
+        return bg, val
+    if (bg / "train").is_dir() and (bg / "val").is_dir():
+        return bg / "train", bg / "val"
+    raise ValueError(
+        f"background folder {bg} has no train/ and val/ sub-folders; pass --val-backgrounds DIR with "
+        "photos held out from training"
+    )

@@ -1,0 +1,60 @@
+"""Vision checkpoints: one ``torch.save`` dict, written atomically, checked for its kind on load.
+
+Keys: ``kind`` = "graspsim-vision", ``format_version``, ``model`` (state_dict), ``model_config`` (dict of
+:class:`~vision.model.SegNetConfig`), ``optimizer``, ``scheduler``, ``config`` (the training config as a
+JSON-able dict), ``step``, ``threshold`` (probability threshold chosen on validation), ``image_size``,
+``metrics`` (last validation metrics), ``probe_rgb`` (a few validation images ``N,3,H,W uint8`` used to
+check reduced-precision inference), ``generator_state`` (training data RNG, for resume).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import torch
+
+from .io import atomic_write_bytes
+
+KIND = "graspsim-vision"
+FORMAT_VERSION = 1
+REQUIRED = ("model", "model_config", "config", "step", "threshold", "image_size")
+
+
+def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
+    """Atomically write ``payload`` (``kind`` and ``format_version`` are added) to ``path``."""
+    data = dict(payload)
+    data["kind"] = KIND
+    data["format_version"] = FORMAT_VERSION
+    buf = io.BytesIO()
+    torch.save(data, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    """Load and validate a vision checkpoint.
+
+    FileNotFoundError if missing; ValueError if it is not a torch checkpoint, is of another kind (e.g. a
+    control checkpoint, ``kind="graspsim-control"``) or lacks required keys.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"vision checkpoint {path} does not exist")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as e:  # any unpickling/zip error means "not a checkpoint"
+        raise ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__}: {e})") from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{path} is not a graspsim checkpoint (got a {type(ckpt).__name__}, expected a dict)")
+    kind = ckpt.get("kind")
+    if kind != KIND:
+        raise ValueError(f"{path} is a checkpoint of kind {kind!r}, expected {KIND!r} (a segmentation checkpoint "
+                         "written by `graspsim train-vision`)")
+    missing = [k for k in REQUIRED if k not in ckpt]
+    if missing:
+        raise ValueError(f"vision checkpoint {path} lacks keys {missing}")
+    if ckpt.get("format_version", 0) > FORMAT_VERSION:
+        raise ValueError(f"vision checkpoint {path} has format_version {ckpt['format_version']}, newer than this "
+                         f"code ({FORMAT_VERSION})")
+    return ckpt

@@ -1,0 +1,198 @@
+"""Sim-real composites: the simulator draws the target (plus fingers and distractors) over a transparent
+background, the layer is alpha-composited onto real photo crops, and the exact target mask is the label.
+
+Everything after the background crop is batched torch on one device. Camera poses cover the whole
+approach: fingertip height ``height`` above the table, lateral offsets chosen by drawing the pixel where
+the target should land (uniform over the image plus a margin, so some targets sit partly or wholly
+outside the frame), frames with the target between closed fingers, and target-free frames (the target
+moved behind the camera).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Tuple
+
+import torch
+from torch import Tensor
+
+from graspsim import SimConfig, render, sample_scenes
+from graspsim.render import postprocess
+
+from .backgrounds import BackgroundBank
+
+Range = Tuple[float, float]
+
+
+def _check_prob(name: str, v) -> None:
+    if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+        raise ValueError(f"ComposeConfig.{name} must be in [0, 1]; got {v!r}")
+
+
+@dataclass(frozen=True)
+class ComposeConfig:
+    """How composites are drawn (all probabilities are per frame)."""
+
+    height: Range = (0.0, 0.25)
+    """Fingertip height above the table (m), uniform."""
+    view_margin: float = 0.15
+    """The target's image position is uniform over the image extended by this fraction on each side."""
+    empty_prob: float = 0.2
+    """Frames whose target is removed (placed behind the camera): target-free frames."""
+    held_prob: float = 0.08
+    """Frames with the target held between the closed fingers (lifting)."""
+    fingers_prob: float = 0.85
+    """Frames that draw the gripper fingers."""
+    closing_prob: float = 0.2
+    """Frames whose finger gap is uniform in [0, open] instead of fully open."""
+    sim_prob: float = 0.1
+    """Frames that are fully rendered sim scenes (textured table) instead of real-background composites."""
+    shadows: bool = False
+    """Cast shadows between rendered objects in the layer (costs ~2.5x render time; off by default)."""
+    gain: Range = (0.75, 1.25)
+    """Per-frame brightness gain applied to the whole composite."""
+    channel_gain: Range = (0.92, 1.08)
+    """Per-frame, per-channel gain (white-balance error) applied to the whole composite."""
+
+    def __post_init__(self) -> None:
+        lo, hi = self.height
+        if not (0.0 <= lo <= hi <= 0.35):
+            raise ValueError(f"ComposeConfig.height must satisfy 0 <= low <= high <= 0.35; got {self.height!r}")
+        if not 0.0 <= self.view_margin <= 1.0:
+            raise ValueError(f"ComposeConfig.view_margin must be in [0, 1]; got {self.view_margin!r}")
+        for n in ("empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob"):
+            _check_prob(n, getattr(self, n))
+        if self.empty_prob + self.held_prob > 1.0:
+            raise ValueError("ComposeConfig.empty_prob + held_prob must be <= 1")
+        for n in ("gain", "channel_gain"):
+            lo, hi = getattr(self, n)
+            if not (0.0 < lo <= hi):
+                raise ValueError(f"ComposeConfig.{n} must be a (low, high) pair with 0 < low <= high; got {(lo, hi)!r}")
+
+
+@dataclass
+class Composite:
+    """``rgb``: B,3,H,W uint8; ``mask``: B,H,W bool (target visible); ``layer_alpha``: B,H,W bool (any
+    rendered object); ``kind``: B int64 (0 composite, 1 held-target composite, 2 empty composite, 3 sim frame)."""
+
+    rgb: Tensor
+    mask: Tensor
+    layer_alpha: Tensor
+    kind: Tensor
+
+
+def _u(lo: float, hi: float, shape, g: torch.Generator, device) -> Tensor:
+    return lo + (hi - lo) * torch.rand(shape, generator=g, device=device)
+
+
+def place_camera(state, cfg: SimConfig, ccfg: ComposeConfig, g: torch.Generator):
+    """Move each scene's gripper so its target lands at a random pixel; returns (state, kind B int64).
+
+    kind 0 = free target somewhere in (or just outside) the view, 1 = held between closed fingers,
+    2 = target removed (placed behind the camera). Shapes: B scenes; all on ``state.device``.
+    """
+    B, dev = state.batch_size, state.device
+    size = cfg.image_size
+    r = state.sphere_radius
+    h = _u(*ccfg.height, (B,), g, dev)
+    # pixel where the target centre should land, back-projected onto the plane z = sphere centre
+    m = ccfg.view_margin
+    uv = _u(-m, 1.0 + m, (B, 2), g, dev) * size - size / 2
+    cam = torch.cat([uv / state.focal[:, None], torch.ones((B, 1), device=dev)], 1)
+    d = (state.cam_rot @ cam[..., None]).squeeze(-1)  # B,3 world direction (not normalised)
+    cz = state.cam_offset[:, 2] + h  # camera height above the table
+    t = (cz - r) / (-d[:, 2]).clamp_min(1e-3)
+    rel = state.cam_offset[:, :2] + t[:, None] * d[:, :2]  # target xy minus tcp xy
+    tcp = torch.cat([state.sphere_pos[:, :2] - rel, h[:, None]], 1)
+
+    roll = torch.rand((B,), generator=g, device=dev)
+    kind = torch.zeros((B,), dtype=torch.long, device=dev)
+    kind = torch.where(roll < ccfg.held_prob, torch.ones_like(kind), kind)
+    kind = torch.where((roll >= ccfg.held_prob) & (roll < ccfg.held_prob + ccfg.empty_prob), torch.full_like(kind, 2), kind)
+
+    width = torch.where(
+        torch.rand((B,), generator=g, device=dev) < ccfg.closing_prob,
+        _u(0.0, cfg.open_width, (B,), g, dev),
+        torch.full((B,), cfg.open_width, device=dev),
+    )
+    sphere = state.sphere_pos.clone()
+    # held: sphere between the pads, gripper lifted to a random height
+    held = kind == 1
+    lift = _u(0.0, 0.12, (B,), g, dev)
+    held_tcp = torch.cat([sphere[:, :2], (r * 0.3 + lift)[:, None]], 1)
+    held_sphere = held_tcp + torch.stack([torch.zeros_like(r), torch.zeros_like(r), r * 1.3], 1)
+    tcp = torch.where(held[:, None], held_tcp, tcp)
+    sphere = torch.where(held[:, None], held_sphere, sphere)
+    width = torch.where(held, 2 * r, width)
+    # empty: target 0.5 m behind the camera
+    empty = kind == 2
+    behind = tcp + state.cam_offset - 0.5 * state.cam_rot[:, :, 2]
+    sphere = torch.where(empty[:, None], behind, sphere)
+    # distractors: each lands at its own random pixel (on the table plane at its half-height)
+    K = state.dist_kind.shape[1]
+    dist_pos = state.dist_pos
+    if K > 0:
+        duv = _u(-m, 1.0 + m, (B, K, 2), g, dev) * size - size / 2
+        dcam = torch.cat([duv / state.focal[:, None, None], torch.ones((B, K, 1), device=dev)], 2)
+        dd = dcam @ state.cam_rot.transpose(1, 2)  # B,K,3
+        dz = state.dist_pos[..., 2]
+        dt = (cz[:, None] - dz) / (-dd[..., 2]).clamp_min(1e-3)
+        dxy = tcp[:, None, :2] + state.cam_offset[:, None, :2] + dt[..., None] * dd[..., :2]
+        dist_pos = torch.cat([dxy, dz[..., None]], -1)
+    return state.replace(tcp_pos=tcp, finger_width=width, sphere_pos=sphere, dist_pos=dist_pos), kind
+
+
+class Composer:
+    """Draws batches of composites: ``Composer(bank, sim_cfg, compose_cfg, device)(n, generator)``.
+
+    ``bank`` provides real background crops of size ``sim_cfg.image_size``.
+    """
+
+    def __init__(self, bank: BackgroundBank, sim_cfg: SimConfig | None = None, cfg: ComposeConfig | None = None,
+                 device: torch.device | str = "cpu"):
+        self.sim_cfg = sim_cfg or SimConfig()
+        self.cfg = cfg or ComposeConfig()
+        self.device = torch.device(device)
+        if bank.size != self.sim_cfg.image_size:
+            raise ValueError(f"background bank crops are {bank.size} px but SimConfig.image_size is {self.sim_cfg.image_size}")
+        self.bank = bank
+
+    def __call__(self, n: int, generator: torch.Generator) -> Composite:
+        """``n`` composites; deterministic given the generator state (CPU)."""
+        cfg, ccfg, dev, g = self.sim_cfg, self.cfg, self.device, generator
+        state = sample_scenes(cfg, n, g, dev)
+        state, kind = place_camera(state, cfg, ccfg, g)
+        use_fingers = torch.rand((n,), generator=g, device=dev) < ccfg.fingers_prob
+        use_sim = torch.rand((n,), generator=g, device=dev) < ccfg.sim_prob
+        # fingers off: move them far above the camera (one render call for the whole batch)
+        far = state.tcp_pos + torch.tensor([0.0, 0.0, 5.0], device=dev)
+        layer_state = state.replace(tcp_pos=torch.where(use_fingers[:, None], state.tcp_pos, far),
+                                    cam_offset=torch.where(use_fingers[:, None], state.cam_offset,
+                                                           state.tcp_pos + state.cam_offset - far))
+        layer = render(layer_state, cfg, table=False, post=False, shadows=ccfg.shadows)
+        bg = self.bank.sample_tensor(n, g, dev)
+        a = layer.alpha[:, None].float()
+        color = layer.color * a + bg * (1.0 - a)
+        mask = layer.mask
+        alpha = layer.alpha
+        if bool(use_sim.any()):
+            idx = torch.nonzero(use_sim).flatten()
+            sim = render(state.index(idx), cfg, table=True, post=False)
+            color[idx] = sim.color
+            mask = mask.clone()
+            mask[idx] = sim.mask
+            alpha = alpha.clone()
+            alpha[idx] = sim.alpha
+            kind = torch.where(use_sim, torch.full_like(kind, 3), kind)
+        gain = _u(*ccfg.gain, (n, 1, 1, 1), g, dev) * _u(*ccfg.channel_gain, (n, 3, 1, 1), g, dev)
+        color = (color * gain).clamp(0.0, 1.0)
+        color = postprocess(color, state.blur, state.image_noise, g)
+        rgb = (color * 255.0 + 0.5).to(torch.uint8)
+        return Composite(rgb=rgb, mask=mask, layer_alpha=alpha, kind=kind)
+
+
+def compose_config_from_dict(d: dict) -> ComposeConfig:
+    from graspsim.config import from_dict
+
+    return from_dict(ComposeConfig, d)
+

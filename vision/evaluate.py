@@ -1,0 +1,324 @@
+"""``graspsim eval-real``: run the segmentation net on a recorded real image set and score it.
+
+Folder format (see docs/vision.md): ``--images DIR`` holds PNG/JPEG frames; ``--masks DIR`` (optional)
+holds one binary PNG per image with the same file stem (``images/frame_0001.jpg`` <->
+``masks/frame_0001.png``), same width and height, target pixels nonzero (255 or 1), everything else 0.
+A frame without the target has an all-zero mask (it must still be present).
+
+Each image is resized to the network's input size (``image_size`` in the checkpoint, INTER_AREA), the
+probability map is resized back (bilinear) and thresholded at the checkpoint's threshold (or
+``--threshold``), and metrics are computed at the original resolution (definitions in
+:mod:`vision.metrics`).
+
+Writes to ``--out``: ``predictions/<stem>.png`` (binary masks), ``overlays/<stem>.png`` (image | prediction
+| ground truth), ``report.html``, ``per_image.csv``; with masks also ``metrics.json`` and ``pr_curve.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+
+from .infer import PRECISIONS, Segmenter
+from .io import IMAGE_EXTENSIONS, atomic_write_bytes, list_images, read_image, read_mask, write_png
+from .metrics import SegMetrics
+
+log = logging.getLogger(__name__)
+
+OUTPUT_NAMES = ("metrics.json", "per_image.csv", "report.html", "pr_curve.png", "predictions", "overlays")
+PRED_COLOR = np.array([0, 255, 255], dtype=np.float32)  # cyan
+GT_COLOR = np.array([255, 0, 255], dtype=np.float32)  # magenta
+
+
+@dataclass(frozen=True)
+class EvalRealConfig:
+    """Evaluate the segmentation net on a folder of recorded real images (optionally with masks)."""
+
+    images: Path
+    """Folder of PNG/JPEG frames (not recursive)."""
+    vision: Path
+    """Segmentation checkpoint written by `graspsim train-vision` (checkpoint.pt)."""
+    out: Path
+    """Output folder (created)."""
+    masks: Optional[Path] = None
+    """Folder of binary PNG masks with the same stems as the images (all-zero = no target in the frame)."""
+    threshold: Optional[float] = None
+    """Probability threshold (default: the one stored in the checkpoint, chosen on validation)."""
+    min_pixels: int = 1
+    """A target-free frame is a false-positive image when at least this many pixels are predicted."""
+    skip_bad: bool = False
+    """Skip unreadable or corrupt images (counted and listed in the outputs) instead of failing."""
+    overwrite: bool = False
+    """Replace earlier eval-real outputs in --out (otherwise an error)."""
+    batch_size: int = 64
+    """Images per network call."""
+    device: str = "cpu"
+    """Torch device."""
+    precision: str = "auto"
+    """Inference precision: auto (bf16 when it matches fp32 on the checkpoint's probe images), fp32 or bf16."""
+    max_report_images: int = 500
+    """At most this many frames are shown in report.html (all are scored and written)."""
+
+    def __post_init__(self) -> None:
+        if self.threshold is not None and not (isinstance(self.threshold, (int, float)) and 0.0 < self.threshold < 1.0):
+            raise ValueError(f"EvalRealConfig.threshold must be in (0, 1); got {self.threshold!r}")
+        for name in ("min_pixels", "batch_size", "max_report_images"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"EvalRealConfig.{name} must be a positive int; got {v!r}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"EvalRealConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
+
+
+def find_masks(images: list[Path], mask_dir: Path) -> dict[Path, Path]:
+    """Map every image to its mask (same stem). ValueError lists images without a mask or ambiguous stems."""
+    if not mask_dir.exists():
+        raise FileNotFoundError(f"mask folder {mask_dir} does not exist")
+    if not mask_dir.is_dir():
+        raise ValueError(f"{mask_dir} is not a folder")
+    by_stem: dict[str, list[Path]] = {}
+    for p in mask_dir.iterdir():
+        if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS:
+            by_stem.setdefault(p.stem, []).append(p)
+    stems: dict[str, list[Path]] = {}
+    for im in images:
+        stems.setdefault(im.stem, []).append(im)
+    dup = sorted(s for s, v in stems.items() if len(v) > 1)
+    if dup:
+        raise ValueError(f"several images share a stem, so masks are ambiguous: {dup[:10]}")
+    out, missing = {}, []
+    for im in images:
+        cand = by_stem.get(im.stem, [])
+        if not cand:
+            missing.append(im.name)
+        elif len(cand) > 1:
+            raise ValueError(f"image {im.name} has several masks: {sorted(c.name for c in cand)}")
+        else:
+            out[im] = cand[0]
+    if missing:
+        raise ValueError(f"{len(missing)} image(s) in {images[0].parent} have no mask in {mask_dir} (same stem expected; "
+                         f"use an all-zero mask for frames without the target): {missing[:10]}")
+    return out
+
+
+def _overlay(img: np.ndarray, mask: np.ndarray, color: np.ndarray) -> np.ndarray:
+    """Tint ``mask`` pixels of ``img`` (H,W,3 uint8) and outline the mask."""
+    import cv2
+
+    out = img.astype(np.float32)
+    m = mask.astype(bool)
+    out[m] = 0.35 * out[m] + 0.65 * color
+    edge = m & ~cv2.erode(m.astype(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
+    out[edge] = color
+    return out.astype(np.uint8)
+
+
+def _panel(img: np.ndarray, pred: np.ndarray, gt: np.ndarray | None) -> np.ndarray:
+    import cv2
+
+    tiles = [img, _overlay(img, pred, PRED_COLOR)]
+    if gt is not None:
+        tiles.append(_overlay(img, gt, GT_COLOR))
+    h, w = img.shape[:2]
+    scale = max(1, int(160 // max(h, w)))  # enlarge tiny frames for viewing
+    sep = np.full((h, max(1, w // 32), 3), 255, np.uint8)
+    panel = np.concatenate(sum(([t, sep] for t in tiles), [])[:-1], axis=1)
+    if scale > 1:
+        panel = cv2.resize(panel, (panel.shape[1] * scale, panel.shape[0] * scale), interpolation=cv2.INTER_NEAREST)
+    return panel
+
+
+def _pr_plot(curve: dict, summary: dict, path: Path) -> float:
+    """Write the precision-recall curve PNG; returns the area under it (trapezoid over recall)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p, r = curve["precision"], curve["recall"]
+    ok = np.isfinite(p) & np.isfinite(r)
+    order = np.argsort(r[ok])
+    rs, ps = r[ok][order], p[ok][order]
+    ap = float(np.trapezoid(ps, rs)) if rs.size > 1 else float("nan")
+    fig, ax = plt.subplots(figsize=(4.5, 4.0), dpi=100)
+    ax.plot(r, p, "-", color="tab:blue", label=f"threshold sweep 0.01..0.99 (area {ap:.3f})")
+    if math.isfinite(summary["precision"]) and math.isfinite(summary["recall"]):
+        ax.plot([summary["recall"]], [summary["precision"]], "o", color="tab:red",
+                label=f"operating point (threshold {summary['threshold']:.2f})")
+    ax.set_xlim(0, 1.01)
+    ax.set_ylim(0, 1.01)
+    ax.set_xlabel("pixel recall (pooled over target-visible frames)")
+    ax.set_ylabel("pixel precision")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower left", fontsize=8)
+    ax.set_title("target segmentation: precision-recall")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+    return ap
+
+
+def _fmt(v) -> str:
+    if isinstance(v, float):
+        return "n/a" if not math.isfinite(v) else f"{v:.4f}"
+    return html.escape(str(v))
+
+
+def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | None, skipped: list[dict],
+            has_masks: bool) -> None:
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>graspsim eval-real</title>",
+             "<style>body{font-family:sans-serif;margin:1.5em} td,th{padding:2px 8px;text-align:left}"
+             " img{image-rendering:pixelated} .bad{color:#b00}</style></head><body>",
+             "<h1>graspsim eval-real</h1>",
+             f"<p>images: <code>{html.escape(str(cfg.images))}</code><br>masks: <code>{html.escape(str(cfg.masks))}</code>"
+             f"<br>checkpoint: <code>{html.escape(str(cfg.vision))}</code></p>"]
+    if summary is not None:
+        keys = ("precision", "recall", "iou", "f1", "false_positive_image_rate", "num_images", "num_target_images",
+                "num_empty_images", "threshold", "pr_area")
+        parts.append("<h2>Metrics</h2><table>" + "".join(f"<tr><th>{k}</th><td>{_fmt(summary.get(k))}</td></tr>" for k in keys)
+                     + "</table><p>Pixel metrics pooled over target-visible frames; false-positive image rate over "
+                       "target-free frames.</p><img src='pr_curve.png' alt='precision-recall curve'>")
+    if skipped:
+        parts.append(f"<h2 class='bad'>Skipped {len(skipped)} file(s)</h2><ul>"
+                     + "".join(f"<li>{html.escape(s['file'])}: {html.escape(s['reason'])}</li>" for s in skipped) + "</ul>")
+    legend = "image | prediction (cyan)" + (" | ground truth (magenta)" if has_masks else "")
+    parts.append(f"<h2>Frames</h2><p>{legend}</p><table><tr><th>frame</th><th>overlay</th><th>stats</th></tr>")
+    for r in rows[: cfg.max_report_images]:
+        stats = f"pred px {r['pred_pixels']}, max prob {r['max_prob']:.3f}"
+        if has_masks:
+            stats += f"<br>gt px {r['gt_pixels']}, tp {r['tp']}, fp {r['fp']}, fn {r['fn']}, iou {_fmt(r['iou'])}"
+            if r["false_positive_image"]:
+                stats += "<br><b class='bad'>false-positive image</b>"
+        parts.append(f"<tr><td>{html.escape(r['file'])}</td><td><img src='overlays/{html.escape(r['stem'])}.png'></td>"
+                     f"<td>{stats}</td></tr>")
+    if len(rows) > cfg.max_report_images:
+        parts.append(f"<tr><td colspan=3>... {len(rows) - cfg.max_report_images} more frames in per_image.csv</td></tr>")
+    parts.append("</table></body></html>")
+    atomic_write_bytes(path, "\n".join(parts).encode())
+
+
+def _write_csv(path: Path, rows: list[dict], fields: list[str]) -> None:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, extrasaction="ignore")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
+    atomic_write_bytes(path, buf.getvalue().encode())
+
+
+def evaluate_real(cfg: EvalRealConfig) -> dict:
+    """Score (or, without masks, just run) the net on ``cfg.images``; returns the metrics dict (with masks)
+    or a summary of predictions (without). See the module docstring for the outputs."""
+    import cv2
+
+    images = list_images(cfg.images)
+    seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.device, precision=cfg.precision)
+    threshold = seg.threshold if cfg.threshold is None else float(cfg.threshold)
+    masks = find_masks(images, Path(cfg.masks)) if cfg.masks is not None else None
+    out = Path(cfg.out)
+    existing = [n for n in OUTPUT_NAMES if (out / n).exists()]
+    if existing and not cfg.overwrite:
+        raise FileExistsError(f"{out} already holds eval-real outputs {existing}; pass --overwrite or choose another --out")
+    (out / "predictions").mkdir(parents=True, exist_ok=True)
+    (out / "overlays").mkdir(parents=True, exist_ok=True)
+
+    S = seg.image_size
+    metrics = SegMetrics(threshold, cfg.min_pixels)
+    rows: list[dict] = []
+    skipped: list[dict] = []
+
+    def load(path: Path):
+        try:
+            img = read_image(path)
+            gt = read_mask(masks[path]) if masks is not None else None
+        except ValueError as e:
+            if not cfg.skip_bad:
+                raise
+            skipped.append({"file": str(path), "reason": str(e)})
+            log.warning("skipping %s", e)
+            return None
+        if gt is not None and gt.shape != img.shape[:2]:
+            raise ValueError(f"mask {masks[path]} is {gt.shape[1]}x{gt.shape[0]} (WxH) but image {path} is "
+                             f"{img.shape[1]}x{img.shape[0]}; masks must match their image size")
+        return img, gt
+
+    def flush(batch: list) -> None:
+        if not batch:
+            return
+        x = np.stack([cv2.resize(img, (S, S), interpolation=cv2.INTER_AREA if max(img.shape[:2]) > S else cv2.INTER_LINEAR)
+                      for _, img, _ in batch])
+        probs = seg(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()).cpu().numpy()
+        for (path, img, gt), p in zip(batch, probs):
+            h, w = img.shape[:2]
+            prob = p if (h, w) == (S, S) else cv2.resize(p, (w, h), interpolation=cv2.INTER_LINEAR)
+            prob_t = torch.from_numpy(np.clip(prob, 0.0, 1.0))[None]
+            pred = prob >= threshold
+            row = {"file": path.name, "stem": path.stem, "width": w, "height": h,
+                   "pred_pixels": int(pred.sum()), "max_prob": float(prob.max())}
+            if gt is not None:
+                c = metrics.update(prob_t, torch.from_numpy(gt)[None])
+                tp, fp, fn, g = (int(c[k][0]) for k in ("tp", "fp", "fn", "gt_pixels"))
+                row.update({"has_target": int(g > 0), "gt_pixels": g, "tp": tp, "fp": fp, "fn": fn,
+                            "iou": tp / (tp + fp + fn) if tp + fp + fn else float("nan"),
+                            "precision": tp / (tp + fp) if tp + fp else float("nan"),
+                            "recall": tp / (tp + fn) if tp + fn else float("nan"),
+                            "false_positive_image": int(g == 0 and row["pred_pixels"] >= cfg.min_pixels)})
+            write_png(out / "predictions" / f"{path.stem}.png", pred)
+            write_png(out / "overlays" / f"{path.stem}.png", _panel(img, pred, gt))
+            rows.append(row)
+        batch.clear()
+
+    from rich.progress import Progress
+
+    batch: list = []
+    with Progress(transient=True) as bar:
+        task = bar.add_task("eval-real", total=len(images))
+        for path in images:
+            item = load(path)
+            if item is not None:
+                batch.append((path, *item))
+                if len(batch) >= cfg.batch_size:
+                    flush(batch)
+            bar.advance(task)
+        flush(batch)
+    if not rows:
+        raise ValueError(f"no readable images in {cfg.images} (skipped {len(skipped)})")
+
+    base = {"num_images": len(rows), "num_skipped": len(skipped), "skipped": skipped, "threshold": threshold,
+            "checkpoint": str(cfg.vision), "images": str(cfg.images), "masks": str(cfg.masks) if cfg.masks else None,
+            "inference_dtype": "bfloat16" if seg.bf16 else "float32", "model_input_size": S}
+    pred_fields = ["file", "width", "height", "pred_pixels", "max_prob"]
+    if masks is None:
+        _write_csv(out / "per_image.csv", rows, pred_fields)
+        _report(out / "report.html", cfg, rows, None, skipped, has_masks=False)
+        result = {**base, "images_with_predicted_target": sum(r["pred_pixels"] > 0 for r in rows)}
+        log.info("wrote predictions and overlays for %d images to %s", len(rows), out)
+        return result
+
+    summary = metrics.summary()
+    curve = metrics.curve()
+    summary["pr_area"] = _pr_plot(curve, summary, out / "pr_curve.png")
+    result = {**summary, **base,
+              "definitions": {"precision/recall/iou/f1": "pixel counts pooled over target-visible frames (non-empty mask)",
+                              "false_positive_image_rate": f"target-free frames with >= {cfg.min_pixels} predicted pixel(s), "
+                                                           "over all target-free frames"},
+              "pr_curve": {k: [None if not math.isfinite(float(v)) else float(v) for v in vals] for k, vals in curve.items()}}
+    _write_csv(out / "per_image.csv", rows, pred_fields + ["has_target", "gt_pixels", "tp", "fp", "fn", "iou", "precision",
+                                                           "recall", "false_positive_image"])
+    atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
+    _report(out / "report.html", cfg, rows, summary, skipped, has_masks=True)
+    log.info("eval-real on %d images: iou %.3f precision %.3f recall %.3f fp-images %.3f", len(rows), summary["iou"],
+             summary["precision"], summary["recall"], summary["false_positive_image_rate"])
+    return result

@@ -1,0 +1,119 @@
+"""Reading image folders: photos for backgrounds, recorded real image sets and their binary masks.
+
+Supported files: PNG and JPEG (``.png``, ``.jpg``, ``.jpeg``, any case). Any size, 8- or 16-bit, grey,
+RGB or RGBA (alpha is dropped). Images come back as ``H,W,3 uint8`` RGB numpy arrays; masks as
+``H,W bool`` (True = target pixel).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+
+
+def list_images(folder: str | os.PathLike) -> list[Path]:
+    """Sorted image files (by name) directly inside ``folder`` (not recursive).
+
+    Raises FileNotFoundError if the folder does not exist, NotADirectoryError-like ValueError if it is
+    a file, and ValueError if it holds no PNG/JPEG file.
+    """
+    folder = Path(folder)
+    if not folder.exists():
+        raise FileNotFoundError(f"image folder {folder} does not exist")
+    if not folder.is_dir():
+        raise ValueError(f"{folder} is not a folder")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS)
+    if not files:
+        raise ValueError(f"image folder {folder} holds no PNG/JPEG files ({', '.join(IMAGE_EXTENSIONS)})")
+    return files
+
+
+def _to_uint8(img: np.ndarray) -> np.ndarray:
+    if img.dtype == np.uint8:
+        return img
+    if img.dtype == np.uint16:
+        return (img // 257).astype(np.uint8)
+    if np.issubdtype(img.dtype, np.floating):
+        return (np.clip(np.nan_to_num(img), 0.0, 1.0) * 255 + 0.5).astype(np.uint8)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def read_image(path: str | os.PathLike) -> np.ndarray:
+    """Read one PNG/JPEG as ``H,W,3 uint8`` RGB. Grey is replicated, alpha dropped, 16-bit scaled.
+
+    Raises FileNotFoundError when missing and ValueError naming the file when it cannot be decoded.
+    """
+    import cv2
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image {path} does not exist")
+    data = np.fromfile(str(path), dtype=np.uint8)
+    img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    if img is None or img.size == 0:
+        raise ValueError(f"cannot read image {path}: unreadable or corrupt file")
+    img = _to_uint8(img)
+    if img.ndim == 2:
+        img = np.repeat(img[..., None], 3, axis=2)
+    elif img.ndim == 3 and img.shape[2] == 1:
+        img = np.repeat(img, 3, axis=2)
+    elif img.ndim == 3 and img.shape[2] == 4:
+        img = img[..., 2::-1]
+    elif img.ndim == 3 and img.shape[2] == 3:
+        img = img[..., ::-1]
+    else:
+        raise ValueError(f"cannot read image {path}: unsupported shape {img.shape}")
+    return np.ascontiguousarray(img)
+
+
+def read_mask(path: str | os.PathLike) -> np.ndarray:
+    """Read a binary mask as ``H,W bool``. 0/1 masks: nonzero is target; 0..255 masks: >= 128 is target.
+
+    Colour masks count a pixel as target if any channel is set. Raises like :func:`read_image`.
+    """
+    import cv2
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"mask {path} does not exist")
+    data = np.fromfile(str(path), dtype=np.uint8)
+    m = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
+    if m is None or m.size == 0:
+        raise ValueError(f"cannot read mask {path}: unreadable or corrupt file")
+    m = _to_uint8(m)
+    if m.ndim == 3:
+        m = m[..., :3].max(axis=2)
+    return m > 0 if m.max() <= 1 else m >= 128
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_png(path: str | os.PathLike, img: np.ndarray) -> None:
+    """Atomically write an ``H,W`` grey / ``H,W,3`` RGB uint8 image (or bool mask as 0/255) as PNG."""
+    import cv2
+
+    if img.dtype == bool:
+        img = img.astype(np.uint8) * 255
+    if img.ndim == 3:
+        img = img[..., ::-1]
+    ok, buf = cv2.imencode(".png", np.ascontiguousarray(img))
+    if not ok:
+        raise ValueError(f"could not encode PNG for {path}")
+    atomic_write_bytes(path, buf.tobytes())

@@ -1,0 +1,134 @@
+"""Segmentation metrics for the target mask, defined once for training validation and ``eval-real``.
+
+Definitions (``thr`` = probability threshold; a pixel is predicted target iff ``prob >= thr``):
+
+* **Target-visible frame**: its ground-truth mask has at least one pixel. **Target-free frame**: empty mask.
+* **precision, recall, iou, f1** are *pixel* metrics pooled over all target-visible frames:
+  TP, FP, FN are summed over those frames, then precision = TP/(TP+FP), recall = TP/(TP+FN),
+  IoU = TP/(TP+FP+FN), F1 = 2TP/(2TP+FP+FN). (Pooled, so a frame counts by its number of pixels.)
+  Predicted pixels on target-free frames do not enter these; they are counted by the next metric.
+* **false_positive_image_rate**: fraction of target-free frames with at least ``min_pixels`` predicted
+  pixels (default 1: any predicted pixel makes the frame a false-positive image).
+* The precision-recall curve sweeps ``thr`` over ``THRESHOLDS`` (histograms of 1000 probability bins).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import Tensor
+
+BINS = 1000
+THRESHOLDS = np.round(np.arange(1, 100) / 100.0, 2)  # 0.01 .. 0.99
+
+
+def _div(a: float, b: float) -> float:
+    return float(a) / float(b) if b > 0 else float("nan")
+
+
+def frame_counts(prob: Tensor, gt: Tensor, threshold: float) -> dict[str, Tensor]:
+    """Per-frame counts at one threshold. ``prob`` B,H,W float, ``gt`` B,H,W bool -> dict of B int64."""
+    pred = prob >= threshold
+    return {
+        "tp": (pred & gt).sum((1, 2)),
+        "fp": (pred & ~gt).sum((1, 2)),
+        "fn": (~pred & gt).sum((1, 2)),
+        "gt_pixels": gt.sum((1, 2)),
+        "pred_pixels": pred.sum((1, 2)),
+    }
+
+
+class SegMetrics:
+    """Accumulates exact counts at ``threshold`` plus probability histograms for the PR curve."""
+
+    def __init__(self, threshold: float = 0.5, min_pixels: int = 1):
+        if not 0.0 < threshold < 1.0:
+            raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
+        if not isinstance(min_pixels, int) or min_pixels < 1:
+            raise ValueError(f"min_pixels must be an int >= 1; got {min_pixels!r}")
+        self.threshold = float(threshold)
+        self.min_pixels = min_pixels
+        self.tp = self.fp = self.fn = 0
+        self.num_images = self.num_target = self.num_empty = self.fp_images = 0
+        self.hist_pos = np.zeros(BINS, dtype=np.int64)  # target-visible frames, gt pixels
+        self.hist_neg = np.zeros(BINS, dtype=np.int64)  # target-visible frames, background pixels
+        self.empty_kth = []  # per target-free frame: min_pixels-th largest probability
+
+    def update(self, prob: Tensor, gt: Tensor) -> dict[str, Tensor]:
+        """Add frames: ``prob`` B,H,W float in [0, 1], ``gt`` B,H,W bool. Returns the per-frame counts."""
+        if prob.shape != gt.shape or prob.dim() != 3:
+            raise ValueError(f"prob and gt must both be B,H,W; got {tuple(prob.shape)} and {tuple(gt.shape)}")
+        prob = prob.float().cpu()
+        gt = gt.bool().cpu()
+        c = frame_counts(prob, gt, self.threshold)
+        has = c["gt_pixels"] > 0
+        self.num_images += prob.shape[0]
+        self.num_target += int(has.sum())
+        self.num_empty += int((~has).sum())
+        self.tp += int(c["tp"][has].sum())
+        self.fp += int(c["fp"][has].sum())
+        self.fn += int(c["fn"][has].sum())
+        self.fp_images += int((c["pred_pixels"][~has] >= self.min_pixels).sum())
+        bins = (prob * BINS).long().clamp_(0, BINS - 1)
+        if bool(has.any()):
+            b, g = bins[has], gt[has]
+            self.hist_pos += np.bincount(b[g].numpy(), minlength=BINS)
+            self.hist_neg += np.bincount(b[~g].numpy(), minlength=BINS)
+        if bool((~has).any()):
+            flat = prob[~has].flatten(1)
+            k = min(self.min_pixels, flat.shape[1])
+            self.empty_kth.append(flat.topk(k, dim=1).values[:, -1].numpy())
+        return c
+
+    def summary(self) -> dict:
+        """Metrics at ``threshold`` (exact counts); NaN where undefined (e.g. no target-visible frame)."""
+        tp, fp, fn = self.tp, self.fp, self.fn
+        return {
+            "precision": _div(tp, tp + fp),
+            "recall": _div(tp, tp + fn),
+            "iou": _div(tp, tp + fp + fn),
+            "f1": _div(2 * tp, 2 * tp + fp + fn),
+            "false_positive_image_rate": _div(self.fp_images, self.num_empty),
+            "num_images": self.num_images,
+            "num_target_images": self.num_target,
+            "num_empty_images": self.num_empty,
+            "false_positive_images": self.fp_images,
+            "tp_pixels": tp,
+            "fp_pixels": fp,
+            "fn_pixels": fn,
+            "threshold": self.threshold,
+            "min_pixels": self.min_pixels,
+        }
+
+    def curve(self, thresholds: np.ndarray = THRESHOLDS) -> dict[str, np.ndarray]:
+        """Pooled precision, recall, F1, IoU and false-positive image rate per threshold (bin-resolution)."""
+        # pixels with bin >= t*BINS are predicted positive
+        cpos = np.cumsum(self.hist_pos[::-1])[::-1]
+        cneg = np.cumsum(self.hist_neg[::-1])[::-1]
+        idx = np.clip(np.round(np.asarray(thresholds) * BINS).astype(int), 0, BINS - 1)
+        tp = cpos[idx].astype(float)
+        fp = cneg[idx].astype(float)
+        fn = float(self.hist_pos.sum()) - tp
+        with np.errstate(invalid="ignore", divide="ignore"):
+            precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
+            recall = np.where(tp + fn > 0, tp / (tp + fn), np.nan)
+            iou = np.where(tp + fp + fn > 0, tp / (tp + fp + fn), np.nan)
+            f1 = np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), np.nan)
+        kth = np.concatenate(self.empty_kth) if self.empty_kth else np.zeros(0)
+        fpr = np.array([(kth >= t).mean() if kth.size else np.nan for t in thresholds])
+        return {"threshold": np.asarray(thresholds, dtype=float), "precision": precision, "recall": recall,
+                "iou": iou, "f1": f1, "false_positive_image_rate": fpr}
+
+
+def best_threshold(curve: dict[str, np.ndarray], max_fp_image_rate: float | None = None) -> float:
+    """Threshold with the highest pooled F1 (equivalently IoU); if ``max_fp_image_rate`` is given, only
+    thresholds meeting it are considered (falls back to all when none does)."""
+    f1 = np.nan_to_num(curve["f1"], nan=-1.0)
+    if max_fp_image_rate is not None:
+        ok = np.nan_to_num(curve["false_positive_image_rate"], nan=0.0) <= max_fp_image_rate
+        if ok.any():
+            f1 = np.where(ok, f1, -1.0)
+    t = float(curve["threshold"][int(np.argmax(f1))])
+    return t if math.isfinite(t) else 0.5

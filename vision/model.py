@@ -1,0 +1,87 @@
+"""SegNet: a small U-Net trained from scratch that maps a wrist image to target logits.
+
+Input ``B,3,H,W float32`` RGB in [0, 1] (H, W multiples of ``2**depth``); output ``B,H,W`` logits
+(float32 or the autocast dtype). Encoder: ``depth`` stages of two 3x3 conv + BatchNorm + ReLU, each
+followed by 2x2 max pooling, channels doubling from ``base_channels``; a bottleneck stage; decoder:
+bilinear upsampling, concatenation with the skip, two 3x3 convs. A 1x1 conv gives one logit per pixel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class SegNetConfig:
+    """Size of the segmentation network."""
+
+    base_channels: int = 16
+    """Channels of the full-resolution stage; doubled at every down-sampling (capped by max_channels)."""
+    max_channels: int = 64
+    """Channel cap for deep stages."""
+    depth: int = 3
+    """Number of 2x down-sampling stages (input sides must be multiples of 2**depth)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.base_channels, int) or not 4 <= self.base_channels <= 128:
+            raise ValueError(f"SegNetConfig.base_channels must be an int in 4..128; got {self.base_channels!r}")
+        if not isinstance(self.max_channels, int) or self.max_channels < self.base_channels:
+            raise ValueError(f"SegNetConfig.max_channels must be an int >= base_channels; got {self.max_channels!r}")
+        if not isinstance(self.depth, int) or not 1 <= self.depth <= 5:
+            raise ValueError(f"SegNetConfig.depth must be an int in 1..5; got {self.depth!r}")
+
+
+def _block(cin: int, cout: int) -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+        nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+    )
+
+
+class SegNet(nn.Module):
+    """Small U-Net; see the module docstring. ``SegNet(SegNetConfig())`` has about 0.2M parameters."""
+
+    # fixed input normalisation (ImageNet-free: mean/std of natural images are close to 0.45/0.25)
+    MEAN = 0.45
+    STD = 0.25
+
+    def __init__(self, cfg: SegNetConfig | None = None):
+        super().__init__()
+        self.cfg = cfg or SegNetConfig()
+        c = [min(self.cfg.base_channels * 2**i, self.cfg.max_channels) for i in range(self.cfg.depth + 1)]
+        self.channels = c
+        self.enc = nn.ModuleList([_block(3, c[0])] + [_block(c[i - 1], c[i]) for i in range(1, self.cfg.depth)])
+        self.mid = _block(c[self.cfg.depth - 1], c[self.cfg.depth])
+        self.dec = nn.ModuleList([_block(c[i + 1] + c[i], c[i]) for i in reversed(range(self.cfg.depth))])
+        self.head = nn.Conv2d(c[0], 1, 1)
+        nn.init.constant_(self.head.bias, -4.0)  # start near the (rare) positive rate
+
+    @property
+    def multiple(self) -> int:
+        return 2**self.cfg.depth
+
+    def forward(self, x: Tensor) -> Tensor:
+        """``x``: B,3,H,W float in [0, 1] -> logits B,H,W."""
+        if x.dim() != 4 or x.shape[1] != 3:
+            raise ValueError(f"SegNet expects B,3,H,W input; got {tuple(x.shape)}")
+        if x.shape[2] % self.multiple or x.shape[3] % self.multiple:
+            raise ValueError(f"SegNet input sides must be multiples of {self.multiple}; got {tuple(x.shape[2:])}")
+        x = (x - self.MEAN) / self.STD
+        skips = []
+        for blk in self.enc:
+            x = blk(x)
+            skips.append(x)
+            x = F.max_pool2d(x, 2)
+        x = self.mid(x)
+        for blk, s in zip(self.dec, reversed(skips)):
+            x = F.interpolate(x, size=s.shape[-2:], mode="bilinear", align_corners=False)
+            x = blk(torch.cat([x, s], 1))
+        return self.head(x)[:, 0]
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,392 @@
+"""``graspsim train-vision``: train :class:`~vision.model.SegNet` on on-the-fly sim-real composites.
+
+Every step draws a fresh batch of composites (:mod:`vision.compose`) on training backgrounds, optionally
+mixed with frames of a collected HDF5 dataset. Validation runs at fixed seeds on composites whose
+backgrounds are held out from training; at the end the probability threshold is chosen on the validation
+set (best pooled F1) and the final metrics are measured on a separate *test* draw (other seed, same
+held-out backgrounds) at that threshold, so the reported numbers are not tuned on themselves.
+
+Run folder ``out/``: ``checkpoint.pt`` (model + optimizer + config, every ``ckpt_every`` steps, atomic),
+``config.json``, ``metrics.json`` (final), ``tb/`` (TensorBoard scalars ``loss/*``, ``val/*``, ``charts/*``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from graspsim import SimConfig
+
+from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, resolve_split
+from .checkpoint import load_checkpoint, save_checkpoint
+from .compose import ComposeConfig, Composer
+from .io import atomic_write_bytes, list_images
+from .metrics import SegMetrics, best_threshold
+from .model import SegNet, SegNetConfig, count_parameters
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_NAME = "checkpoint.pt"
+
+
+@dataclass(frozen=True)
+class TrainVisionConfig:
+    """Train the target segmentation net on sim-real composites."""
+
+    out: Path
+    """Run folder (created); holds checkpoint.pt, config.json, metrics.json and tb/."""
+    backgrounds: Path = DEFAULT_BACKGROUNDS
+    """Folder of real background photos (no target in them). With train/ and val/ sub-folders these are the
+    training and held-out validation photos; otherwise give --val-backgrounds."""
+    val_backgrounds: Optional[Path] = None
+    """Folder of held-out validation background photos (never used in training)."""
+    steps: int = 1500
+    """Optimizer steps."""
+    batch_size: int = 48
+    """Composites per step."""
+    lr: float = 3e-3
+    """Peak learning rate (AdamW; linear warm-up over 3% of steps, then cosine decay to 5%)."""
+    weight_decay: float = 1e-4
+    """AdamW weight decay."""
+    dice_weight: float = 1.0
+    """Weight of the soft-Dice term added to the pixel BCE loss."""
+    seed: int = 0
+    """Seed of model init and training data."""
+    val_every: int = 250
+    """Validate every this many steps (and at the end)."""
+    ckpt_every: int = 250
+    """Write checkpoint.pt every this many steps (and at the end)."""
+    n_val: int = 512
+    """Validation composites (fixed seed), used for the loss curve and to choose the threshold."""
+    n_test: int = 1024
+    """Test composites (another fixed seed, same held-out backgrounds) for the final metrics."""
+    val_seed: int = 1000
+    """Seed of the validation composites."""
+    test_seed: int = 2000
+    """Seed of the test composites."""
+    max_fp_image_rate: float = 0.02
+    """Threshold choice: best F1 among thresholds whose validation false-positive image rate is at most this."""
+    min_pixels: int = 1
+    """A target-free frame counts as a false-positive image when at least this many pixels are predicted."""
+    resume: bool = False
+    """Continue from out/checkpoint.pt up to --steps."""
+    hdf5: Optional[Path] = None
+    """Optional collected dataset (graspsim-episodes-v1) whose rgb/mask frames are mixed into training."""
+    hdf5_fraction: float = 0.25
+    """Fraction of each batch taken from --hdf5 frames (when given)."""
+    hdf5_max_frames: int = 20000
+    """Load at most this many frames from --hdf5 (evenly spread)."""
+    skip_bad: bool = False
+    """Skip unreadable background photos (listed in the log) instead of failing."""
+    device: str = "cpu"
+    """Torch device."""
+    threads: int = 0
+    """torch.set_num_threads (0 = leave the default)."""
+    bf16: bool = True
+    """bfloat16 autocast for forward/backward on CPU (AMX); weights and optimizer stay float32."""
+    progress: bool = True
+    """Show a rich progress bar."""
+    model: SegNetConfig = field(default_factory=SegNetConfig)
+    """Network size."""
+    compose: ComposeConfig = field(default_factory=ComposeConfig)
+    """How composites are drawn."""
+    sim: SimConfig = field(default_factory=SimConfig)
+    """Simulator config for rendering targets (image_size sets the training resolution)."""
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "val_every", "ckpt_every", "n_val", "n_test", "hdf5_max_frames", "min_pixels"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"TrainVisionConfig.{name} must be a positive int; got {v!r}")
+        for name in ("lr", "weight_decay", "dice_weight"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (name == "lr" and v == 0):
+                raise ValueError(f"TrainVisionConfig.{name} must be a finite {'positive' if name == 'lr' else 'non-negative'} number; got {v!r}")
+        if not 0.0 <= self.hdf5_fraction <= 1.0:
+            raise ValueError(f"TrainVisionConfig.hdf5_fraction must be in [0, 1]; got {self.hdf5_fraction!r}")
+        if not 0.0 <= self.max_fp_image_rate <= 1.0:
+            raise ValueError(f"TrainVisionConfig.max_fp_image_rate must be in [0, 1]; got {self.max_fp_image_rate!r}")
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"TrainVisionConfig.threads must be a non-negative int; got {self.threads!r}")
+        if self.sim.image_size % (2 ** self.model.depth):
+            raise ValueError(f"TrainVisionConfig: sim.image_size {self.sim.image_size} must be a multiple of "
+                             f"2**model.depth = {2 ** self.model.depth}")
+
+    def to_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        return json.loads(json.dumps(d, default=str))
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def lr_at(step: int, cfg: TrainVisionConfig) -> float:
+    """Learning rate at ``step`` (0-based): linear warm-up, cosine decay to 5% of the peak."""
+    warm = max(1, int(0.03 * cfg.steps))
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    p = min(1.0, (step - warm) / max(1, cfg.steps - warm))
+    return cfg.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+def seg_loss(logits: Tensor, target: Tensor, dice_weight: float) -> Tensor:
+    """Pixel BCE + ``dice_weight`` x soft Dice pooled over the batch. ``logits`` B,H,W; ``target`` B,H,W bool."""
+    logits = logits.float()
+    y = target.float()
+    bce = F.binary_cross_entropy_with_logits(logits, y)
+    if dice_weight == 0:
+        return bce
+    p = torch.sigmoid(logits)
+    dice = 1.0 - (2 * (p * y).sum() + 1.0) / (p.sum() + y.sum() + 1.0)
+    return bce + dice_weight * dice
+
+
+def _file_hashes(folder: Path) -> dict[str, str]:
+    return {hashlib.sha1(p.read_bytes()).hexdigest(): p.name for p in list_images(folder)}
+
+
+def _check_disjoint(train_dir: Path, val_dir: Path) -> None:
+    common = set(_file_hashes(train_dir)) & set(_file_hashes(val_dir))
+    if common:
+        names = sorted(_file_hashes(val_dir)[h] for h in common)
+        raise ValueError(f"validation backgrounds {val_dir} share identical files with training backgrounds {train_dir}: {names}")
+
+
+def make_set(composer: Composer, n: int, seed: int, chunk: int = 256) -> tuple[Tensor, Tensor]:
+    """A fixed set of ``n`` composites at ``seed``: (rgb n,3,H,W uint8, mask n,H,W bool)."""
+    g = torch.Generator(device=composer.device).manual_seed(seed)
+    rgbs, masks = [], []
+    for i in range(0, n, chunk):
+        c = composer(min(chunk, n - i), g)
+        rgbs.append(c.rgb)
+        masks.append(c.mask)
+    return torch.cat(rgbs), torch.cat(masks)
+
+
+def predict_probs(model: SegNet, rgb: Tensor, bf16: bool, chunk: int = 256) -> Tensor:
+    """Probabilities n,H,W float32 for ``rgb`` n,3,H,W uint8 (eval mode, no grad)."""
+    was_training = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    out = []
+    with torch.inference_mode():
+        for i in range(0, rgb.shape[0], chunk):
+            x = rgb[i:i + chunk].to(dev).float().div_(255.0).contiguous(memory_format=torch.channels_last)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+                out.append(torch.sigmoid(model(x).float()))
+    model.train(was_training)
+    return torch.cat(out)
+
+
+def evaluate_set(probs: Tensor, masks: Tensor, threshold: float, min_pixels: int) -> tuple[dict, dict]:
+    m = SegMetrics(threshold, min_pixels)
+    for i in range(0, probs.shape[0], 256):
+        m.update(probs[i:i + 256], masks[i:i + 256])
+    return m.summary(), m.curve()
+
+
+class HDF5Frames:
+    """rgb/mask frames from a graspsim-episodes-v1 file, held in memory (``rgb`` N,3,H,W uint8, ``mask`` N,H,W bool)."""
+
+    def __init__(self, path: Path, image_size: int, max_frames: int):
+        import h5py
+
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"HDF5 dataset {path} does not exist")
+        try:
+            f = h5py.File(path, "r")
+        except OSError as e:
+            raise ValueError(f"cannot open HDF5 dataset {path}: {e}") from None
+        with f:
+            if "data" not in f:
+                raise ValueError(f"HDF5 dataset {path} has no 'data' group (expected graspsim-episodes-v1)")
+            demos = sorted(f["data"].keys())
+            rgbs, masks = [], []
+            for k in demos:
+                obs = f["data"][k].get("obs")
+                if obs is None or "rgb" not in obs or "mask" not in obs:
+                    raise ValueError(f"HDF5 dataset {path}: data/{k}/obs lacks rgb or mask")
+                rgbs.append(obs["rgb"][()])
+                masks.append(obs["mask"][()])
+        if not rgbs:
+            raise ValueError(f"HDF5 dataset {path} holds no episodes")
+        rgb = np.concatenate(rgbs)
+        mask = np.concatenate(masks)
+        if rgb.ndim != 4 or rgb.shape[1:] != (image_size, image_size, 3):
+            raise ValueError(f"HDF5 dataset {path}: rgb frames are {rgb.shape[1:]}, expected ({image_size}, {image_size}, 3)")
+        if len(rgb) > max_frames:
+            keep = np.linspace(0, len(rgb) - 1, max_frames).round().astype(int)
+            rgb, mask = rgb[keep], mask[keep]
+        self.rgb = torch.from_numpy(np.ascontiguousarray(rgb)).permute(0, 3, 1, 2).contiguous()
+        self.mask = torch.from_numpy(mask.astype(bool))
+        log.info("mixing %d HDF5 frames from %s", len(self.rgb), path)
+
+    def sample(self, n: int, g: torch.Generator) -> tuple[Tensor, Tensor]:
+        idx = torch.randint(0, len(self.rgb), (n,), generator=g, device=g.device).cpu()
+        return self.rgb[idx], self.mask[idx]
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    return Progress(TextColumn("[bold]train-vision"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled, transient=False)
+
+
+# ----------------------------------------------------------------------------------------------- main
+def train_vision(cfg: TrainVisionConfig) -> dict:
+    """Train (or resume) and return the final metrics dict (``test`` metrics at the chosen threshold,
+    plus ``val``, ``threshold``, ``steps``, ``train_seconds``, ``num_parameters``). See the module docstring."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    dev = torch.device(cfg.device)
+    out = Path(cfg.out)
+    ckpt_path = out / CHECKPOINT_NAME
+    if cfg.resume and not ckpt_path.is_file():
+        raise FileNotFoundError(f"--resume: no checkpoint at {ckpt_path}")
+    if not cfg.resume and ckpt_path.exists():
+        raise FileExistsError(f"{ckpt_path} already exists; pass --resume to continue it or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+
+    size = cfg.sim.image_size
+    train_dir, val_dir = resolve_split(cfg.backgrounds, cfg.val_backgrounds)
+    _check_disjoint(train_dir, val_dir)
+    train_bank = BackgroundBank.from_folder(train_dir, size=size, skip_bad=cfg.skip_bad)
+    val_bank = BackgroundBank.from_folder(val_dir, size=size, skip_bad=cfg.skip_bad)
+    log.info("training backgrounds (%d) from %s: %s", len(train_bank), train_dir, ", ".join(train_bank.names))
+    log.info("held-out validation backgrounds (%d) from %s: %s", len(val_bank), val_dir, ", ".join(val_bank.names))
+    composer = Composer(train_bank, cfg.sim, cfg.compose, dev)
+    val_composer = Composer(val_bank, cfg.sim, cfg.compose, dev)
+    hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
+    n_hdf5 = int(round(cfg.batch_size * cfg.hdf5_fraction)) if hdf5 is not None else 0
+
+    torch.manual_seed(cfg.seed)
+    model = SegNet(cfg.model).to(dev)
+    if dev.type == "cpu":
+        model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+    start, train_seconds = 0, 0.0
+    if cfg.resume:
+        ckpt = load_checkpoint(ckpt_path, map_location=dev)
+        if ckpt["model_config"] != dataclasses.asdict(cfg.model):
+            raise ValueError(f"--resume: checkpoint model config {ckpt['model_config']} differs from "
+                             f"{dataclasses.asdict(cfg.model)}")
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        gen.set_state(ckpt["generator_state"])
+        start = int(ckpt["step"])
+        train_seconds = float(ckpt.get("train_seconds", 0.0))
+        log.info("resumed %s at step %d", ckpt_path, start)
+        if start >= cfg.steps:
+            log.info("checkpoint already at step %d >= --steps %d; only re-evaluating", start, cfg.steps)
+    atomic_write_bytes(out / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
+
+    log.info("rendering %d validation and %d test composites", cfg.n_val, cfg.n_test)
+    val_rgb, val_mask = make_set(val_composer, cfg.n_val, cfg.val_seed)
+    bf16 = cfg.bf16 and dev.type == "cpu"
+    probe = val_rgb[val_mask.flatten(1).any(1)][:24].cpu()
+    writer = SummaryWriter(str(out / "tb"))
+    nparams = count_parameters(model)
+    log.info("SegNet %s: %d parameters", dataclasses.asdict(cfg.model), nparams)
+
+    def validate(step: int) -> dict:
+        probs = predict_probs(model, val_rgb, bf16)
+        with torch.no_grad():
+            vloss = float(seg_loss(torch.logit(probs.clamp(1e-6, 1 - 1e-6)), val_mask, cfg.dice_weight))
+        summ, curve = evaluate_set(probs, val_mask, 0.5, cfg.min_pixels)
+        summ["loss"] = vloss
+        summ["best_threshold"] = best_threshold(curve, cfg.max_fp_image_rate)
+        for k in ("loss", "iou", "precision", "recall", "false_positive_image_rate"):
+            if math.isfinite(summ[k]):
+                writer.add_scalar(f"val/{k}", summ[k], step)
+        return summ
+
+    def elapsed() -> float:
+        return train_seconds + time.perf_counter() - t_start
+
+    def checkpoint(step: int, threshold: float, metrics: dict, seconds: float) -> None:
+        save_checkpoint(ckpt_path, {
+            "model": model.state_dict(), "optimizer": opt.state_dict(), "model_config": dataclasses.asdict(cfg.model),
+            "config": cfg.to_dict(), "step": step, "threshold": threshold, "image_size": size, "metrics": metrics,
+            "probe_rgb": probe, "generator_state": gen.get_state(), "train_seconds": seconds,
+        })
+
+    val_summary: dict = {}
+    threshold = 0.5
+    model.train()
+    t_start = time.perf_counter()
+    with _progress(cfg.progress) as bar:
+        task = bar.add_task("train", total=cfg.steps, completed=start, info="")
+        for step in range(start, cfg.steps):
+            for grp in opt.param_groups:
+                grp["lr"] = lr_at(step, cfg)
+            comp = composer(cfg.batch_size - n_hdf5, gen)
+            rgb, mask = comp.rgb, comp.mask
+            if n_hdf5:
+                hr, hm = hdf5.sample(n_hdf5, gen)
+                rgb, mask = torch.cat([rgb, hr.to(dev)]), torch.cat([mask, hm.to(dev)])
+            x = rgb.float().div_(255.0)
+            if dev.type == "cpu":
+                x = x.contiguous(memory_format=torch.channels_last)
+            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+                logits = model(x)
+            loss = seg_loss(logits, mask, cfg.dice_weight)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower --lr")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            done = step + 1
+            if done % 10 == 0 or done == cfg.steps:
+                writer.add_scalar("loss/train", float(loss.detach()), done)
+                writer.add_scalar("charts/lr", opt.param_groups[0]["lr"], done)
+            if done % cfg.val_every == 0 or done == cfg.steps:
+                val_summary = validate(done)
+                threshold = val_summary["best_threshold"]
+                bar.update(task, info=f"loss {float(loss):.3f} val iou@0.5 {val_summary['iou']:.3f}")
+                log.info("step %d: val loss %.4f iou@0.5 %.3f precision %.3f recall %.3f fp-images %.3f", done,
+                         val_summary["loss"], val_summary["iou"], val_summary["precision"], val_summary["recall"],
+                         val_summary["false_positive_image_rate"])
+            if done % cfg.ckpt_every == 0 or done == cfg.steps:
+                writer.add_scalar("charts/train_seconds", elapsed(), done)
+                checkpoint(done, threshold, val_summary, elapsed())
+            bar.update(task, advance=1)
+    train_seconds = elapsed()
+    steps_done = max(start, cfg.steps)
+
+    # final: threshold from validation, metrics on the separate test draw
+    if not val_summary:
+        val_summary = validate(steps_done)
+    threshold = val_summary["best_threshold"]
+    log.info("rendering test composites; threshold %.2f chosen on validation", threshold)
+    test_rgb, test_mask = make_set(val_composer, cfg.n_test, cfg.test_seed)
+    test_summary, _ = evaluate_set(predict_probs(model, test_rgb, bf16), test_mask, threshold, cfg.min_pixels)
+    for k in ("iou", "precision", "recall", "f1", "false_positive_image_rate"):
+        if math.isfinite(test_summary[k]):
+            writer.add_scalar(f"test/{k}", test_summary[k], steps_done)
+    writer.close()
+    result = {
+        "test": test_summary, "val": val_summary, "threshold": threshold, "steps": steps_done,
+        "train_seconds": train_seconds, "num_parameters": nparams, "batch_size": cfg.batch_size,
+        "train_backgrounds": train_bank.names, "val_backgrounds": val_bank.names,
+    }
+    checkpoint(steps_done, threshold, result, train_seconds)
+    atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
+    log.info("test (held-out backgrounds, %d frames): iou %.3f precision %.3f recall %.3f fp-images %.3f",
+             test_summary["num_images"], test_summary["iou"], test_summary["precision"], test_summary["recall"],
+             test_summary["false_positive_image_rate"])
+    return result
