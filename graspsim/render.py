@@ -206,15 +206,30 @@ def _kind_boxes(objs: "Objects", kind: int, x0: Tensor, x1: Tensor) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- camera
+_GRIDS: dict[tuple[int, str], tuple[Tensor, Tensor]] = {}
+
+
+def _pixel_grid(size: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Pixel-centre offsets from the principal point ``N,2`` (u right, v down) and ``u^2 + v^2`` (N)."""
+    key = (size, str(device))
+    if key not in _GRIDS:
+        c = torch.arange(size, device=device, dtype=torch.float32) + 0.5 - size / 2
+        v, u = torch.meshgrid(c, c, indexing="ij")
+        uv = torch.stack([u.flatten(), v.flatten()], -1)
+        _GRIDS[key] = (uv, (uv * uv).sum(-1))
+    return _GRIDS[key]
+
+
 def pixel_rays(state: State, size: int) -> tuple[Tensor, Tensor]:
-    """Camera origins ``B,3`` and unit ray directions ``B,N,3`` (N = size*size, row-major, world frame)."""
-    dev = state.device
-    c = torch.arange(size, device=dev, dtype=torch.float32) + 0.5 - size / 2
-    v, u = torch.meshgrid(c, c, indexing="ij")
-    uv = torch.stack([u.flatten(), v.flatten()], -1)  # N,2
-    cam = torch.cat([uv[None] / state.focal[:, None, None], torch.ones((state.batch_size, uv.shape[0], 1), device=dev)], -1)
-    d = cam @ state.cam_rot.transpose(1, 2)
-    d = d / d.norm(dim=-1, keepdim=True)
+    """Camera origins ``B,3`` and unit ray directions ``B,N,3`` (N = size*size, row-major, world frame).
+
+    The camera-frame direction of pixel (u, v) is (u, v, f) / sqrt(u^2 + v^2 + f^2).
+    """
+    uv, r2 = _pixel_grid(size, state.device)
+    B, f = state.batch_size, state.focal
+    cam = torch.cat([uv.expand(B, -1, -1), f[:, None, None].expand(-1, uv.shape[0], 1)], -1)
+    inv = torch.rsqrt(r2[None] + (f * f)[:, None])
+    d = (cam @ state.cam_rot.transpose(1, 2)) * inv[..., None]
     return state.tcp_pos + state.cam_offset, d
 
 
