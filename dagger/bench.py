@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import inspect
 import json
 import logging
 import os
@@ -60,9 +59,9 @@ class BenchConfig:
     """Batch size of the full loop (sim + vision + control inference)."""
     train_batch: int = 64
     """Synthetic batch size for the training-throughput measurement."""
-    warmup: int = 2
+    warmup: int = 1
     """Untimed steps before each timing."""
-    min_steps: int = 3
+    min_steps: int = 2
     """At least this many timed steps per measurement."""
     seconds: float = 2.0
     """Time budget per measurement (s): timing stops after min_steps once this is exceeded."""
@@ -172,14 +171,11 @@ def _timed(step: Callable[[], None], warmup: int, min_steps: int, seconds: float
     return n, time.perf_counter() - t0
 
 
-def _expert_stepper(env, cfg: SimConfig, extra: Callable | None = None) -> Callable[[], None]:
+def _expert_stepper(env, cfg: SimConfig) -> Callable[[], None]:
     from expert import expert_action
 
     def step() -> None:
-        a = expert_action(env.privileged(), cfg)
-        obs, *_ = env.step(a)
-        if extra is not None:
-            extra(obs)
+        env.step(expert_action(env.privileged(), cfg))
 
     return step
 
@@ -216,69 +212,45 @@ def measure_bullet(sim: SimConfig, num_envs: int, workers: int, seed: int, warmu
 
 
 # ----------------------------------------------------------------------------- nets
-def _build_default(cls):
-    """Instantiate ``cls`` with its default configuration (``cls()`` or ``cls(ConfigType())``)."""
-    params = [p for p in inspect.signature(cls).parameters.values() if p.name != "self"]
-    if not params or params[0].default is not inspect.Parameter.empty:
-        return cls()
-    ann = params[0].annotation
-    if isinstance(ann, str):
-        import sys
-        import typing
+def load_nets(cfg: BenchConfig, image_size: int) -> tuple[object, object, dict]:
+    """(``vision.infer.Segmenter``, ``dagger.policy.MaskPolicy``, notes): from the checkpoints when given,
+    else wrapping randomly initialised default-size nets. Raises ImportError when a module is missing."""
+    from dagger.model import ControlNet, ControlNetConfig
+    from dagger.policy import MaskPolicy
+    from vision.infer import Segmenter
+    from vision.model import SegNet
 
-        ann = typing.get_type_hints(cls.__init__, globalns=vars(sys.modules[cls.__module__])).get(params[0].name)
-    return cls(ann())
-
-
-def _load_net(checkpoint: Optional[Path], loader: str, model: str, device: torch.device) -> tuple[object, str]:
-    """A net from ``checkpoint`` through ``loader`` ("module:Class" with ``from_checkpoint(path, device)``
-    returning an object with ``.model``), else a randomly initialised ``model`` ("module:Class")."""
-    import importlib
-
-    mod, name = (checkpoint and loader or model).split(":")
-    cls = getattr(importlib.import_module(mod), name)
-    if checkpoint is not None:
-        return cls.from_checkpoint(checkpoint, device).model.to(device), str(checkpoint)
-    return _build_default(cls).to(device), "random init"
-
-
-def load_nets(cfg: BenchConfig) -> tuple[object, object, dict]:
-    """(segmentation net, control net, notes). Raises ImportError when a module is not available."""
     dev = torch.device(cfg.device)
-    seg, seg_note = _load_net(cfg.vision_checkpoint, "vision.infer:Segmenter", "vision.model:SegNet", dev)
-    ctl, ctl_note = _load_net(cfg.control_checkpoint, "dagger.policy:MaskPolicy", "dagger.model:ControlNet", dev)
-    return seg, ctl, {"vision": seg_note, "control": ctl_note}
-
-
-def _seg_forward(net, rgb: torch.Tensor) -> torch.Tensor:
-    """Segmentation logits B,H,W from uint8 rgb B,3,H,W (the net's own input normalisation if it has one)."""
-    x = rgb.float() / 255.0
-    out = net(x)
-    return out[:, 0] if out.dim() == 4 else out
-
-
-def _ctl_forward(net, mask: torch.Tensor, gripper: torch.Tensor) -> torch.Tensor:
-    return net(mask.float()[:, None], gripper)
+    if cfg.vision_checkpoint is not None:
+        seg = Segmenter.from_checkpoint(cfg.vision_checkpoint, dev)
+    else:
+        seg = Segmenter(SegNet(), image_size=image_size, device=dev)
+    if cfg.control_checkpoint is not None:
+        ctl = MaskPolicy.from_checkpoint(cfg.control_checkpoint, dev)
+    else:
+        ctl = MaskPolicy(ControlNet(ControlNetConfig(image_size=image_size)), dev)
+    notes = {"vision": str(cfg.vision_checkpoint or "random init"), "control": str(cfg.control_checkpoint or "random init"),
+             "vision_bf16_inference": bool(seg.bf16)}
+    return seg, ctl, notes
 
 
 def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
-    """Frames/s of torch sim + segmentation inference + control inference in closed loop."""
+    """Frames/s of torch sim + segmentation inference (``Segmenter.predict_mask``) + control inference
+    (``MaskPolicy.act``) in closed loop, with the share of wall time of each part."""
     B = cfg.loop_batch
     env = GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed)
     obs = {"v": env.reset()}
-    seg.eval()
-    ctl.eval()
     timing = {"sim": 0.0, "vision": 0.0, "control": 0.0}
 
     @torch.inference_mode()
     def step() -> None:
         o = obs["v"]
         t0 = time.perf_counter()
-        mask = _seg_forward(seg, o["rgb"]) > 0
+        mask = seg.predict_mask(o["rgb"])
         t1 = time.perf_counter()
-        action = _ctl_forward(ctl, mask, o["gripper"]).float()
+        action = ctl.act(mask, o["gripper"])
         t2 = time.perf_counter()
-        obs["v"], *_ = env.step(action[:, :4].clamp(-1, 1).nan_to_num(0.0))
+        obs["v"], *_ = env.step(action)
         t3 = time.perf_counter()
         timing["vision"] += t1 - t0
         timing["control"] += t2 - t1
@@ -289,25 +261,31 @@ def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
     for k in timing:
         timing[k] = 0.0
     n, dt = _timed(step, 0, cfg.min_steps, cfg.seconds)
-    return {"batch": B, "steps": n, "seconds": dt, "fps": B * n / dt,
-            "share": {k: v / dt for k, v in timing.items()}}
+    return {"batch": B, "steps": n, "seconds": dt, "fps": B * n / dt, "share": {k: v / dt for k, v in timing.items()}}
 
 
-def measure_training(cfg: BenchConfig, seg, ctl) -> dict:
-    """Samples/s of forward + backward + Adam step for each net on a synthetic batch."""
-    dev, B, H = torch.device(cfg.device), cfg.train_batch, cfg.image_size
+def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
+    """Samples/s of forward + backward + Adam for each net on a synthetic batch of ``train_batch``.
+    The segmentation net trains as ``vision.train`` does on CPU (channels_last, bfloat16 autocast)."""
+    dev, B, H = torch.device(cfg.device), cfg.train_batch, image_size
     g = torch.Generator(device=dev).manual_seed(cfg.seed)
-    rgb = torch.randint(0, 256, (B, 3, H, H), generator=g, device=dev, dtype=torch.uint8)
-    target = torch.rand((B, H, H), generator=g, device=dev) < 0.02
+    x = (torch.randint(0, 256, (B, 3, H, H), generator=g, device=dev).float() / 255.0)
+    x = x.contiguous(memory_format=torch.channels_last)
+    target = (torch.rand((B, H, H), generator=g, device=dev) < 0.02).float()
     mask = torch.rand((B, H, H), generator=g, device=dev) < 0.02
     grip = torch.rand((B, 2), generator=g, device=dev)
     act = torch.rand((B, 4), generator=g, device=dev) * 2 - 1
+    bce, mse = torch.nn.functional.binary_cross_entropy_with_logits, torch.nn.functional.mse_loss
+    bf16 = dev.type == "cpu"
+
+    def seg_loss():
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+            out = seg.model(x)
+        return bce(out.float(), target)
+
     out = {}
-    for name, net, loss_fn in (
-        ("vision", seg, lambda: torch.nn.functional.binary_cross_entropy_with_logits(_seg_forward(seg, rgb),
-                                                                                     target.float())),
-        ("control", ctl, lambda: torch.nn.functional.mse_loss(_ctl_forward(ctl, mask, grip).float()[:, :4], act)),
-    ):
+    for name, net, loss_fn in (("vision", seg.model, seg_loss),
+                               ("control", ctl.model, lambda: mse(ctl.model(mask, grip).float(), act))):
         net.train()
         opt = torch.optim.Adam(net.parameters(), lr=1e-4)
 
@@ -317,8 +295,10 @@ def measure_training(cfg: BenchConfig, seg, ctl) -> dict:
             opt.step()
 
         n, dt = _timed(step, cfg.warmup, cfg.min_steps, cfg.seconds)
+        net.eval()
         out[name] = {"batch": B, "steps": n, "seconds": dt, "samples_per_s": B * n / dt,
-                     "params": sum(p.numel() for p in net.parameters())}
+                     "params": sum(p.numel() for p in net.parameters()),
+                     "precision": "bf16 autocast" if (name == "vision" and bf16) else "float32"}
     return out
 
 
@@ -480,9 +460,9 @@ def bench(cfg: BenchConfig) -> dict:
 
         nets = None
         try:
-            seg, ctl, net_notes = load_nets(cfg)
+            seg, ctl, net_notes = load_nets(cfg, cfg.image_size)
             nets = (seg, ctl)
-        except (ImportError, AttributeError) as e:
+        except ImportError as e:
             net_notes = {"skipped": f"vision/control nets not available: {e}"}
             log.warning("full loop and training skipped: %s", e)
         if nets is not None and cfg.loop_batch > 0:
@@ -490,7 +470,8 @@ def bench(cfg: BenchConfig) -> dict:
             log.info("full loop batch %d: %.0f frames/s", cfg.loop_batch, result["full_loop"]["fps"])
         else:
             result["full_loop"] = {"skipped": net_notes.get("skipped", "loop_batch = 0")}
-        result["training"] = measure_training(cfg, *nets) if nets is not None else {"skipped": net_notes["skipped"]}
+        result["training"] = (measure_training(cfg, *nets, cfg.image_size) if nets is not None
+                              else {"skipped": net_notes["skipped"]})
 
         short = result["speedup_vs_bullet"] is not None and result["speedup_vs_bullet"] < cfg.target_speedup
         if cfg.profile and short:

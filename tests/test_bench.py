@@ -28,6 +28,8 @@ def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
     assert data["profile"]["top_ops"] and "render" in data["profile"]["ms_per_step"]
     assert data["machine"]["torch_threads"] == 1 and data["image_size"] == 32
     assert res["speedup_vs_bullet"] == data["speedup_vs_bullet"]
+    assert data["full_loop"]["fps"] > 0 and data["full_loop"]["batch"] == 2
+    assert data["training"]["vision"]["samples_per_s"] > 0 and data["training"]["control"]["samples_per_s"] > 0
 
 
 def test_bench_config_errors(tmp_path: Path):
