@@ -322,11 +322,14 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
         save_checkpoint(ckpt_path, {
             "model": model.state_dict(), "optimizer": opt.state_dict(), "model_config": dataclasses.asdict(cfg.model),
             "config": cfg.to_dict(), "step": step, "threshold": threshold, "image_size": size, "metrics": metrics,
-            "probe_rgb": probe, "generator_state": gen.get_state(), "train_seconds": seconds,
+            "probe_rgb": probe, "generator_state": gen.get_state(), "train_seconds": seconds, "history": history,
         })
 
     val_summary: dict = {}
     threshold = 0.5
+    history: list[dict] = list(ckpt.get("history", [])) if cfg.resume else []
+    if start == 0:
+        history.append({"step": 0, **{k: validate(0)[k] for k in ("loss", "iou", "precision", "recall")}})
     model.train()
     t_start = time.perf_counter()
     with _progress(cfg.progress) as bar:
@@ -357,7 +360,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
             if done % cfg.val_every == 0 or done == cfg.steps:
                 val_summary = validate(done)
                 threshold = val_summary["best_threshold"]
-                bar.update(task, info=f"loss {float(loss):.3f} val iou@0.5 {val_summary['iou']:.3f}")
+                history.append({"step": done, **{k: val_summary[k] for k in ("loss", "iou", "precision", "recall")}})
+                bar.update(task, info=f"loss {float(loss.detach()):.3f} val iou@0.5 {val_summary['iou']:.3f}")
                 log.info("step %d: val loss %.4f iou@0.5 %.3f precision %.3f recall %.3f fp-images %.3f", done,
                          val_summary["loss"], val_summary["iou"], val_summary["precision"], val_summary["recall"],
                          val_summary["false_positive_image_rate"])
@@ -382,7 +386,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     result = {
         "test": test_summary, "val": val_summary, "threshold": threshold, "steps": steps_done,
         "train_seconds": train_seconds, "num_parameters": nparams, "batch_size": cfg.batch_size,
-        "train_backgrounds": train_bank.names, "val_backgrounds": val_bank.names,
+        "train_backgrounds": train_bank.names, "val_backgrounds": val_bank.names, "history": history,
     }
     checkpoint(steps_done, threshold, result, train_seconds)
     atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())

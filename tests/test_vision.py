@@ -1,0 +1,315 @@
+"""Vision module: background bank, composition invariants, checkpoints, Segmenter, eval-real, training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from graspsim import SimConfig, render, sample_scenes
+from vision.backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, resolve_split
+from vision.checkpoint import KIND, load_checkpoint, save_checkpoint
+from vision.compose import ComposeConfig, Composer, place_camera
+from vision.evaluate import EvalRealConfig, evaluate_real
+from vision.infer import Segmenter
+from vision.io import read_image
+from vision.metrics import SegMetrics
+from vision.model import SegNet, SegNetConfig
+
+torch.set_num_threads(2)
+TINY = SegNetConfig(base_channels=4, max_channels=8, depth=2)
+
+
+def _write(path: Path, img: np.ndarray) -> Path:
+    ok, buf = cv2.imencode(path.suffix, img)
+    assert ok
+    path.write_bytes(buf.tobytes())
+    return path
+
+
+def _photos(folder: Path, rng: np.random.Generator) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    _write(folder / "gray.png", rng.integers(0, 255, (37, 53), dtype=np.uint8))
+    _write(folder / "rgba.png", rng.integers(0, 255, (20, 90, 4), dtype=np.uint8))
+    _write(folder / "deep.png", rng.integers(0, 65535, (70, 41, 3), dtype=np.uint16))
+    _write(folder / "photo.JPG", rng.integers(0, 255, (100, 120, 3), dtype=np.uint8))
+    return folder
+
+
+# ----------------------------------------------------------------------------------------------- io / bank
+def test_read_image_formats(tmp_path):
+    rng = np.random.default_rng(0)
+    _photos(tmp_path, rng)
+    for name, shape in [("gray.png", (37, 53, 3)), ("rgba.png", (20, 90, 3)), ("deep.png", (70, 41, 3)),
+                        ("photo.JPG", (100, 120, 3))]:
+        img = read_image(tmp_path / name)
+        assert img.shape == shape and img.dtype == np.uint8
+    g = read_image(tmp_path / "gray.png")
+    assert (g[..., 0] == g[..., 1]).all() and (g[..., 1] == g[..., 2]).all()
+    # RGBA: alpha dropped, channels converted BGR -> RGB
+    raw = cv2.imread(str(tmp_path / "rgba.png"), cv2.IMREAD_UNCHANGED)
+    assert np.array_equal(read_image(tmp_path / "rgba.png"), raw[..., 2::-1])
+
+
+def test_bank_sizes_and_determinism(tmp_path):
+    bank = BackgroundBank.from_folder(_photos(tmp_path, np.random.default_rng(1)), size=32)
+    assert len(bank) == 4
+    a, b, c = bank.sample(9, seed=5), bank.sample(9, seed=5), bank.sample(9, seed=6)
+    assert a.shape == (9, 32, 32, 3) and a.dtype == np.uint8
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    t = bank.sample_tensor(3, torch.Generator().manual_seed(0))
+    assert t.shape == (3, 3, 32, 32) and t.dtype == torch.float32 and 0 <= float(t.min()) and float(t.max()) <= 1
+
+
+def test_bank_empty_folder_and_missing_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("no images here")
+    with pytest.raises(ValueError, match="no PNG/JPEG"):
+        BackgroundBank.from_folder(tmp_path / "empty")
+    with pytest.raises(FileNotFoundError, match="does_not_exist"):
+        BackgroundBank.from_folder(tmp_path / "does_not_exist")
+
+
+def test_bank_corrupt_file_named_and_skip_bad(tmp_path):
+    folder = _photos(tmp_path / "bg", np.random.default_rng(2))
+    (folder / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg")
+    with pytest.raises(ValueError, match="broken.jpg"):
+        BackgroundBank.from_folder(folder)
+    bank = BackgroundBank.from_folder(folder, skip_bad=True)
+    assert len(bank) == 4 and len(bank.skipped) == 1 and bank.skipped[0].endswith("broken.jpg")
+
+
+def test_shipped_backgrounds_split_is_disjoint():
+    train, val = resolve_split(DEFAULT_BACKGROUNDS, None)
+    tn = {p.name for p in train.iterdir() if p.suffix == ".jpg"}
+    vn = {p.name for p in val.iterdir() if p.suffix == ".jpg"}
+    assert len(tn) + len(vn) >= 15 and vn and not (tn & vn)
+    sources = (DEFAULT_BACKGROUNDS / "SOURCES.md").read_text()
+    for n in tn | vn:
+        assert n in sources, f"{n} has no origin/licence line in SOURCES.md"
+
+
+# ----------------------------------------------------------------------------------------------- composition
+def test_target_layer_alpha_equals_mask():
+    cfg = SimConfig()
+    g = torch.Generator().manual_seed(0)
+    state, kind = place_camera(sample_scenes(cfg, 64, g), cfg, ComposeConfig(), g)
+    layer = render(state, cfg, table=False, fingers=False, distractors=False, post=False)
+    assert torch.equal(layer.alpha, layer.mask)
+    assert bool(layer.mask.any())
+    assert not bool(layer.mask[kind == 2].any())  # removed targets leave no pixel
+
+
+def _bank64():
+    return BackgroundBank.from_folder(DEFAULT_BACKGROUNDS / "train", size=64)
+
+
+def test_composites_invariants_and_determinism():
+    comp = Composer(_bank64(), SimConfig(), ComposeConfig(sim_prob=0.2))
+    a = comp(48, torch.Generator().manual_seed(3))
+    b = comp(48, torch.Generator().manual_seed(3))
+    assert a.rgb.shape == (48, 3, 64, 64) and a.rgb.dtype == torch.uint8 and a.mask.dtype == torch.bool
+    assert torch.equal(a.rgb, b.rgb) and torch.equal(a.mask, b.mask)
+    assert bool((a.mask <= a.layer_alpha).all())  # target pixels are rendered-object pixels
+    empty = a.kind == 2
+    assert bool(empty.any()) and not bool(a.mask[empty].any())
+    assert bool(a.mask[a.kind == 1].flatten(1).any(1).all())  # held target is always visible
+
+
+def test_all_empty_frames_have_empty_masks():
+    comp = Composer(_bank64(), SimConfig(), ComposeConfig(empty_prob=1.0, held_prob=0.0, sim_prob=0.0))
+    c = comp(32, torch.Generator().manual_seed(1))
+    assert not bool(c.mask.any())
+
+
+def test_compose_config_validation():
+    with pytest.raises(ValueError, match="empty_prob"):
+        ComposeConfig(empty_prob=1.5)
+    with pytest.raises(ValueError, match="height"):
+        ComposeConfig(height=(0.2, 0.1))
+
+
+# ----------------------------------------------------------------------------------------------- checkpoints
+def _ckpt(path: Path, model: SegNet, threshold: float = 0.5, probe=None) -> Path:
+    save_checkpoint(path, {"model": model.state_dict(), "model_config": {"base_channels": model.cfg.base_channels,
+                                                                         "max_channels": model.cfg.max_channels,
+                                                                         "depth": model.cfg.depth},
+                           "config": {}, "step": 0, "threshold": threshold, "image_size": 64, "probe_rgb": probe})
+    return path
+
+
+def test_checkpoint_roundtrip_identical_parameters(tmp_path):
+    torch.manual_seed(0)
+    model = SegNet(TINY)
+    seg = Segmenter.from_checkpoint(_ckpt(tmp_path / "c.pt", model), "cpu")
+    ref = model.state_dict()
+    got = seg.model.state_dict()
+    assert ref.keys() == got.keys()
+    assert all(torch.equal(ref[k], got[k]) for k in ref)
+    assert load_checkpoint(tmp_path / "c.pt")["kind"] == KIND
+
+
+def test_missing_wrong_kind_and_garbage_checkpoints(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope.pt"):
+        Segmenter.from_checkpoint(tmp_path / "nope.pt")
+    torch.save({"kind": "graspsim-control", "model": {}, "config": {}}, tmp_path / "control.pt")
+    with pytest.raises(ValueError, match="graspsim-control"):
+        Segmenter.from_checkpoint(tmp_path / "control.pt")
+    (tmp_path / "garbage.pt").write_bytes(b"not a checkpoint at all")
+    with pytest.raises(ValueError, match="not a readable torch checkpoint"):
+        Segmenter.from_checkpoint(tmp_path / "garbage.pt")
+
+
+def test_segmenter_shapes_bf16_check_and_bad_input(tmp_path):
+    torch.manual_seed(1)
+    probe = torch.randint(0, 256, (4, 3, 64, 64), dtype=torch.uint8)
+    seg = Segmenter.from_checkpoint(_ckpt(tmp_path / "c.pt", SegNet(TINY), probe=probe), "cpu")
+    assert seg.bf16_disagreement is not None  # the bf16-vs-fp32 check ran on the probe
+    rgb = torch.randint(0, 256, (5, 3, 64, 64), dtype=torch.uint8)
+    p = seg(rgb)
+    m = seg.predict_mask(rgb)
+    assert p.shape == (5, 64, 64) and p.dtype == torch.float32 and m.shape == (5, 64, 64) and m.dtype == torch.bool
+    fp32 = Segmenter.from_checkpoint(tmp_path / "c.pt", "cpu", precision="fp32")
+    assert torch.equal(fp32.predict_mask(rgb, 0.3), fp32(rgb) >= 0.3)
+    with pytest.raises(ValueError, match="uint8"):
+        seg(rgb.float())
+    with pytest.raises(ValueError, match="B,3,H,W"):
+        seg(rgb[:, :2])
+
+
+# ----------------------------------------------------------------------------------------------- metrics
+def test_metrics_hand_case():
+    gt = torch.zeros(3, 8, 8, dtype=torch.bool)
+    gt[0, 2:4, 2:4] = True  # 4 px
+    prob = torch.zeros(3, 8, 8)
+    prob[0, 2:4, 2:4] = 0.9
+    prob[0, 2, 4] = 0.8  # one false positive pixel in a target frame
+    prob[2, 0, 0] = 0.7  # target-free frame 2 has a predicted pixel; frame 1 has none
+    m = SegMetrics(0.5)
+    m.update(prob, gt)
+    s = m.summary()
+    assert s["precision"] == pytest.approx(4 / 5) and s["recall"] == 1.0 and s["iou"] == pytest.approx(4 / 5)
+    assert s["f1"] == pytest.approx(8 / 9) and s["false_positive_image_rate"] == 0.5 and s["num_images"] == 3
+    c = m.curve()
+    i85 = int(np.argmin(np.abs(c["threshold"] - 0.85)))
+    assert c["precision"][i85] == 1.0 and c["false_positive_image_rate"][i85] == 0.0
+
+
+# ----------------------------------------------------------------------------------------------- eval-real
+def _real_set(tmp_path: Path, seg: Segmenter, n: int = 4):
+    """64x64 images; masks = the model's own prediction at a threshold that leaves one frame empty."""
+    rng = np.random.default_rng(7)
+    imgs = rng.integers(0, 256, (n, 64, 64, 3), dtype=np.uint8)
+    probs = seg(torch.from_numpy(imgs).permute(0, 3, 1, 2).contiguous()).numpy()
+    mx = np.sort(probs.reshape(n, -1).max(1))
+    thr = float((mx[0] + mx[1]) / 2)  # frame with the lowest max has no predicted pixel
+    (tmp_path / "images").mkdir()
+    (tmp_path / "masks").mkdir()
+    for i in range(n):
+        _write(tmp_path / "images" / f"frame_{i:02d}.png", imgs[i][..., ::-1])
+        _write(tmp_path / "masks" / f"frame_{i:02d}.png", (probs[i] >= thr).astype(np.uint8) * 255)
+    return thr
+
+
+def test_eval_real_prediction_equals_ground_truth(tmp_path):
+    torch.manual_seed(2)
+    ck = _ckpt(tmp_path / "c.pt", SegNet(TINY))
+    seg = Segmenter.from_checkpoint(ck, "cpu", precision="fp32")
+    thr = _real_set(tmp_path, seg)
+    res = evaluate_real(EvalRealConfig(images=tmp_path / "images", masks=tmp_path / "masks", vision=ck,
+                                       out=tmp_path / "out", threshold=thr, precision="fp32"))
+    m = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    for k in ("precision", "recall", "iou", "f1", "false_positive_image_rate", "num_images"):
+        assert k in m
+    assert m["iou"] == 1.0 and m["precision"] == 1.0 and m["recall"] == 1.0 and m["f1"] == 1.0
+    assert m["false_positive_image_rate"] == 0.0 and m["num_images"] == 4 and m["num_empty_images"] == 1
+    assert res["iou"] == 1.0
+    rows = (tmp_path / "out" / "per_image.csv").read_text().strip().splitlines()
+    assert len(rows) == 5 and rows[0].startswith("file,")
+    for name in ("pr_curve.png", "report.html"):
+        assert (tmp_path / "out" / name).stat().st_size > 0
+    assert len(list((tmp_path / "out" / "overlays").glob("*.png"))) == 4
+    assert "frame_00.png" in (tmp_path / "out" / "report.html").read_text()
+    with pytest.raises(FileExistsError):  # never overwrite earlier outputs silently
+        evaluate_real(EvalRealConfig(images=tmp_path / "images", vision=ck, out=tmp_path / "out"))
+
+
+def test_eval_real_without_masks_other_size_and_skip_bad(tmp_path):
+    torch.manual_seed(3)
+    ck = _ckpt(tmp_path / "c.pt", SegNet(TINY))
+    imgs = tmp_path / "images"
+    imgs.mkdir()
+    rng = np.random.default_rng(0)
+    _write(imgs / "a.jpg", rng.integers(0, 255, (90, 120, 3), dtype=np.uint8))
+    _write(imgs / "b.png", rng.integers(0, 255, (48, 48), dtype=np.uint8))
+    (imgs / "c.png").write_bytes(b"\x89PNG\r\n\x1a\n corrupt")
+    with pytest.raises(ValueError, match="c.png"):
+        evaluate_real(EvalRealConfig(images=imgs, vision=ck, out=tmp_path / "o1"))
+    res = evaluate_real(EvalRealConfig(images=imgs, vision=ck, out=tmp_path / "o2", skip_bad=True))
+    assert res["num_images"] == 2 and res["num_skipped"] == 1 and res["skipped"][0]["file"].endswith("c.png")
+    assert not (tmp_path / "o2" / "metrics.json").exists()
+    pred = cv2.imread(str(tmp_path / "o2" / "predictions" / "a.png"), cv2.IMREAD_UNCHANGED)
+    assert pred.shape == (90, 120)  # predictions at the original resolution
+    assert (tmp_path / "o2" / "report.html").exists()
+
+
+def test_eval_real_input_errors(tmp_path):
+    torch.manual_seed(4)
+    ck = _ckpt(tmp_path / "c.pt", SegNet(TINY))
+    imgs, masks = tmp_path / "images", tmp_path / "masks"
+    imgs.mkdir()
+    masks.mkdir()
+    _write(imgs / "a.png", np.zeros((64, 64, 3), np.uint8))
+    _write(masks / "a.png", np.zeros((32, 64), np.uint8))
+    with pytest.raises(ValueError, match="must match"):
+        evaluate_real(EvalRealConfig(images=imgs, masks=masks, vision=ck, out=tmp_path / "o"))
+    _write(imgs / "b.png", np.zeros((64, 64, 3), np.uint8))
+    with pytest.raises(ValueError, match=r"no mask.*b\.png"):
+        evaluate_real(EvalRealConfig(images=imgs, masks=masks, vision=ck, out=tmp_path / "o"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no PNG/JPEG"):
+        evaluate_real(EvalRealConfig(images=tmp_path / "empty", vision=ck, out=tmp_path / "o"))
+    with pytest.raises(FileNotFoundError, match="missing.pt"):
+        evaluate_real(EvalRealConfig(images=imgs, vision=tmp_path / "missing.pt", out=tmp_path / "o"))
+    torch.save({"kind": "graspsim-control", "model": {}}, tmp_path / "control.pt")
+    with pytest.raises(ValueError, match="kind 'graspsim-control'"):
+        evaluate_real(EvalRealConfig(images=imgs, vision=tmp_path / "control.pt", out=tmp_path / "o"))
+    with pytest.raises(ValueError, match="threshold"):
+        EvalRealConfig(images=imgs, vision=ck, out=tmp_path / "o", threshold=1.5)
+
+
+def test_cli_reports_wrong_kind_cleanly(tmp_path, capsys):
+    from scripts.cli import main
+
+    torch.save({"kind": "graspsim-control"}, tmp_path / "control.pt")
+    (tmp_path / "images").mkdir()
+    _write(tmp_path / "images" / "a.png", np.zeros((64, 64, 3), np.uint8))
+    code = main(["eval-real", "--images", str(tmp_path / "images"), "--vision", str(tmp_path / "control.pt"),
+                 "--out", str(tmp_path / "o")])
+    assert code == 2 and "graspsim-control" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------- training
+def test_short_training_improves_val_loss_and_resumes(tmp_path):
+    from vision.train import TrainVisionConfig, train_vision
+
+    kw = dict(out=tmp_path / "run", batch_size=16, val_every=15, ckpt_every=15, n_val=48, n_test=32, threads=2,
+              progress=False, lr=1e-2, model=TINY)
+    r1 = train_vision(TrainVisionConfig(steps=15, **kw))
+    assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == 15
+    with pytest.raises(FileExistsError):
+        train_vision(TrainVisionConfig(steps=30, **kw))
+    r2 = train_vision(TrainVisionConfig(steps=30, resume=True, **kw))
+    hist = r2["history"]
+    assert [h["step"] for h in hist] == [0, 15, 30]
+    assert hist[-1]["loss"] < hist[0]["loss"]
+    assert r1["history"][0]["loss"] == hist[0]["loss"]
+    m = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert m["steps"] == 30 and 0.0 < m["threshold"] < 1.0 and "iou" in m["test"]
+    assert any((tmp_path / "run" / "tb").iterdir())
+    seg = Segmenter.from_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert seg.threshold == m["threshold"]

@@ -1,0 +1,65 @@
+"""Build the small sample image set shipped in ``data/sample_real`` (reproducible from a seed).
+
+It is *not* a real recording: no real photo of the target sphere with a mask is available offline.
+Frames with the target are sim-real composites (the simulator's rendered sphere, fingers and distractors
+alpha-composited onto crops of the held-out validation photos, ``data/backgrounds/val``) at 128x128;
+target-free frames are plain crops of those real photos (all-zero masks). It demonstrates the folder
+format of a recorded image set and exercises ``graspsim eval-real`` end to end.
+
+    python -m vision.sample_set --out data/sample_real
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graspsim import SimConfig
+
+from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank
+from .compose import ComposeConfig, Composer
+from .io import write_png
+
+
+def build_sample_set(out: Path, n_target: int = 10, n_empty: int = 6, size: int = 128, seed: int = 7) -> list[str]:
+    """Write ``out/images/*.png`` and ``out/masks/*.png``; returns the frame stems."""
+    out = Path(out)
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    (out / "masks").mkdir(parents=True, exist_ok=True)
+    bank = BackgroundBank.from_folder(DEFAULT_BACKGROUNDS / "val", size=size)
+    composer = Composer(bank, SimConfig(image_size=size), ComposeConfig(empty_prob=0.0, sim_prob=0.0, height=(0.0, 0.2),
+                                                                       view_margin=0.0))
+    g = torch.Generator().manual_seed(seed)
+    stems = []
+    kept = 0
+    while kept < n_target:  # keep frames whose target is clearly visible (>= 6 px)
+        c = composer(16, g)
+        for rgb, mask in zip(c.rgb, c.mask):
+            if kept < n_target and int(mask.sum()) >= 6:
+                stem = f"frame_{len(stems):03d}"
+                write_png(out / "images" / f"{stem}.png", rgb.permute(1, 2, 0).numpy())
+                write_png(out / "masks" / f"{stem}.png", mask.numpy())
+                stems.append(stem)
+                kept += 1
+    crops = bank.sample(n_empty, seed)
+    for crop in crops:
+        stem = f"frame_{len(stems):03d}"
+        write_png(out / "images" / f"{stem}.png", crop)
+        write_png(out / "masks" / f"{stem}.png", np.zeros((size, size), dtype=bool))
+        stems.append(stem)
+    return stems
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_BACKGROUNDS.parent / "sample_real")
+    ap.add_argument("--seed", type=int, default=7)
+    a = ap.parse_args()
+    build_sample_set(a.out, seed=a.seed)
+
+
+if __name__ == "__main__":
+    main()
