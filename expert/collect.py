@@ -30,7 +30,7 @@ import torch
 from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, State, observe, sample_scenes
 from graspsim.dataset import EpisodeRecorder, EpisodeWriter, demo_attrs, describe
 
-from .fsm import PHASES, FSMExpert
+from .fsm import FSMExpert
 
 log = logging.getLogger(__name__)
 
@@ -294,4 +294,4 @@ def _run(cfg: CollectConfig, writer: EpisodeWriter, device: torch.device, start:
     return written - start, new_steps, scene_steps, n_success
 
 
-__all__ = ["CollectConfig", "PHASES", "collect", "scene_seed", "seeded_scenes"]
+__all__ = ["CollectConfig", "collect", "scene_seed", "seeded_scenes"]

@@ -37,8 +37,6 @@ link per episode, so appending stays cheap for thousands of episodes.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import fcntl
 import json
 import logging
 import math
@@ -56,6 +54,11 @@ import h5py
 import numpy as np
 import torch
 from torch import Tensor
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no writer lock
+    fcntl = None
 
 log = logging.getLogger(__name__)
 
@@ -461,6 +464,8 @@ class EpisodeWriter:
         return target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
 
     def _lock(self) -> None:
+        if fcntl is None:
+            return
         lock = self.path.parent / f".{self.path.name}.lock"
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -548,15 +553,33 @@ class EpisodeWriter:
 
     def _write_index(self, demos: list[str] | None = None, where: dict | None = None,
                      lengths: dict | None = None) -> None:
+        """Commit a new index listing ``demos`` (default: the committed ones) and rename it over ``path``.
+
+        When the committed file is already an index of parts, the new index is a byte copy of it with
+        only the new links added (the copy is cheap; rebuilding thousands of links is not).
+        """
         demos = self._demos if demos is None else demos
         where = self._where if where is None else where
         lengths = self._lengths if lengths is None else lengths
+        total = sum(lengths[n] for n in demos)
+        old = self._demos
+        incremental = (bool(old) and demos[: len(old)] == old and self.path.is_file()
+                       and all(self._where[n] is not None for n in old))
         tmp = self._tmp_beside(self.path)
         try:
-            with h5py.File(tmp, "w") as f:
-                self._write_header(f, sum(lengths[n] for n in demos))
+            if incremental:
+                shutil.copyfile(self.path, tmp)
+                f = h5py.File(tmp, "a")
+                f.attrs["config"] = self._config_json
+                f[DATA].attrs["total"] = np.int64(total)
+                new = demos[len(old):]
+            else:
+                f = h5py.File(tmp, "w")
+                self._write_header(f, total)
+                new = demos
+            with f:
                 data = f[DATA]
-                for n in demos:
+                for n in new:
                     data[n] = h5py.ExternalLink(f"{self.parts.name}/{where[n]}", f"/{DATA}/{n}")
             _fsync_file(tmp)
             os.replace(tmp, self.path)
