@@ -41,6 +41,11 @@ def ratio_table(result: dict) -> str:
         lines.append(f"speedup_vs_bullet = {result['speedup_vs_bullet']:.2f}x (torch batch {d['torch']['batch']} vs "
                      f"bullet {d['bullet']['num_envs']} envs / {d['bullet']['workers']} workers; target "
                      f"{d['target']}x, {'met' if d['met'] else 'NOT met'})")
+    pair = result.get("speedup_paired")
+    if pair:
+        lines.append("paired rounds (alternating windows, same load): " + ", ".join(
+            f"{r['torch_fps']:.0f}/{r['bullet_fps']:.0f} = {r['ratio']:.1f}x" for r in pair["rounds"])
+            + f"; median {pair['median_ratio']:.1f}x")
     return "\n".join(lines)
 
 

@@ -17,7 +17,9 @@ Measured side by side on the same machine and thread setting (``bench(cfg) -> di
 Every timing is preceded by ``warmup`` untimed steps. Scenes are driven by the FSM expert, so both
 backends render realistic approach / grasp / lift states; done scenes keep stepping (no resets inside
 timed windows). ``speedup_vs_bullet`` = best torch frames/s over best bullet frames/s, both at
-``image_size``; the configurations behind both numbers are recorded. When it falls short of
+``image_size``; the configurations behind both numbers are recorded. Because the machine may be shared,
+``speedup_paired`` re-times that best pair in alternating windows (same load for both) and gives the
+median ratio. When it falls short of
 ``target_speedup``, the torch step is profiled (``torch.profiler``) and the top operators are stored.
 Outputs in ``out``: ``bench.json`` and ``fps_vs_batch.png``.
 """
@@ -55,6 +57,8 @@ class BenchConfig:
     """Torch simulator batch sizes."""
     bullet_configs: Tuple[Tuple[int, int], ...] = ((1, 0), (8, 0), (8, 2))
     """pybullet (num_envs, workers) pairs; workers = 0 runs every client in this process."""
+    paired_rounds: int = 3
+    """Rounds of alternating torch / pybullet timing windows for the best pair (load-robust ratio; 0 = skip)."""
     loop_batch: int = 256
     """Batch size of the full loop (sim + vision + control inference)."""
     train_batch: int = 64
@@ -92,10 +96,11 @@ class BenchConfig:
         for pair in self.bullet_configs:
             if len(pair) != 2 or not isinstance(pair[0], int) or pair[0] <= 0 or not isinstance(pair[1], int) or pair[1] < 0:
                 raise ValueError(f"BenchConfig.bullet_configs entries must be (num_envs > 0, workers >= 0); got {pair!r}")
-        for name in ("loop_batch", "train_batch", "min_steps"):
+        for name in ("loop_batch", "paired_rounds", "train_batch", "min_steps"):
             v = getattr(self, name)
-            if not isinstance(v, int) or v < (0 if name == "loop_batch" else 1):
-                raise ValueError(f"BenchConfig.{name} must be a positive int (loop_batch may be 0 to skip); got {v!r}")
+            if not isinstance(v, int) or v < (0 if name in ("loop_batch", "paired_rounds") else 1):
+                raise ValueError(f"BenchConfig.{name} must be a positive int (0 skips loop_batch, paired_rounds); "
+                                 f"got {v!r}")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"BenchConfig.warmup must be a non-negative int; got {self.warmup!r}")
         if not (isinstance(self.seconds, (int, float)) and self.seconds > 0):
@@ -209,6 +214,28 @@ def measure_bullet(sim: SimConfig, num_envs: int, workers: int, seed: int, warmu
     per_scene = None if (mem.peak_bytes is None or workers > 0) else mem.peak_bytes / num_envs / 2**20
     return {"num_envs": num_envs, "workers": workers, "steps": n, "seconds": dt, "fps": num_envs * n / dt,
             "build_seconds": build, "peak_mem_mb_per_scene": per_scene, "load_avg_1min": os.getloadavg()[0]}
+
+
+def measure_paired(sim: SimConfig, batch: int, num_envs: int, workers: int, cfg: BenchConfig) -> dict:
+    """Alternate timing windows of the torch sim (``batch``) and pybullet (``num_envs``, ``workers``),
+    ``cfg.paired_rounds`` times with both envs alive, so both see the same machine load; returns the
+    per-round frames/s and the median ratio."""
+    from graspsim.bullet import BulletGraspEnv
+
+    tenv = GraspEnv(sim, num_envs=batch, device=cfg.device, seed=cfg.seed)
+    tenv.reset()
+    rounds = []
+    with BulletGraspEnv(sim, num_envs=num_envs, seed=cfg.seed, workers=workers) as benv:
+        benv.reset()
+        t_step, b_step = _expert_stepper(tenv, sim), _expert_stepper(benv, sim)
+        for _ in range(cfg.paired_rounds):
+            nt, dt_t = _timed(t_step, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
+            nb, dt_b = _timed(b_step, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
+            ft, fb = batch * nt / dt_t, num_envs * nb / dt_b
+            rounds.append({"torch_fps": ft, "bullet_fps": fb, "ratio": ft / fb, "load_avg_1min": os.getloadavg()[0]})
+    ratios = sorted(r["ratio"] for r in rounds)
+    return {"torch_batch": batch, "bullet_num_envs": num_envs, "bullet_workers": workers, "rounds": rounds,
+            "median_ratio": ratios[len(ratios) // 2]}
 
 
 # ----------------------------------------------------------------------------- nets
@@ -455,6 +482,10 @@ def bench(cfg: BenchConfig) -> dict:
                 "met": result_met(best_t["fps"], best_b["fps"], cfg.target_speedup),
             }
             log.info("speedup vs pybullet at %dx%d: %.1fx", cfg.image_size, cfg.image_size, result["speedup_vs_bullet"])
+            if cfg.paired_rounds > 0:
+                pair = measure_paired(sim, best_t["batch"], best_b["num_envs"], best_b["workers"], cfg)
+                result["speedup_paired"] = pair
+                log.info("paired rounds (same load): median ratio %.1fx", pair["median_ratio"])
         else:
             result["speedup_vs_bullet"] = None
 

@@ -12,7 +12,8 @@ from dagger.bench import BenchConfig, PeakMemory, bench
 
 def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
     cfg = BenchConfig(out=tmp_path / "b", image_size=32, batch_sizes=(1, 2), bullet_configs=((1, 0),), loop_batch=2,
-                      train_batch=2, warmup=0, min_steps=1, seconds=0.01, target_speedup=1e6, threads=1)
+                      train_batch=2, warmup=0, min_steps=1, seconds=0.01, target_speedup=1e6, threads=1,
+                      paired_rounds=2)
     res = bench(cfg)
     data = json.loads((tmp_path / "b" / "bench.json").read_text())
     assert (tmp_path / "b" / "fps_vs_batch.png").stat().st_size > 0
@@ -28,6 +29,7 @@ def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
     assert data["profile"]["top_ops"] and "render" in data["profile"]["ms_per_step"]
     assert data["machine"]["torch_threads"] == 1 and data["image_size"] == 32
     assert res["speedup_vs_bullet"] == data["speedup_vs_bullet"]
+    assert len(data["speedup_paired"]["rounds"]) == 2 and data["speedup_paired"]["median_ratio"] > 0
     assert data["full_loop"]["fps"] > 0 and data["full_loop"]["batch"] == 2
     assert data["training"]["vision"]["samples_per_s"] > 0 and data["training"]["control"]["samples_per_s"] > 0
 
