@@ -203,3 +203,16 @@ def test_expert_success_over_300_seeded_scenes(tmp_path):
     s = collect(CollectConfig(out=tmp_path / "e.h5", episodes=300, num_envs=64, seed=11, progress=False,
                               sim=SimConfig(image_size=16, shadows=False)))
     assert s["success_rate"] >= 0.99, s["failures"]
+
+
+def test_interrupt_keeps_committed_episodes_and_resume_completes(tmp_path):
+    path = tmp_path / "c.h5"
+
+    def stop(stats):
+        raise KeyboardInterrupt  # what Ctrl-C does, right after the first commit
+
+    with pytest.raises(KeyboardInterrupt):
+        collect(small(path, episodes=8), progress_fn=stop)
+    info = describe(path)
+    assert 1 <= info["episodes"] < 8 and info["consolidated"]
+    assert collect(small(path, episodes=8, resume=True))["episodes"] == 8

@@ -340,3 +340,19 @@ def test_recorder_emits_exact_per_scene_episodes():
         rec.finish([1])
     with pytest.raises(ValueError, match="keys changed"):
         rec.record({"rgb": rgb}, act)
+
+
+def test_ctrl_c_during_append_is_deferred_until_commit(tmp_path, monkeypatch):
+    path = tmp_path / "d.h5"
+    real = ds._write_demo
+
+    def interrupted(*a, **k):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of writing a part
+        return real(*a, **k)
+
+    with EpisodeWriter(path, CONFIG) as w:
+        monkeypatch.setattr(ds, "_write_demo", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            w.append([make_episode(3, 0), make_episode(4, 1)])
+        assert w.num_episodes == 2  # raised only after the commit was recorded
+    assert [e.num_samples for e in read_episodes(path)] == [3, 4]
