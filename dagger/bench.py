@@ -353,6 +353,7 @@ def profile_torch_step(sim: SimConfig, batch: int, device: str, seed: int, top: 
                 render(state, sim, generator=env.generator)
     events = prof.key_averages()
     functions = _render_functions(env, a, sim)
+    ablation = _render_ablation(env, a, sim)
     total = sum(e.self_cpu_time_total for e in events) or 1.0
     parts = {e.key: e.cpu_time_total / 3 / 1e3 for e in events if e.key in ("physics.step", "render")}
     ops = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
@@ -360,9 +361,30 @@ def profile_torch_step(sim: SimConfig, batch: int, device: str, seed: int, top: 
         "batch": batch,
         "ms_per_step": parts,
         "render_functions_ms": functions,
+        "render_ablation_fps": ablation,
         "top_ops": [{"op": e.key, "self_ms_per_step": e.self_cpu_time_total / 3 / 1e3, "calls_per_step": e.count / 3,
                      "share": e.self_cpu_time_total / total} for e in ops],
     }
+
+
+def _render_ablation(env, action, sim: SimConfig, reps: int = 2) -> dict:
+    """Render-only frames/s of the same states with parts switched off (shadows, distractors, fingers,
+    blur/noise), to show which feature of the ray caster costs what."""
+    from graspsim import physics
+    from graspsim.render import render
+
+    state = physics.step(env.state, action, sim, env.generator)
+    variants = {"full": {}, "no_shadows": {"shadows": False}, "no_post": {"post": False},
+                "no_distractors": {"distractors": False}, "no_fingers": {"fingers": False},
+                "sphere_and_table_only": {"shadows": False, "post": False, "distractors": False, "fingers": False}}
+    out = {}
+    for name, kw in variants.items():
+        render(state, sim, generator=env.generator, **kw)
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            render(state, sim, generator=env.generator, **kw)
+        out[name] = state.batch_size * reps / (time.perf_counter() - t0)
+    return out
 
 
 def _render_functions(env, action, sim: SimConfig, reps: int = 2) -> dict:

@@ -27,6 +27,7 @@ def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
     assert data["speedup_vs_bullet"] == pytest.approx(best_t / best_b)
     assert data["speedup_detail"]["met"] is False  # a 1e6 target cannot be met, so the profile ran
     assert data["profile"]["top_ops"] and "render" in data["profile"]["ms_per_step"]
+    assert set(data["profile"]["render_ablation_fps"]) >= {"full", "no_shadows", "sphere_and_table_only"}
     assert data["machine"]["torch_threads"] == 1 and data["image_size"] == 32
     assert res["speedup_vs_bullet"] == data["speedup_vs_bullet"]
     assert len(data["speedup_paired"]["rounds"]) == 2 and data["speedup_paired"]["median_ratio"] > 0
