@@ -69,6 +69,7 @@ TABLE_FRICTION = 0.5
 DISTRACTOR_MASS = 0.05
 TABLE_HALF = 0.6
 CAM_NEAR, CAM_FAR = 0.01, 2.0
+PIXEL_SHIFT = 1.0  # half a pixel in normalised device coordinates (2 / size per pixel)
 CONTACT_DIST = 1e-3  # a pad touches the sphere when their distance is below this (m)
 
 _DOWN = pb.getQuaternionFromEuler([math.pi, 0.0, 0.0])  # hand z -> world -z, finger axis along world y
@@ -146,7 +147,12 @@ def view_matrix(eye: np.ndarray, rot: np.ndarray) -> list[float]:
 def projection_matrix(focal: float, size: int) -> list[float]:
     """Pinhole projection for a square ``size`` image with focal length ``focal`` (pixels)."""
     fov_deg = math.degrees(2.0 * math.atan(size / 2.0 / focal))
-    return list(pb.computeProjectionMatrixFOV(fov_deg, 1.0, CAM_NEAR, CAM_FAR))
+    m = list(pb.computeProjectionMatrixFOV(fov_deg, 1.0, CAM_NEAR, CAM_FAR))
+    # TinyRenderer samples pixels at their corners; shift the principal point by half a pixel so that
+    # pixel (u, v) sees the ray through its centre, as the torch ray caster does
+    m[8] += PIXEL_SHIFT / size
+    m[9] += PIXEL_SHIFT / size
+    return m
 
 
 class BulletScene:
