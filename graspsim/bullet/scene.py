@@ -176,7 +176,7 @@ class BulletScene:
         gear = pb.createConstraint(self.robot, FINGER_JOINTS[0], self.robot, FINGER_JOINTS[1], pb.JOINT_GEAR,
                                    [1, 0, 0], [0, 0, 0], [0, 0, 0], physicsClientId=c)
         pb.changeConstraint(gear, gearRatio=-1, erp=0.1, maxForce=50, physicsClientId=c)
-        # unused robot links are not rendered (no visuals) and the joint motors start disabled
+        # pybullet enables velocity motors on every joint by default: switch them off before our control
         for j in range(pb.getNumJoints(self.robot, physicsClientId=c)):
             pb.setJointMotorControl2(self.robot, j, pb.VELOCITY_CONTROL, force=0, physicsClientId=c)
         self.textures = [pb.loadTexture(str(p), physicsClientId=c) for p in texture_files()]
@@ -280,7 +280,7 @@ class BulletScene:
         self._clear()
         self._build_table(p)
         self._build_objects(p)
-        for finger in self.robot_finger_links():
+        for finger in FINGER_JOINTS:  # a finger link has the index of its joint
             pb.changeVisualShape(self.robot, finger, rgbaColor=[*p["finger_color"].tolist(), 1.0], physicsClientId=c)
         target = p["tcp_pos"].astype(np.float64)
         for j, q in zip(ARM_JOINTS, ARM_REST):
@@ -297,10 +297,6 @@ class BulletScene:
         self._apply_arm(q)
         self._apply_fingers(False)
         return self.measure()
-
-    @staticmethod
-    def robot_finger_links() -> tuple[int, int]:
-        return FINGER_JOINTS
 
     # ------------------------------------------------------------------ control
     def _apply_arm(self, q: list[float]) -> None:
