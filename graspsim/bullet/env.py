@@ -96,6 +96,8 @@ class BulletGraspEnv:
                 for lo, hi in zip(bounds[:-1], bounds[1:]):
                     self.groups.append(ProcessGroup(self.cfg, int(hi - lo)))
                     self.slices.append((int(lo), int(hi)))
+                for g in self.groups:  # the workers build their scenes concurrently
+                    g.recv()
         except BaseException:
             self.close()
             raise

@@ -85,12 +85,12 @@ class ProcessGroup:
     """A :class:`LocalGroup` of ``n`` scenes living in a child process."""
 
     def __init__(self, cfg, n: int, context: str = "fork"):
+        """Start the process; it builds its scenes in the background; call :meth:`recv` once to wait."""
         ctx = mp.get_context(context)
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_worker_main, args=(child, cfg, n), daemon=True)
         self.proc.start()
         child.close()
-        self.recv()  # wait until the scenes are built
 
     def send(self, cmd: str, *args) -> None:
         self.conn.send((cmd, args))
