@@ -157,3 +157,14 @@ def test_mask_agrees_with_torch_renderer_on_the_same_state():
     union = (obs["mask"] | ref).sum(dim=(1, 2)).float()
     assert bool((union > 10).all())
     assert float((inter / union).mean()) > 0.85
+
+
+def test_dead_worker_raises_clear_error():
+    e = BulletGraspEnv(SimConfig(), num_envs=1, seed=0, workers=1)
+    try:
+        e.groups[0].proc.terminate()
+        e.groups[0].proc.join(timeout=5)
+        with pytest.raises(RuntimeError, match="worker"):
+            e.step(torch.zeros(1, 4))
+    finally:
+        e.close()

@@ -93,13 +93,16 @@ class ProcessGroup:
         child.close()
 
     def send(self, cmd: str, *args) -> None:
-        self.conn.send((cmd, args))
+        try:
+            self.conn.send((cmd, args))
+        except (BrokenPipeError, ConnectionResetError, EOFError) as e:
+            raise RuntimeError(f"pybullet worker process {self.proc.pid} died (exit code {self.proc.exitcode})") from e
 
     def recv(self):
         try:
             status, payload = self.conn.recv()
-        except EOFError as e:
-            raise RuntimeError("pybullet worker process died") from e
+        except (EOFError, ConnectionResetError) as e:
+            raise RuntimeError(f"pybullet worker process {self.proc.pid} died (exit code {self.proc.exitcode})") from e
         if status != "ok":
             raise RuntimeError(f"pybullet worker failed:\n{payload}")
         return payload
