@@ -329,7 +329,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     threshold = 0.5
     history: list[dict] = list(ckpt.get("history", [])) if cfg.resume else []
     if start == 0:
-        history.append({"step": 0, **{k: validate(0)[k] for k in ("loss", "iou", "precision", "recall")}})
+        v0 = validate(0)
+        history.append({"step": 0, **{k: v0[k] for k in ("loss", "iou", "precision", "recall")}})
     model.train()
     t_start = time.perf_counter()
     with _progress(cfg.progress) as bar:
