@@ -313,7 +313,7 @@ class EpisodeWriter:
 
     def __init__(self, path: str | os.PathLike, config: dict, *, resume: bool = False, overwrite: bool = False,
                  env_args: dict | None = None, ignore_keys: Collection[str] = (), compression: str | None = "gzip",
-                 compression_level: int = 4, consolidate: bool = True):
+                 compression_level: int = 1, consolidate: bool = True):
         self.path = Path(path)
         if resume and overwrite:
             raise ValueError("EpisodeWriter: choose either resume or overwrite, not both")
