@@ -168,3 +168,14 @@ def test_dead_worker_raises_clear_error():
             e.step(torch.zeros(1, 4))
     finally:
         e.close()
+
+
+def test_moving_target_drifts_at_its_speed():
+    rnd = dataclasses.replace(RandomizationConfig.none(), target_speed=(0.03, 0.03))
+    with BulletGraspEnv(SimConfig(randomization=rnd), num_envs=1, seed=2) as e:
+        e.reset()
+        start = e.privileged()["sphere_pos"][0, :2].clone()
+        for _ in range(5):
+            e.step(torch.zeros(1, 4))
+        moved = float((e.privileged()["sphere_pos"][0, :2] - start).norm())
+        assert moved == pytest.approx(5 * e.cfg.dt * 0.03, rel=0.3)

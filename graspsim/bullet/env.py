@@ -20,6 +20,8 @@ from pybullet measurements, so ``privileged()`` and the failure codes mean the s
 * ``pushed``: a finger touched the free sphere while it moved more than 1 mm in the step.
 * ``missed``: the pads closed to under 2 mm without holding the sphere. ``dropped``: a held sphere was
   lost while the close command stayed on.
+* moving-target mode (``target_speed`` > 0): the resting, untouched sphere is kept moving at its drift
+  velocity (reversed at the workspace edge like the torch simulator); the fingers push it freely.
 
 The batch is a list of pybullet DIRECT clients, in this process (``workers=0``) or spread over
 ``workers`` child processes that step their scenes in parallel.
@@ -199,13 +201,25 @@ class BulletGraspEnv:
         self._target = target
         return target, executed[:, 3] > 0
 
+    def _drift(self) -> Tensor:
+        """Moving-target mode: the drift velocity ``B,2`` for this step, reversed (as in the torch simulator)
+        where the free sphere would leave the workspace; stored back into ``state.sphere_vel``."""
+        s, ws = self.state, self.cfg.workspace
+        ahead = s.sphere_pos[:, :2] + s.sphere_vel * self.cfg.dt
+        flip = (ahead.abs() > ws - 0.02) & ~s.held[:, None]
+        vel = torch.where(flip, -s.sphere_vel, s.sphere_vel)
+        self.state = s.replace(sphere_vel=vel)
+        return vel
+
     def step(self, action: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
         """Apply ``action`` (B,4) to every scene. Returns (obs, reward B float32, done B bool, info) with the
         meanings of :meth:`graspsim.GraspEnv.step`. Raises ValueError on a wrong shape or NaN/inf."""
         action = validate_action(action, self.num_envs).to(self.device)
         target, close = self._command_targets(action)
+        drift = self._drift()
         t_np, c_np = target.cpu().numpy().astype(np.float64), close.cpu().numpy()
-        results = self._run("step", [(t_np[lo:hi], c_np[lo:hi], self.render_obs) for lo, hi in self.slices])
+        d_np = drift.cpu().numpy().astype(np.float64)
+        results = self._run("step", [(t_np[lo:hi], c_np[lo:hi], d_np[lo:hi], self.render_obs) for lo, hi in self.slices])
         m = {k: np.concatenate([r[k] for r in results]) for k in results[0]}
         if self.render_obs:
             self._rgb, self._mask = m["rgb"], m["mask"]

@@ -309,22 +309,38 @@ class BulletScene:
             pb.setJointMotorControl2(self.robot, j, pb.POSITION_CONTROL, targetPosition=target, force=FINGER_FORCE,
                                      maxVelocity=self.cfg.finger_speed / 2, physicsClientId=self.client)
 
-    def step(self, target: np.ndarray, close: bool) -> dict:
-        """One control step: move the fingertip centre towards ``target`` (3,) and open/close the fingers."""
+    def step(self, target: np.ndarray, close: bool, drift: np.ndarray | None = None) -> dict:
+        """One control step: move the fingertip centre towards ``target`` (3,) and open/close the fingers.
+
+        ``drift`` (2,) m/s, moving-target mode: while the sphere rests on the table untouched by the robot,
+        its horizontal velocity is held at ``drift`` (a conveyor-like push); contacts then act freely."""
         start = self.target
         target = np.asarray(target, dtype=np.float64)
         self._apply_fingers(bool(close))
         per = max(1, self.substeps // IK_CHUNKS)
+        moving = drift is not None and bool(np.any(drift != 0))
         done = 0
         for k in range(IK_CHUNKS):
             n = per if k < IK_CHUNKS - 1 else self.substeps - done
             self._apply_arm(self._ik(start + (target - start) * (k + 1) / IK_CHUNKS))
             for _ in range(n):
+                if moving:
+                    self._drive_sphere(drift)
                 pb.stepSimulation(physicsClientId=self.client)
             done += n
         self.target = target
         self.close = bool(close)
         return self.measure()
+
+    def _drive_sphere(self, drift: np.ndarray) -> None:
+        c = self.client
+        pos = pb.getBasePositionAndOrientation(self.sphere, physicsClientId=c)[0]
+        if pos[2] > float(self.p["sphere_radius"]) + 1e-3:
+            return
+        if pb.getContactPoints(self.sphere, self.robot, physicsClientId=c):
+            return
+        vz = pb.getBaseVelocity(self.sphere, physicsClientId=c)[0][2]
+        pb.resetBaseVelocity(self.sphere, [float(drift[0]), float(drift[1]), vz], physicsClientId=c)
 
     # ------------------------------------------------------------------ measurements and camera
     def measure(self) -> dict:

@@ -43,10 +43,11 @@ class LocalGroup:
                 ims.append(self.scenes[i].render(m))
         return stack_results(res, ims if render else None)
 
-    def step(self, targets: np.ndarray, close: np.ndarray, render: bool = True) -> dict:
+    def step(self, targets: np.ndarray, close: np.ndarray, drift: np.ndarray, render: bool = True) -> dict:
+        """targets n,3 (m), close n bool, drift n,2 (m/s; see ``BulletScene.step``)."""
         res, ims = [], []
         for i, sc in enumerate(self.scenes):
-            m = sc.step(targets[i], bool(close[i]))
+            m = sc.step(targets[i], bool(close[i]), drift[i])
             self.last[i] = m
             res.append(m)
             if render:
@@ -111,8 +112,8 @@ class ProcessGroup:
         self.send("reset", local_ids, params, render)
         return self.recv()
 
-    def step(self, targets, close, render=True) -> dict:
-        self.send("step", targets, close, render)
+    def step(self, targets, close, drift, render=True) -> dict:
+        self.send("step", targets, close, drift, render)
         return self.recv()
 
     def close(self) -> None:
