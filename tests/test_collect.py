@@ -216,3 +216,23 @@ def test_interrupt_keeps_committed_episodes_and_resume_completes(tmp_path):
     info = describe(path)
     assert 1 <= info["episodes"] < 8 and info["consolidated"]
     assert collect(small(path, episodes=8, resume=True))["episodes"] == 8
+
+
+def test_robomimic_sequence_dataset_reads_the_file(tmp_path):
+    """robomimic's own loader (skipped when robomimic is not installed; it is not a dependency)."""
+    pytest.importorskip("robomimic.utils.dataset")
+    import robomimic.utils.obs_utils as ObsUtils
+    from robomimic.utils.dataset import SequenceDataset
+
+    path = tmp_path / "rm.h5"
+    collect(small(path, episodes=3))
+    ObsUtils.initialize_obs_modality_mapping_from_dict({"low_dim": ["gripper"], "rgb": ["rgb"]})
+    data = SequenceDataset(
+        hdf5_path=str(path), obs_keys=("rgb", "gripper"), dataset_keys=("actions", "rewards", "dones"),
+        load_next_obs=False, frame_stack=1, seq_length=5, pad_frame_stack=True, pad_seq_length=True,
+        get_pad_mask=False, goal_mode=None, hdf5_cache_mode="low_dim", hdf5_use_swmr=True,
+        hdf5_normalize_obs=False, filter_by_attribute=None,
+    )
+    assert len(data) == describe(path)["steps"]
+    item = data[0]
+    assert item["obs"]["rgb"].shape == (5, 16, 16, 3) and item["actions"].shape == (5, 4)
