@@ -34,7 +34,7 @@ from .fsm import FSMExpert
 
 log = logging.getLogger(__name__)
 
-RESUMABLE_KEYS = ("episodes", "resume", "overwrite", "out", "progress", "flush_seconds")
+RESUMABLE_KEYS = ("episodes", "resume", "overwrite", "out", "progress", "flush_seconds", "valid_fraction")
 """Config fields that may change when resuming a file (they do not change what is recorded)."""
 PRIVILEGED_KEYS = ("tcp_pos", "sphere_pos", "sphere_radius", "finger_width", "held")
 
@@ -64,6 +64,9 @@ class CollectConfig:
     flush_seconds: float = 0.0
     """Commit finished episodes at most this often (s); 0 commits at every step where one finishes.
     A hard kill loses only episodes not yet committed."""
+    valid_fraction: float = 0.0
+    """Fraction of episodes listed under robomimic's filter key ``mask/valid`` (the rest under
+    ``mask/train``); 0 writes no filter keys. Episode K's split depends only on the seed and K."""
     progress: bool = True
     """Show a progress bar."""
     sim: SimConfig = field(default_factory=SimConfig)
@@ -85,6 +88,8 @@ class CollectConfig:
             raise ValueError(f"CollectConfig.compression must be gzip, lzf or none; got {self.compression!r}")
         if not (isinstance(self.flush_seconds, (int, float)) and 0 <= self.flush_seconds < math.inf):
             raise ValueError(f"CollectConfig.flush_seconds must be a finite number >= 0; got {self.flush_seconds!r}")
+        if not (isinstance(self.valid_fraction, (int, float)) and 0 <= self.valid_fraction < 1):
+            raise ValueError(f"CollectConfig.valid_fraction must be in [0, 1); got {self.valid_fraction!r}")
         if self.resume and self.overwrite:
             raise ValueError("CollectConfig: --resume and --overwrite exclude each other")
         try:
@@ -174,8 +179,10 @@ def collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None = Non
                                                               progress_fn)
     except KeyboardInterrupt:
         log.warning("interrupted: %d episodes committed to %s", writer.num_episodes, cfg.out)
+        _split(cfg, writer)
         writer.close()
         raise
+    _split(cfg, writer)
     writer.close()
     seconds = time.perf_counter() - t_start
     info = describe(cfg.out)
@@ -201,6 +208,16 @@ def collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None = Non
              100 * summary["success_rate"], summary["median_steps_success"], summary["failures"],
              summary["episodes_per_s"], summary["steps_per_s"], mb)
     return summary
+
+
+def _split(cfg: CollectConfig, writer: EpisodeWriter) -> None:
+    """Write robomimic train/valid filter keys; the draw for episode K is the K-th of a seeded stream."""
+    if cfg.valid_fraction <= 0 or writer.num_episodes == 0:
+        return
+    u = np.random.default_rng([cfg.seed, 7919]).random(writer.num_episodes)
+    valid = np.flatnonzero(u < cfg.valid_fraction)
+    train = np.flatnonzero(u >= cfg.valid_fraction)
+    writer.set_filter_keys({"train": train.tolist(), "valid": valid.tolist()})
 
 
 def _run(cfg: CollectConfig, writer: EpisodeWriter, device: torch.device, start: int, next_scene: int,

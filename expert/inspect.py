@@ -168,6 +168,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         ("outcomes", ", ".join(f"{k}: {v}" for k, v in sorted(s["failures"].items())) or "-"),
         ("layout", "single file" if s["consolidated"] else "index + parts (unfinished or interrupted run)"),
         ("size", f"{s['bytes'] / 1e6:.2f} MB"),
+        ("filter keys", ", ".join(f"{k}: {v} demos" for k, v in sorted(s["filter_keys"].items())) or "-"),
     ]
     for k in ("png", "gif"):
         if k in s:

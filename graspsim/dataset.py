@@ -67,6 +67,7 @@ DATA = "data"
 OBS = "obs"
 ACTIONS = "actions"
 PRIVILEGED = "privileged"
+MASK = "mask"
 DEMO_PREFIX = "demo_"
 RESERVED = (OBS, ACTIONS, PRIVILEGED)
 PARTS_SUFFIX = ".parts"
@@ -338,6 +339,8 @@ class EpisodeWriter:
         self._lengths: dict[str, int] = {}
         self._signature: dict[str, tuple] | None = None
         self._next_part = 0
+        self._masks: dict[str, list[str]] = {}  # robomimic filter keys (kept from a resumed file)
+        self._masks_dirty = False
         self._closed = False
         self._lock_fd: int | None = None
 
@@ -434,17 +437,36 @@ class EpisodeWriter:
             lengths = dict(self._lengths)
             lengths.update({n: ep.num_samples for n, ep in zip(names, episodes)})
             self._write_index(self._demos + names, where, lengths)  # commit point
+            self._masks_dirty = False
             self._demos += names
             self._where, self._lengths, self._signature = where, lengths, sig
         return names
+
+    def set_filter_keys(self, keys: dict[str, Iterable[int]]) -> None:
+        """Set robomimic filter keys (``mask/<key>``: a subset of demos, e.g. ``train`` / ``valid``) from
+        demo indices K of committed episodes; they are written when the file is next committed or closed."""
+        masks = {}
+        for key, idx in keys.items():
+            if not isinstance(key, str) or not key or "/" in key:
+                raise ValueError(f"set_filter_keys: invalid filter key name {key!r}")
+            idx = [int(k) for k in idx]
+            bad = [k for k in idx if not 0 <= k < self.num_episodes]
+            if bad:
+                raise ValueError(f"set_filter_keys: {key!r} lists demos {bad[:8]} outside 0..{self.num_episodes - 1}")
+            masks[key] = [demo_name(k) for k in sorted(set(idx))]
+        self._masks.update(masks)
+        self._masks_dirty = True
 
     def close(self) -> None:
         """Consolidate (if enabled and needed) and release the file. Safe to call twice."""
         if self._closed:
             return
         try:
-            if self.consolidate:
+            if self.consolidate or (self._masks_dirty and any(w is None for w in self._where.values())):
                 self._consolidate()
+            elif self._masks_dirty:
+                self._write_index()
+                self._masks_dirty = False
         finally:
             self._closed = True
             self._unlock()
@@ -550,6 +572,8 @@ class EpisodeWriter:
                 except (KeyError, OSError, ValueError) as e:
                     raise ValueError(f"{self.path}: {n} is unreadable ({e})") from e
             self._demos = names
+            if MASK in f:
+                self._masks = {k: [_attr_value(x) for x in v[()]] for k, v in f[MASK].items()}
 
     def _write_index(self, demos: list[str] | None = None, where: dict | None = None,
                      lengths: dict | None = None) -> None:
@@ -572,6 +596,7 @@ class EpisodeWriter:
                 f = h5py.File(tmp, "a")
                 f.attrs["config"] = self._config_json
                 f[DATA].attrs["total"] = np.int64(total)
+                self._write_masks(f)
                 new = demos[len(old):]
             else:
                 f = h5py.File(tmp, "w")
@@ -597,6 +622,14 @@ class EpisodeWriter:
         data = f.create_group(DATA)
         data.attrs["total"] = np.int64(total)
         data.attrs["env_args"] = self._env_args_json
+        self._write_masks(f)
+
+    def _write_masks(self, f: h5py.File) -> None:
+        """robomimic filter keys: ``mask/<key>`` = byte strings of demo names."""
+        if MASK in f:
+            del f[MASK]
+        for key, names in sorted(self._masks.items()):
+            f.create_dataset(f"{MASK}/{key}", data=np.array([n.encode() for n in names], dtype="S"))
 
     def _link_or_copy(self, src: Path, dst: Path) -> None:
         try:
@@ -609,8 +642,8 @@ class EpisodeWriter:
         _fsync_dir(dst.parent)
 
     def _consolidate(self) -> None:
-        if not any(w is not None for w in self._where.values()):
-            return  # already self-contained
+        if not self._masks_dirty and not any(w is not None for w in self._where.values()):
+            return  # already self-contained and up to date
         tmp = self._tmp_beside(self.path)
         with _sigint_deferred():
             try:
@@ -620,8 +653,8 @@ class EpisodeWriter:
                     by_part: dict[str, list[str]] = {}
                     for n in self._demos:
                         by_part.setdefault(self._where[n], []).append(n)
-                    for part, names in sorted(by_part.items()):
-                        with h5py.File(self.parts / part, "r") as src:
+                    for part, names in sorted(by_part.items(), key=lambda kv: kv[0] or ""):
+                        with h5py.File(self.path if part is None else self.parts / part, "r") as src:
                             for n in names:
                                 src.copy(src[f"{DATA}/{n}"], data, name=n)
                 _fsync_file(tmp)
@@ -631,6 +664,7 @@ class EpisodeWriter:
                     tmp.unlink()
             _fsync_dir(self.path.parent)
             self._where = {n: None for n in self._demos}
+            self._masks_dirty = False
         shutil.rmtree(self.parts, ignore_errors=True)
 
 
@@ -722,6 +756,7 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
         config = _attr_value(f.attrs.get("config", "{}"))
         fmt = _attr_value(f.attrs.get("format", ""))
         total = int(_attr_value(data.attrs.get("total", -1)))
+        filter_keys = {k: int(v.shape[0]) for k, v in f[MASK].items()} if MASK in f else {}
     lengths = np.array([int(a.get("num_samples", 0)) for a in attrs], np.int64)
     success = np.array([bool(a.get("success", False)) for a in attrs], bool)
     failures: dict[str, int] = {}
@@ -744,6 +779,7 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
         "mean_steps": float(lengths.mean()) if len(names) else math.nan,
         "arrays": arrays,
         "consolidated": not external,
+        "filter_keys": filter_keys,
         "bytes": int(size),
         "config": json.loads(config) if config else {},
     }

@@ -103,8 +103,10 @@ def test_resume_and_refusals(tmp_path):
     with pytest.raises(ValueError, match="num_envs"):
         collect(small(path, episodes=5, resume=True, num_envs=2))
     assert digest(path) == d0
-    s = collect(small(path, episodes=5, resume=True))
+    s = collect(small(path, episodes=5, resume=True, valid_fraction=0.4))
     assert s["episodes"] == 5 and s["new_episodes"] == 2
+    keys = describe(path)["filter_keys"]
+    assert keys["train"] + keys["valid"] == 5 and keys["valid"] >= 1
     after = arrays(path)
     for k, v in first.items():  # finished episodes are kept as they were
         if not k.endswith(".attrs"):

@@ -356,3 +356,20 @@ def test_ctrl_c_during_append_is_deferred_until_commit(tmp_path, monkeypatch):
             w.append([make_episode(3, 0), make_episode(4, 1)])
         assert w.num_episodes == 2  # raised only after the commit was recorded
     assert [e.num_samples for e in read_episodes(path)] == [3, 4]
+
+
+def test_filter_keys_as_robomimic_reads_them(tmp_path):
+    path = tmp_path / "d.h5"
+    with EpisodeWriter(path, CONFIG) as w:
+        w.append([make_episode(2, k) for k in range(5)])
+        w.set_filter_keys({"train": [0, 1, 3, 4], "valid": [2]})
+        with pytest.raises(ValueError, match="outside"):
+            w.set_filter_keys({"valid": [7]})
+    with h5py.File(path, "r") as f:  # robomimic: [e.decode("utf-8") for e in f["mask/<key>"][:]]
+        assert [e.decode("utf-8") for e in f["mask/valid"][:]] == ["demo_2"]
+        assert [e.decode("utf-8") for e in f["mask/train"][:]] == ["demo_0", "demo_1", "demo_3", "demo_4"]
+    with EpisodeWriter(path, CONFIG, resume=True, consolidate=False) as w:  # kept on resume, updatable
+        w.append([make_episode(2, 9)])
+        assert describe(path)["filter_keys"] == {"train": 4, "valid": 1}
+        w.set_filter_keys({"valid": [2, 5]})
+    assert describe(path)["filter_keys"] == {"train": 4, "valid": 2}
