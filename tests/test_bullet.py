@@ -179,3 +179,23 @@ def test_moving_target_drifts_at_its_speed():
             e.step(torch.zeros(1, 4))
         moved = float((e.privileged()["sphere_pos"][0, :2] - start).norm())
         assert moved == pytest.approx(5 * e.cfg.dt * 0.03, rel=0.3)
+
+
+@pytest.mark.slow
+def test_fsm_expert_succeeds_in_bullet():
+    """Reference for policies evaluated in pybullet: the privileged expert grasps physically (~1 min)."""
+    from expert import FSMExpert
+
+    cfg = SimConfig()
+    with BulletGraspEnv(cfg, num_envs=8, seed=123, workers=2) as e:
+        expert = FSMExpert(cfg, 8)
+        e.reset()
+        outcomes = []
+        while len(outcomes) < 32:
+            _, _, done, info = e.step(expert.act(e.privileged()))
+            ids = torch.nonzero(done).flatten()
+            if ids.numel():
+                outcomes += info["success"][ids].tolist()
+                e.reset(ids)
+                expert.reset(ids)
+    assert sum(outcomes) / len(outcomes) >= 0.95
