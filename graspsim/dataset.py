@@ -675,6 +675,16 @@ def _check_episode_file(f: h5py.File, path: Path) -> h5py.Group:
     return f[DATA]
 
 
+def _demo(data: h5py.Group, name: str, path: Path) -> h5py.Group:
+    """``data[name]`` with a clear error when it cannot be opened (e.g. a part file was deleted)."""
+    try:
+        return data[name]
+    except (KeyError, OSError) as e:
+        link = data.get(name, getlink=True)
+        where = f" (stored in {link.filename}, beside the file)" if isinstance(link, h5py.ExternalLink) else ""
+        raise ValueError(f"{path}: {name} cannot be read{where}: {e}") from e
+
+
 def read_episodes(path: str | os.PathLike, keys: Collection[str] | None = None,
                   demos: Iterable[int] | None = None) -> Iterator[Episode]:
     """Yield the episodes of ``path`` in demo order (``demo_0``, ``demo_1``...).
@@ -693,7 +703,7 @@ def read_episodes(path: str | os.PathLike, keys: Collection[str] | None = None,
                 raise KeyError(f"{path}: no demo(s) {missing}; the file has {len(names)} demos")
             names = wanted
         for n in names:
-            yield _read_demo(data[n], keys)
+            yield _read_demo(_demo(data, n, path), keys)
 
 
 def load_steps(path: str | os.PathLike, obs_keys: Sequence[str] = ("mask", "gripper"),
@@ -706,7 +716,7 @@ def load_steps(path: str | os.PathLike, obs_keys: Sequence[str] = ("mask", "grip
         names = _sorted_demos(data)
         if not names:
             raise ValueError(f"{path} holds no episodes")
-        lengths = [int(data[n].attrs["num_samples"]) for n in names]
+        lengths = [int(_demo(data, n, path).attrs["num_samples"]) for n in names]
         total = sum(lengths)
         first = data[names[0]]
         sources = {k: f"{OBS}/{k}" for k in obs_keys}
@@ -720,7 +730,7 @@ def load_steps(path: str | os.PathLike, obs_keys: Sequence[str] = ("mask", "grip
         out["step"] = np.concatenate([np.arange(t, dtype=np.int64) for t in lengths])
         at = 0
         for n, t in zip(names, lengths):
-            g = data[n]
+            g = _demo(data, n, path)
             for k, src in sources.items():
                 ds = g[src]
                 if ds.shape[0] != t:
@@ -735,7 +745,7 @@ def demo_attrs(path: str | os.PathLike) -> list[dict[str, Any]]:
     path = Path(path)
     with _open_h5(path) as f:
         data = _check_episode_file(f, path)
-        return [{k: _attr_value(v) for k, v in data[n].attrs.items()} for n in _sorted_demos(data)]
+        return [{k: _attr_value(v) for k, v in _demo(data, n, path).attrs.items()} for n in _sorted_demos(data)]
 
 
 def describe(path: str | os.PathLike) -> dict[str, Any]:
@@ -744,7 +754,7 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
     with _open_h5(path) as f:
         data = _check_episode_file(f, path)
         names = _sorted_demos(data)
-        attrs = [{k: _attr_value(v) for k, v in data[n].attrs.items()} for n in names]
+        attrs = [{k: _attr_value(v) for k, v in _demo(data, n, path).attrs.items()} for n in names]
         arrays: dict[str, dict[str, Any]] = {}
         if names:
             def visit(name: str, obj: Any) -> None:

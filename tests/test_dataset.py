@@ -373,3 +373,19 @@ def test_filter_keys_as_robomimic_reads_them(tmp_path):
         assert describe(path)["filter_keys"] == {"train": 4, "valid": 1}
         w.set_filter_keys({"valid": [2, 5]})
     assert describe(path)["filter_keys"] == {"train": 4, "valid": 2}
+
+
+def test_missing_part_file_gives_a_clear_error(tmp_path):
+    path = tmp_path / "d.h5"
+    w = EpisodeWriter(path, CONFIG)
+    w.append([make_episode(2, 0)])
+    w.append([make_episode(2, 1)])
+    part = sorted(ds.parts_dir(path).iterdir())[-1]
+    part.rename(tmp_path / "moved.h5")
+    with pytest.raises(ValueError, match="demo_1 cannot be read"):
+        describe(path)
+    with pytest.raises(ValueError, match="missing part"):
+        EpisodeWriter(path, CONFIG, resume=True)
+    (tmp_path / "moved.h5").rename(part)
+    w.close()
+    assert describe(path)["episodes"] == 2
