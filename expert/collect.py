@@ -4,7 +4,9 @@
 
 Every episode gets its own scene seed (``demo_K.attrs["seed"]``, derived from the run seed and the
 scene counter): ``graspsim.GraspEnv(cfg.sim, num_envs=1, seed=s)`` rebuilds that scene. Dynamics and
-image noise come from one run-level generator, so the same run seed and config give identical arrays.
+image noise come from one run-level generator, so the same run seed and config (including
+``num_envs``) give identical arrays. A resumed run draws fresh noise streams and new scenes, so it
+differs from an uninterrupted run but never repeats a scene.
 
 Per step the file holds the observation the expert acted on (``obs/rgb`` T,H,W,3 uint8, ``obs/mask``
 T,H,W uint8, ``obs/gripper`` T,2 float32), the expert's clean label (``actions`` T,4 float32), the

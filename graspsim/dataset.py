@@ -353,7 +353,7 @@ class EpisodeWriter:
             raise PermissionError(f"output folder is not writable: {folder}")
         exists = self.path.exists()
         if exists and not (resume or overwrite):
-            raise FileExistsError(f"{self.path} already exists; pass resume to continue it or overwrite to replace it")
+            raise FileExistsError(f"{self.path} already exists; resume it (--resume) or replace it (--overwrite)")
         if exists and resume:
             self._load_existing(ignore_keys)  # validates before anything is written
         self._lock()
