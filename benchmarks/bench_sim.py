@@ -24,10 +24,10 @@ def ratio_table(result: dict) -> str:
     """Text table: torch frames/s per batch size and its ratio to every pybullet configuration."""
     bullet = result["bullet"]
     heads = [f"/bullet {b['num_envs']}env {b['workers']}w" for b in bullet]
-    lines = [f"{'batch':>6} {'torch fps':>10} " + " ".join(f"{h:>20}" for h in heads)]
+    lines = [f"{'batch':>6} {'threads':>7} {'torch fps':>10} " + " ".join(f"{h:>20}" for h in heads)]
     for r in result["torch_sim"]:
         ratios = " ".join(f"{r['fps'] / b['fps']:>19.1f}x" for b in bullet)
-        lines.append(f"{r['batch']:>6} {r['fps']:>10.0f} {ratios}")
+        lines.append(f"{r['batch']:>6} {r['threads']:>7} {r['fps']:>10.0f} {ratios}")
     lines.append("pybullet fps: " + ", ".join(f"{b['num_envs']} env/{b['workers']} workers = {b['fps']:.0f}"
                                               for b in bullet))
     loop = result.get("full_loop", {})
@@ -38,7 +38,8 @@ def ratio_table(result: dict) -> str:
             lines.append(f"training {name}: {t['samples_per_s']:.0f} samples/s (batch {t['batch']})")
     d = result.get("speedup_detail")
     if d:
-        lines.append(f"speedup_vs_bullet = {result['speedup_vs_bullet']:.2f}x (torch batch {d['torch']['batch']} vs "
+        lines.append(f"speedup_vs_bullet = {result['speedup_vs_bullet']:.2f}x (torch batch {d['torch']['batch']}, "
+                     f"{d['torch']['threads']} threads vs "
                      f"bullet {d['bullet']['num_envs']} envs / {d['bullet']['workers']} workers; target "
                      f"{d['target']}x, {'met' if d['met'] else 'NOT met'})")
     pair = result.get("speedup_paired")

@@ -100,9 +100,10 @@ def main() -> None:
     for name, r in res.items():
         print(f"{name:>7}: success {r['success_rate']:.1%} of {r['episodes']} | outcomes {r['outcomes']} | "
               f"mean steps to success {r['mean_steps_to_success']:.1f} | {r['frames_per_s']:.0f} frames/s")
-    both = [k for k in res["torch"]["per_episode"] if res["torch"]["per_episode"][k][0] != res["bullet"]["per_episode"][k][0]]
-    print(f"episodes with different outcomes: {len(both)}: " + ", ".join(
-        f"#{k} torch={res['torch']['per_episode'][k][0]} bullet={res['bullet']['per_episode'][k][0]}" for k in both[:10]))
+    t_eps, b_eps = res["torch"]["per_episode"], res["bullet"]["per_episode"]
+    both = [k for k in t_eps if t_eps[k][0] != b_eps[k][0]]
+    print(f"episodes with different outcomes: {len(both)}: "
+          + ", ".join(f"#{k} torch={t_eps[k][0]} bullet={b_eps[k][0]}" for k in both[:10]))
 
 
 if __name__ == "__main__":

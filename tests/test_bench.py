@@ -12,7 +12,7 @@ from dagger.bench import BenchConfig, PeakMemory, bench
 
 def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
     cfg = BenchConfig(out=tmp_path / "b", image_size=32, batch_sizes=(1, 2), bullet_configs=((1, 0),), loop_batch=2,
-                      train_batch=2, warmup=0, min_steps=1, seconds=0.01, target_speedup=1e6, threads=1,
+                      train_batch=2, warmup=0, min_steps=1, seconds=0.01, target_speedup=1e6, threads=(1,),
                       paired_rounds=2)
     res = bench(cfg)
     data = json.loads((tmp_path / "b" / "bench.json").read_text())
@@ -38,6 +38,8 @@ def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
 def test_bench_config_errors(tmp_path: Path):
     with pytest.raises(ValueError, match="batch_sizes"):
         BenchConfig(batch_sizes=(0,))
+    with pytest.raises(ValueError, match="threads"):
+        BenchConfig(threads=())
     with pytest.raises(ValueError, match="bullet_configs"):
         BenchConfig(bullet_configs=((2, -1),))
     with pytest.raises(FileNotFoundError, match="vision_checkpoint"):

@@ -219,7 +219,8 @@ class BulletGraspEnv:
         drift = self._drift()
         t_np, c_np = target.cpu().numpy().astype(np.float64), close.cpu().numpy()
         d_np = drift.cpu().numpy().astype(np.float64)
-        results = self._run("step", [(t_np[lo:hi], c_np[lo:hi], d_np[lo:hi], self.render_obs) for lo, hi in self.slices])
+        results = self._run("step", [(t_np[lo:hi], c_np[lo:hi], d_np[lo:hi], self.render_obs)
+                                     for lo, hi in self.slices])
         m = {k: np.concatenate([r[k] for r in results]) for k in results[0]}
         if self.render_obs:
             self._rgb, self._mask = m["rgb"], m["mask"]
