@@ -2,7 +2,8 @@
 
 Users point it at their own wrist-camera photos taken without the target; the repository ships
 ``data/backgrounds/{train,val}`` (see its SOURCES.md). Crops come from albumentations
-(``RandomResizedCrop``, flips, 90-degree turns, colour jitter, gamma, blur, grey), seeded per call so
+(``RandomResizedCrop``, flips, 90-degree turns, colour jitter including full hue rotations, gamma, blur,
+grey), seeded per call so
 the same seed gives the same crops.
 """
 
@@ -24,7 +25,7 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_BACKGROUNDS = DATA_DIR / "backgrounds"
 
 
-def _pipeline(size: int):
+def _pipeline(size: int, hue_rotation_prob: float):
     import albumentations as A
     import cv2
 
@@ -35,6 +36,8 @@ def _pipeline(size: int):
             A.VerticalFlip(p=0.5),
             A.RandomRotate90(p=0.5),
             A.ColorJitter(brightness=(0.6, 1.4), contrast=(0.6, 1.4), saturation=(0.5, 1.5), hue=(-0.08, 0.08), p=0.8),
+            # any hue, so target-coloured (camouflaging) backgrounds are common and colour alone cannot decide
+            A.ColorJitter(brightness=0.0, contrast=0.0, saturation=0.0, hue=(-0.5, 0.5), p=hue_rotation_prob),
             A.RandomGamma(gamma_limit=(70, 140), p=0.5),
             A.ToGray(p=0.05),
             A.GaussianBlur(blur_limit=(3, 3), sigma_limit=(0.3, 1.0), p=0.2),
@@ -46,10 +49,13 @@ class BackgroundBank:
     """In-memory real photos and a seeded crop/augment sampler.
 
     ``images``: list of ``H,W,3 uint8`` RGB arrays (any sizes); ``names``: their file names.
-    ``skipped``: files that could not be read and were skipped (``skip_bad``).
+    ``skipped``: files that could not be read and were skipped (``skip_bad``). ``hue_rotation_prob``: chance
+    that a crop's hue is rotated by a uniform amount (training aid against camouflage; use 0 for validation so
+    held-out photos keep their real colours).
     """
 
-    def __init__(self, images: list[np.ndarray], names: list[str], size: int = 64, skipped: list[str] | None = None):
+    def __init__(self, images: list[np.ndarray], names: list[str], size: int = 64, skipped: list[str] | None = None,
+                 hue_rotation_prob: float = 0.0):
         if not images:
             raise ValueError("BackgroundBank needs at least one image")
         if len(images) != len(names):
@@ -63,10 +69,14 @@ class BackgroundBank:
         self.names = list(names)
         self.size = size
         self.skipped = list(skipped or [])
-        self._aug = _pipeline(size)
+        if not 0.0 <= hue_rotation_prob <= 1.0:
+            raise ValueError(f"BackgroundBank.hue_rotation_prob must be in [0, 1]; got {hue_rotation_prob!r}")
+        self.hue_rotation_prob = hue_rotation_prob
+        self._aug = _pipeline(size, hue_rotation_prob)
 
     @classmethod
-    def from_folder(cls, folder: str | os.PathLike, size: int = 64, skip_bad: bool = False, max_side: int = 320) -> "BackgroundBank":
+    def from_folder(cls, folder: str | os.PathLike, size: int = 64, skip_bad: bool = False, max_side: int = 320,
+                    hue_rotation_prob: float = 0.0) -> "BackgroundBank":
         """Load every PNG/JPEG directly inside ``folder``; images larger than ``max_side`` are downscaled.
 
         An unreadable file raises ValueError naming it, unless ``skip_bad`` (then it is logged and listed
@@ -94,7 +104,7 @@ class BackgroundBank:
             log.warning("skipped %d unreadable background file(s): %s", len(skipped), ", ".join(skipped))
         if not images:
             raise ValueError(f"background folder {folder}: no readable images (skipped {len(skipped)})")
-        return cls(images, names, size=size, skipped=skipped)
+        return cls(images, names, size=size, skipped=skipped, hue_rotation_prob=hue_rotation_prob)
 
     def __len__(self) -> int:
         return len(self.images)

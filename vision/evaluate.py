@@ -130,7 +130,7 @@ def _panel(img: np.ndarray, pred: np.ndarray, gt: np.ndarray | None) -> np.ndarr
     if gt is not None:
         tiles.append(_overlay(img, gt, GT_COLOR))
     h, w = img.shape[:2]
-    scale = max(1, int(160 // max(h, w)))  # enlarge tiny frames for viewing
+    scale = max(1, int(256 // max(h, w)))  # enlarge small frames for viewing
     sep = np.full((h, max(1, w // 32), 3), 255, np.uint8)
     panel = np.concatenate(sum(([t, sep] for t in tiles), [])[:-1], axis=1)
     if scale > 1:
@@ -151,7 +151,7 @@ def _pr_plot(curve: dict, summary: dict, path: Path) -> float:
     rs, ps = r[ok][order], p[ok][order]
     ap = float(np.trapezoid(ps, rs)) if rs.size > 1 else float("nan")
     fig, ax = plt.subplots(figsize=(4.5, 4.0), dpi=100)
-    ax.plot(r, p, "-", color="tab:blue", label=f"threshold sweep 0.01..0.99 (area {ap:.3f})")
+    ax.plot(r, p, "-", color="tab:blue", label=f"threshold sweep 0.01..0.99 (area under swept part {ap:.3f})")
     if math.isfinite(summary["precision"]) and math.isfinite(summary["recall"]):
         ax.plot([summary["recall"]], [summary["precision"]], "o", color="tab:red",
                 label=f"operating point (threshold {summary['threshold']:.2f})")

@@ -80,6 +80,9 @@ class TrainVisionConfig:
     """Threshold choice: best F1 among thresholds whose validation false-positive image rate is at most this."""
     min_pixels: int = 1
     """A target-free frame counts as a false-positive image when at least this many pixels are predicted."""
+    hue_rotation_prob: float = 0.35
+    """Chance that a training background crop gets a random hue rotation (validation crops never do), so that
+    target-coloured backgrounds are common in training."""
     resume: bool = False
     """Continue from out/checkpoint.pt up to --steps."""
     hdf5: Optional[Path] = None
@@ -116,6 +119,8 @@ class TrainVisionConfig:
                 raise ValueError(f"TrainVisionConfig.{name} must be a finite {'positive' if name == 'lr' else 'non-negative'} number; got {v!r}")
         if not 0.0 <= self.hdf5_fraction <= 1.0:
             raise ValueError(f"TrainVisionConfig.hdf5_fraction must be in [0, 1]; got {self.hdf5_fraction!r}")
+        if not 0.0 <= self.hue_rotation_prob <= 1.0:
+            raise ValueError(f"TrainVisionConfig.hue_rotation_prob must be in [0, 1]; got {self.hue_rotation_prob!r}")
         if not 0.0 <= self.max_fp_image_rate <= 1.0:
             raise ValueError(f"TrainVisionConfig.max_fp_image_rate must be in [0, 1]; got {self.max_fp_image_rate!r}")
         if not isinstance(self.threads, int) or self.threads < 0:
@@ -264,7 +269,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     size = cfg.sim.image_size
     train_dir, val_dir = resolve_split(cfg.backgrounds, cfg.val_backgrounds)
     _check_disjoint(train_dir, val_dir)
-    train_bank = BackgroundBank.from_folder(train_dir, size=size, skip_bad=cfg.skip_bad)
+    train_bank = BackgroundBank.from_folder(train_dir, size=size, skip_bad=cfg.skip_bad,
+                                            hue_rotation_prob=cfg.hue_rotation_prob)
     val_bank = BackgroundBank.from_folder(val_dir, size=size, skip_bad=cfg.skip_bad)
     log.info("training backgrounds (%d) from %s: %s", len(train_bank), train_dir, ", ".join(train_bank.names))
     log.info("held-out validation backgrounds (%d) from %s: %s", len(val_bank), val_dir, ", ".join(val_bank.names))
