@@ -1,0 +1,92 @@
+"""The aggregated DAgger dataset: every visited state with the expert's label, in memory and on disk.
+
+In memory (:class:`Aggregate`): ``mask`` N,H,W bool, ``gripper`` N,2 float32, ``actions`` N,4 float32
+(expert labels, simulator units), ``iteration`` N int64, on the training device. On disk: one episode
+file per DAgger iteration, ``data/iter_NNN.h5`` in the layout of ``graspsim collect`` (see
+:mod:`graspsim.dataset`; obs ``mask`` and ``gripper`` are what the learner saw, ``actions`` the expert's
+labels, extras ``executed_actions`` and ``expert_driven``). A file is complete once its iteration is
+listed in ``metrics.json``; :meth:`Aggregate.from_files` rebuilds the buffer on resume.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graspsim.dataset import Episode, EpisodeWriter, load_steps
+
+
+def iteration_file(out: Path, it: int) -> Path:
+    return Path(out) / "data" / f"iter_{it:03d}.h5"
+
+
+def write_iteration(path: Path, episodes: Sequence[Episode], config: dict) -> None:
+    """Write one iteration's episodes to ``path`` (an unfinished earlier attempt is replaced)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with EpisodeWriter(path, config, overwrite=path.exists()) as w:
+        w.append(list(episodes))
+
+
+class Aggregate:
+    """Growing training set of (mask, gripper, expert action) triples on ``device``."""
+
+    def __init__(self, image_size: int, device: str | torch.device = "cpu"):
+        self.device = torch.device(device)
+        H = image_size
+        self.mask = torch.zeros((0, H, H), dtype=torch.bool, device=self.device)
+        self.gripper = torch.zeros((0, 2), dtype=torch.float32, device=self.device)
+        self.actions = torch.zeros((0, 4), dtype=torch.float32, device=self.device)
+        self.iteration = torch.zeros((0,), dtype=torch.long, device=self.device)
+
+    def __len__(self) -> int:
+        return int(self.mask.shape[0])
+
+    def add_arrays(self, mask: np.ndarray, gripper: np.ndarray, actions: np.ndarray, iteration: int) -> None:
+        """Append ``mask`` N,H,W (0/1), ``gripper`` N,2, ``actions`` N,4 from one iteration."""
+        n = len(mask)
+        if mask.ndim != 3 or mask.shape[1:] != self.mask.shape[1:]:
+            raise ValueError(f"Aggregate: masks must be N,{self.mask.shape[1]},{self.mask.shape[2]}; got {mask.shape}")
+        if gripper.shape != (n, 2) or actions.shape != (n, 4):
+            raise ValueError(f"Aggregate: gripper must be ({n}, 2) and actions ({n}, 4); got {gripper.shape}, {actions.shape}")
+        if not (np.isfinite(gripper).all() and np.isfinite(actions).all()):
+            raise ValueError("Aggregate: gripper/actions contain NaN or inf")
+        d = self.device
+        self.mask = torch.cat([self.mask, torch.as_tensor(mask, device=d).bool()])
+        self.gripper = torch.cat([self.gripper, torch.as_tensor(gripper, device=d).float()])
+        self.actions = torch.cat([self.actions, torch.as_tensor(actions, device=d).float()])
+        self.iteration = torch.cat([self.iteration, torch.full((n,), iteration, dtype=torch.long, device=d)])
+
+    def add_episodes(self, episodes: Sequence[Episode], iteration: int) -> None:
+        if not episodes:
+            return
+        self.add_arrays(np.concatenate([e.obs["mask"] for e in episodes]),
+                        np.concatenate([e.obs["gripper"] for e in episodes]),
+                        np.concatenate([e.actions for e in episodes]), iteration)
+
+    def add_file(self, path: str | os.PathLike, iteration: int) -> None:
+        steps = load_steps(path, obs_keys=("mask", "gripper"))
+        self.add_arrays(steps["mask"], steps["gripper"], steps["actions"], iteration)
+
+    @classmethod
+    def from_files(cls, paths: Sequence[Path], image_size: int, device: str | torch.device = "cpu") -> "Aggregate":
+        agg = cls(image_size, device)
+        for it, p in enumerate(paths):
+            if not Path(p).is_file():
+                raise FileNotFoundError(f"aggregated data of finished iteration {it} is missing: {p}")
+            agg.add_file(p, it)
+        return agg
+
+    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
+        """Uniform minibatch with replacement: (mask B,H,W bool, gripper B,2, actions B,4)."""
+        if len(self) == 0:
+            raise ValueError("Aggregate.sample: the dataset is empty")
+        idx = torch.randint(0, len(self), (batch_size,), generator=generator, device=self.device)
+        return self.mask[idx], self.gripper[idx], self.actions[idx]
+
+
+__all__ = ["Aggregate", "iteration_file", "write_iteration"]

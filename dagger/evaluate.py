@@ -1,0 +1,258 @@
+"""``graspsim eval-sim``: closed-loop success of a control checkpoint in simulation.
+
+The learner drives every scene alone (no expert); masks are the simulator's ground truth
+(``--masks gt``) or the vision module's predictions on the rendered RGB (``--masks predicted``, needs
+``--vision``; the default when ``--vision`` is given). Scenes come from the ``test`` seed stream of
+``--seed`` (:func:`dagger.rollout.episode_seeds`), disjoint from every DAgger training scene (``train``
+stream) and from DAgger's per-iteration validation scenes (``heldout`` stream).
+
+``--moving-target`` sets ``RandomizationConfig.target_speed`` to ``moving_speed`` (default 0.005-0.02 m/s,
+uniform speed, uniform direction); training always uses a still target (0, 0), so these speeds are never
+seen in training.
+
+Outputs in ``--out``: ``metrics.json`` (``success_rate``, ``num_episodes``, ``failures`` with counts of
+success / timeout / missed_grasp / pushed_away / dropped, ``failure_rates``, a 95% Wilson interval,
+mean steps, timing), ``rollout_K.gif`` for the first ``--gifs`` episodes (RGB beside the mask the
+policy saw, upscaled), and ``report.md``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional, Tuple
+
+import numpy as np
+import torch
+
+from graspsim import FAILURE_NAMES, SimConfig
+
+from .policy import MaskPolicy
+from .rollout import RolloutResult, episode_seeds, rollout
+from .train import atomic_write_text, generator, make_mask_fn, stream_seed
+
+log = logging.getLogger(__name__)
+
+MOVING_SPEED = (0.005, 0.02)
+"""Target drift speeds (m/s) of --moving-target; training uses (0, 0)."""
+
+
+@dataclass(frozen=True)
+class EvalSimConfig:
+    """Evaluate a control checkpoint closed-loop in randomized simulated scenes."""
+
+    policy: Path
+    """Control checkpoint (graspsim dagger: policy.pt or checkpoints/iter_NNN.pt)."""
+    out: Path
+    """Output folder (created): metrics.json, rollout GIFs, report.md."""
+    vision: Optional[Path] = None
+    """Vision checkpoint (graspsim train-vision); needed for --masks predicted."""
+    masks: Optional[Literal["gt", "predicted"]] = None
+    """Mask source: gt (simulator) or predicted (vision net on the RGB). Default: predicted if --vision is given, else gt."""
+    episodes: int = 1000
+    """Number of evaluation episodes (one per held-out scene)."""
+    seed: int = 0
+    """Seed of the test scenes (test stream; disjoint from training scenes) and of the dynamics noise."""
+    num_envs: int = 128
+    """Scenes simulated in parallel."""
+    moving_target: bool = False
+    """Make the target drift at speeds in --moving-speed (never used in training)."""
+    moving_speed: Tuple[float, float] = MOVING_SPEED
+    """Drift speed range (m/s) used with --moving-target."""
+    backend: Literal["torch", "bullet"] = "torch"
+    """Simulator backend: batched torch scenes or pybullet (Franka Panda)."""
+    gifs: int = 4
+    """Rollout GIFs to write (the first episodes)."""
+    device: str = "cpu"
+    """Torch device."""
+    threads: int = 0
+    """torch.set_num_threads (0 = leave the default)."""
+    progress: bool = True
+    """Show a progress bar."""
+    sim: SimConfig = field(default_factory=SimConfig)
+    """Simulator configuration (randomization ranges, episode length)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "policy", Path(self.policy))
+        object.__setattr__(self, "out", Path(self.out))
+        if self.vision is not None:
+            object.__setattr__(self, "vision", Path(self.vision))
+        if not self.policy.is_file():
+            raise FileNotFoundError(f"EvalSimConfig.policy: no such checkpoint {self.policy}")
+        if self.vision is not None and not self.vision.is_file():
+            raise FileNotFoundError(f"EvalSimConfig.vision: no such checkpoint {self.vision}")
+        if self.masks not in (None, "gt", "predicted"):
+            raise ValueError(f"EvalSimConfig.masks must be 'gt' or 'predicted'; got {self.masks!r}")
+        if self.masks == "predicted" and self.vision is None:
+            raise ValueError("EvalSimConfig: --masks predicted needs --vision CKPT")
+        for name in ("episodes", "num_envs"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"EvalSimConfig.{name} must be a positive int; got {v!r}")
+        if not isinstance(self.gifs, int) or self.gifs < 0:
+            raise ValueError(f"EvalSimConfig.gifs must be an int >= 0; got {self.gifs!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"EvalSimConfig.seed must be a non-negative int; got {self.seed!r}")
+        lo, hi = self.moving_speed
+        if not (0.0 <= lo <= hi <= 0.2):
+            raise ValueError(f"EvalSimConfig.moving_speed must satisfy 0 <= low <= high <= 0.2 m/s; got {self.moving_speed!r}")
+        if self.backend not in ("torch", "bullet"):
+            raise ValueError(f"EvalSimConfig.backend must be 'torch' or 'bullet'; got {self.backend!r}")
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"EvalSimConfig.threads must be a non-negative int; got {self.threads!r}")
+
+    @property
+    def mask_source(self) -> str:
+        return self.masks or ("predicted" if self.vision is not None else "gt")
+
+    def eval_sim_config(self) -> SimConfig:
+        """The simulator config actually used (moving target applied)."""
+        if not self.moving_target:
+            return self.sim
+        rnd = dataclasses.replace(self.sim.randomization, target_speed=tuple(self.moving_speed))
+        return dataclasses.replace(self.sim, randomization=rnd)
+
+    def to_dict(self) -> dict:
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a success rate k/n."""
+    if n == 0:
+        return (math.nan, math.nan)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def summarize(res: RolloutResult) -> dict:
+    """Metrics dict of an evaluation rollout (see the module docstring)."""
+    n = res.num_episodes
+    k = int(res.success.sum())
+    counts = res.failure_counts()
+    lo, hi = wilson(k, n)
+    return {
+        "success_rate": k / n,
+        "num_episodes": n,
+        "num_success": k,
+        "success_ci95": [lo, hi],
+        "failures": counts,
+        "failure_rates": {name: c / n for name, c in counts.items()},
+        "mean_steps": float(res.steps.mean()),
+        "mean_steps_success": float(res.steps[res.success].mean()) if k else math.nan,
+        "scene_steps": res.scene_steps,
+        "seconds": res.seconds,
+        "frames_per_s": res.scene_steps / max(res.seconds, 1e-9),
+    }
+
+
+def write_gif(path: Path, rgb: list[np.ndarray], mask: list[np.ndarray], caption: str, scale: int = 4) -> None:
+    """Animated GIF: each frame is the RGB (H,W,3 uint8) beside the mask the policy saw, upscaled ``scale``x."""
+    from PIL import Image, ImageDraw
+
+    frames = []
+    for im, m in zip(rgb, mask):
+        mm = np.repeat((m.astype(np.uint8) * 255)[..., None], 3, -1)
+        pair = np.concatenate([im, np.full((im.shape[0], 2, 3), 128, np.uint8), mm], 1)
+        pic = Image.fromarray(pair).resize((pair.shape[1] * scale, pair.shape[0] * scale), Image.NEAREST)
+        canvas = Image.new("RGB", (pic.width, pic.height + 14), (0, 0, 0))
+        canvas.paste(pic, (0, 14))
+        ImageDraw.Draw(canvas).text((2, 1), caption, fill=(255, 255, 255))
+        frames.append(canvas)
+    if not frames:
+        return
+    tmp = path.with_name(f".{path.stem}.tmp.gif")
+    frames[0].save(tmp, save_all=True, append_images=frames[1:], duration=100, loop=0)
+    tmp.replace(path)
+
+
+def _make_env(backend: str, sim: SimConfig, num_envs: int, device: str, seed: int):
+    import graspsim
+
+    if hasattr(graspsim, "make_env"):
+        return graspsim.make_env(backend, sim, num_envs, device, seed)
+    if backend != "torch":
+        raise ValueError(f"backend {backend!r} needs graspsim.make_env")
+    return graspsim.GraspEnv(sim, num_envs=num_envs, device=device, seed=seed)
+
+
+def evaluate_sim(cfg: EvalSimConfig) -> dict:
+    """Run the evaluation and write the outputs; returns the metrics dict (also in ``metrics.json``)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    dev = torch.device(cfg.device)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    policy = MaskPolicy.from_checkpoint(cfg.policy, dev)
+    sim = cfg.eval_sim_config()
+    if policy.cfg.image_size != sim.image_size:
+        raise ValueError(f"policy was trained at image_size {policy.cfg.image_size}, sim.image_size is {sim.image_size}")
+    mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev)
+    seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
+    env = _make_env(cfg.backend, sim, min(cfg.num_envs, cfg.episodes), cfg.device, stream_seed(cfg.seed, 0, 5))
+    bar = Progress(TextColumn("[bold]eval-sim"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                   disable=not cfg.progress)
+    try:
+        with bar:
+            task = bar.add_task("eval", total=cfg.episodes)
+            res = rollout(env, seeds, policy=policy.act, beta=0.0, mask_fn=mask_fn,
+                          generator=generator(stream_seed(cfg.seed, 0, 6), dev), capture=cfg.gifs,
+                          progress=lambda n: bar.update(task, completed=n))
+    finally:
+        if hasattr(env, "close"):
+            env.close()
+    metrics = summarize(res)
+    metrics.update({
+        "masks": cfg.mask_source, "moving_target": cfg.moving_target,
+        "target_speed": list(sim.randomization.target_speed), "backend": cfg.backend,
+        "policy": str(cfg.policy), "policy_iteration": policy.iteration,
+        "vision": str(cfg.vision) if cfg.vision else None, "seed": cfg.seed, "seed_split": "test",
+        "config": cfg.to_dict(),
+    })
+    gifs = []
+    for k, fr in sorted(res.frames.items()):
+        name = f"rollout_{k}.gif"
+        outcome = FAILURE_NAMES[int(res.failure[k])]
+        write_gif(out / name, fr["rgb"], fr["mask"], f"ep {k}: {outcome} ({cfg.mask_source} mask)")
+        gifs.append({"file": name, "outcome": outcome, "steps": int(res.steps[k])})
+    metrics["gifs"] = gifs
+    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
+    atomic_write_text(out / "report.md", report_markdown(metrics))
+    lo, hi = metrics["success_ci95"]
+    log.info("eval-sim: success %.1f%% (95%% CI %.1f-%.1f) over %d episodes, masks=%s, moving=%s, failures %s",
+             100 * metrics["success_rate"], 100 * lo, 100 * hi, metrics["num_episodes"], cfg.mask_source,
+             cfg.moving_target, metrics["failures"])
+    return metrics
+
+
+def report_markdown(m: dict) -> str:
+    lo, hi = m["success_ci95"]
+    lines = [
+        "# eval-sim report", "",
+        f"- policy: `{m['policy']}` (DAgger iteration {m['policy_iteration']})",
+        f"- masks: {m['masks']}" + (f" (vision `{m['vision']}`)" if m["vision"] else ""),
+        f"- backend: {m['backend']}; moving target: {m['moving_target']} (speed {m['target_speed']} m/s)",
+        f"- scenes: {m['num_episodes']} from the test seed stream of seed {m['seed']}", "",
+        f"**Success: {100 * m['success_rate']:.1f}%** ({m['num_success']}/{m['num_episodes']}, "
+        f"95% CI {100 * lo:.1f}-{100 * hi:.1f}%)", "",
+        "| outcome | episodes | rate |", "|---|---|---|",
+    ]
+    for name, c in m["failures"].items():
+        lines.append(f"| {name} | {c} | {100 * m['failure_rates'][name]:.1f}% |")
+    lines += ["", f"Mean episode length {m['mean_steps']:.1f} steps; {m['frames_per_s']:.0f} scene steps/s "
+              f"({m['seconds']:.0f} s).", ""]
+    for g in m.get("gifs", []):
+        lines.append(f"- `{g['file']}`: {g['outcome']} after {g['steps']} steps")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["EvalSimConfig", "MOVING_SPEED", "evaluate_sim", "summarize", "wilson"]

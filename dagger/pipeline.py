@@ -1,0 +1,293 @@
+"""``graspsim pipeline``: collect -> train vision -> DAgger (+ BC baseline) -> evaluate -> report.html.
+
+One command runs every stage into ``runs/<name>/`` (default name ``pipeline__{preset}__{seed}__{time}``):
+
+=================  ==========================================================================
+``config.json``    the resolved pipeline config and the preset's stage budgets
+``demos.h5``       expert demonstrations (``graspsim collect``); their frames also train the vision net
+``vision/``        segmentation net (``graspsim train-vision``): checkpoint.pt, metrics.json, tb/
+``dagger/``        DAgger run (``graspsim dagger``, masks from ``--masks``): data/, checkpoints/,
+                   policy.pt, metrics.json/csv, tb/, learning_curve.png
+``bc/``            behaviour-cloning baseline: the same loop and budget with beta = 1 throughout
+``eval_*/``        ``graspsim eval-sim`` of the DAgger policy with predicted masks, ground-truth masks
+                   and a moving target (predicted masks), and of the BC policy (same masks as DAgger)
+``learning_curves.png``  held-out success and loss per iteration, DAgger beside BC
+``summary.json``   every stage's numbers and wall-clock seconds
+``report.html``    the numbers, curves and example rollouts
+=================  ==========================================================================
+
+``--resume`` (with ``--name``) skips stages whose outputs are complete and resumes DAgger/BC runs
+after their last finished iteration. Presets (``PRESETS``): ``small`` (default; about 15 minutes on
+2 CPU cores), ``medium`` and ``full`` for real runs. Any budget can be overridden with the
+``--collect-episodes``, ``--vision-steps``, ``--iterations``, ``--episodes-per-iter``, ``--train-steps``,
+``--dagger-eval-episodes`` and ``--eval-episodes`` flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+import logging
+import math
+import shutil
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Literal, Optional
+
+from graspsim import SimConfig
+
+from .train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
+
+log = logging.getLogger(__name__)
+
+PRESETS: dict[str, dict[str, int]] = {
+    "small": dict(collect_episodes=64, vision_steps=300, vision_batch=32, iterations=4, episodes_per_iter=64,
+                  train_steps=300, dagger_eval_episodes=48, eval_episodes=200, num_envs=64),
+    "medium": dict(collect_episodes=256, vision_steps=1500, vision_batch=48, iterations=8, episodes_per_iter=192,
+                   train_steps=600, dagger_eval_episodes=128, eval_episodes=1000, num_envs=128),
+    "full": dict(collect_episodes=1000, vision_steps=4000, vision_batch=48, iterations=12, episodes_per_iter=512,
+                 train_steps=1000, dagger_eval_episodes=256, eval_episodes=1000, num_envs=128),
+}
+"""Stage budgets per preset (episodes, optimizer steps)."""
+OVERRIDES = ("collect_episodes", "vision_steps", "iterations", "episodes_per_iter", "train_steps",
+             "dagger_eval_episodes", "eval_episodes", "num_envs")
+
+
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Run the whole pipeline (collect, train vision, DAgger + BC baseline, evaluate) and write report.html."""
+
+    preset: Literal["small", "medium", "full"] = "small"
+    """Stage budgets: small (default, ~15 min on 2 cores), medium, full."""
+    name: Optional[str] = None
+    """Run folder name under --runs-dir (default pipeline__{preset}__{seed}__{YYYYmmdd-HHMMSS})."""
+    runs_dir: Path = Path("runs")
+    """Parent folder of run folders."""
+    seed: int = 0
+    """Run seed (every stage derives its seeds from it)."""
+    masks: Literal["predicted", "gt"] = "predicted"
+    """Masks the DAgger learner is trained on: the trained vision net's predictions, or ground truth."""
+    bc_baseline: bool = True
+    """Also train the behaviour-cloning baseline (expert data only, same budget) and evaluate it."""
+    moving_target: bool = True
+    """Also evaluate with a drifting target (speeds never used in training)."""
+    resume: bool = False
+    """Continue an existing run folder (needs --name): finished stages are skipped."""
+    collect_episodes: Optional[int] = None
+    """Override: expert episodes collected for the vision net."""
+    vision_steps: Optional[int] = None
+    """Override: vision training steps."""
+    iterations: Optional[int] = None
+    """Override: DAgger iterations."""
+    episodes_per_iter: Optional[int] = None
+    """Override: DAgger training episodes per iteration."""
+    train_steps: Optional[int] = None
+    """Override: control-net optimizer steps per DAgger iteration."""
+    dagger_eval_episodes: Optional[int] = None
+    """Override: held-out episodes after each DAgger iteration."""
+    eval_episodes: Optional[int] = None
+    """Override: final eval-sim episodes per condition."""
+    num_envs: Optional[int] = None
+    """Override: scenes simulated in parallel."""
+    gifs: int = 3
+    """Example rollout GIFs per evaluation."""
+    device: str = "cpu"
+    """Torch device."""
+    threads: int = 0
+    """torch.set_num_threads (0 = leave the default)."""
+    progress: bool = True
+    """Show progress bars."""
+    sim: SimConfig = field(default_factory=SimConfig)
+    """Simulator configuration for every stage."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "runs_dir", Path(self.runs_dir))
+        if self.preset not in PRESETS:
+            raise ValueError(f"PipelineConfig.preset must be one of {sorted(PRESETS)}; got {self.preset!r}")
+        for k in OVERRIDES:
+            v = getattr(self, k)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+                raise ValueError(f"PipelineConfig.{k} must be a positive int; got {v!r}")
+        if self.resume and not self.name:
+            raise ValueError("PipelineConfig: --resume needs --name of the run to continue")
+        if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
+            raise ValueError(f"PipelineConfig.name must be a plain folder name; got {self.name!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"PipelineConfig.seed must be a non-negative int; got {self.seed!r}")
+        if not isinstance(self.gifs, int) or self.gifs < 0:
+            raise ValueError(f"PipelineConfig.gifs must be an int >= 0; got {self.gifs!r}")
+
+    def budgets(self) -> dict[str, int]:
+        b = dict(PRESETS[self.preset])
+        b.update({k: getattr(self, k) for k in OVERRIDES if getattr(self, k) is not None})
+        return b
+
+    def to_dict(self) -> dict:
+        d = json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        d["budgets"] = self.budgets()
+        return d
+
+
+def _stage(summary: dict, name: str, fn, out: Path):
+    t0 = time.perf_counter()
+    log.info("pipeline: stage %s", name)
+    result = fn()
+    summary["seconds"][name] = time.perf_counter() - t0
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
+    return result
+
+
+def _json(path: Path) -> dict | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def run_pipeline(cfg: PipelineConfig) -> dict:
+    """Run every stage (see the module docstring); returns the summary dict (also ``summary.json``)."""
+    import torch
+
+    from expert.collect import CollectConfig, collect
+    from vision.train import CHECKPOINT_NAME, TrainVisionConfig, train_vision
+
+    from .evaluate import EvalSimConfig, evaluate_sim
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    t_start = time.perf_counter()
+    name = cfg.name or f"pipeline__{cfg.preset}__{cfg.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    out = cfg.runs_dir / name
+    if out.exists() and not cfg.resume:
+        raise FileExistsError(f"{out} already exists; pass --resume to continue it or choose another --name")
+    out.mkdir(parents=True, exist_ok=True)
+    b = cfg.budgets()
+    atomic_write_text(out / "config.json", json.dumps(cfg.to_dict(), indent=2))
+    summary: dict = _json(out / "summary.json") or {"name": name, "preset": cfg.preset, "budgets": b, "seconds": {}}
+    common = dict(device=cfg.device, progress=cfg.progress)
+
+    # 1. expert demonstrations (frames for the vision net; also the expert's own success rate)
+    demos = out / "demos.h5"
+    if "collect" not in summary:
+        ccfg = CollectConfig(out=demos, episodes=b["collect_episodes"], seed=cfg.seed, num_envs=b["num_envs"],
+                             resume=demos.exists(), sim=cfg.sim, **common)
+        res = _stage(summary, "collect", lambda: collect(ccfg), out)
+        summary["collect"] = {k: res[k] for k in ("episodes", "steps", "success_rate", "failures", "seconds")}
+
+    # 2. vision
+    vdir = out / "vision"
+    vckpt = vdir / CHECKPOINT_NAME
+    if "vision" not in summary:
+        vcfg = TrainVisionConfig(out=vdir, steps=b["vision_steps"], batch_size=b["vision_batch"], seed=cfg.seed,
+                                 val_every=max(1, b["vision_steps"] // 3), ckpt_every=max(1, b["vision_steps"] // 3),
+                                 n_val=256 if b["vision_steps"] >= 100 else 32,
+                                 n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vckpt.exists(), sim=cfg.sim, **common)
+        res = _stage(summary, "vision", lambda: train_vision(vcfg), out)
+        summary["vision"] = {"test": res["test"], "threshold": res["threshold"], "steps": res["steps"]}
+
+    # 3. DAgger and the BC baseline (same loop and budget, beta = 1 throughout)
+    runs = {"dagger": {}, "bc": dict(schedule="constant", beta_start=1.0)} if cfg.bc_baseline else {"dagger": {}}
+    for key, extra in runs.items():
+        if key in summary:
+            continue
+        rdir = out / key
+        dcfg = DaggerConfig(
+            out=rdir, iterations=b["iterations"], episodes_per_iter=b["episodes_per_iter"],
+            eval_episodes=b["dagger_eval_episodes"], num_envs=b["num_envs"], train_steps=b["train_steps"],
+            masks=cfg.masks, vision=vckpt if cfg.masks == "predicted" else None, seed=cfg.seed,
+            resume=(rdir / "metrics.json").exists(), sim=cfg.sim, **common, **extra,
+        )
+        res = _stage(summary, key, lambda: run_dagger(dcfg), out)
+        summary[key] = {k: res[k] for k in ("final_eval_success", "samples", "iterations", "checkpoint")}
+        summary[key]["rows"] = res["rows"]
+    curves = {{"dagger": "DAgger", "bc": "BC baseline"}[k]: summary[k]["rows"] for k in runs}
+    plot_learning_curve(out / "learning_curves.png", curves)
+
+    # 4. closed-loop evaluation on test scenes
+    evals = {"eval_dagger_predicted": ("dagger", "predicted", False), "eval_dagger_gt": ("dagger", "gt", False)}
+    if cfg.moving_target:
+        evals["eval_dagger_moving"] = ("dagger", cfg.masks, True)
+    if cfg.bc_baseline:
+        evals["eval_bc"] = ("bc", cfg.masks, False)
+    for key, (run, masks, moving) in evals.items():
+        if key in summary:
+            continue
+        ecfg = EvalSimConfig(policy=out / run / "policy.pt", out=out / key, vision=vckpt if masks == "predicted" else None,
+                             masks=masks, episodes=b["eval_episodes"], seed=cfg.seed, num_envs=b["num_envs"],
+                             moving_target=moving, gifs=cfg.gifs, sim=cfg.sim, **common)
+        res = _stage(summary, key, lambda: evaluate_sim(ecfg), out)
+        summary[key] = {k: res[k] for k in ("success_rate", "num_episodes", "success_ci95", "failures", "masks",
+                                            "moving_target", "target_speed", "gifs")}
+    summary["total_seconds"] = sum(summary["seconds"].values())
+    summary["wall_seconds_this_invocation"] = time.perf_counter() - t_start
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
+    atomic_write_text(out / "report.html", report_html(summary, cfg))
+    log.info("pipeline: report at %s (%.0f s of stage time)", out / "report.html", summary["total_seconds"])
+    summary["out"] = str(out)
+    summary["report"] = str(out / "report.html")
+    return summary
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
+
+
+def report_html(s: dict, cfg: PipelineConfig) -> str:
+    """Self-contained HTML page (images referenced by relative path inside the run folder)."""
+    e = html.escape
+    rows = []
+    labels = {"eval_dagger_predicted": "DAgger, predicted masks", "eval_dagger_gt": "DAgger, ground-truth masks",
+              "eval_dagger_moving": f"DAgger, moving target ({cfg.masks} masks)",
+              "eval_bc": f"BC baseline ({cfg.masks} masks)"}
+    for key, label in labels.items():
+        if key not in s:
+            continue
+        m = s[key]
+        lo, hi = m["success_ci95"]
+        f = m["failures"]
+        rows.append(f"<tr><td>{e(label)}</td><td><b>{_pct(m['success_rate'])}</b></td><td>{_pct(lo)}-{_pct(hi)}</td>"
+                    f"<td>{m['num_episodes']}</td><td>{f.get('missed_grasp', 0)}</td><td>{f.get('pushed_away', 0)}</td>"
+                    f"<td>{f.get('timeout', 0)}</td><td>{f.get('dropped', 0)}</td></tr>")
+    gifs = []
+    for key in labels:
+        for g in s.get(key, {}).get("gifs", []):
+            gifs.append(f"<figure><img src='{e(key)}/{e(g['file'])}' width='520'><figcaption>{e(labels[key])}: "
+                        f"{e(g['outcome'])} ({g['steps']} steps)</figcaption></figure>")
+    vis = s.get("vision", {}).get("test", {})
+    col = s.get("collect", {})
+    secs = "".join(f"<tr><td>{e(k)}</td><td>{v:.0f} s</td></tr>" for k, v in s["seconds"].items())
+    iters = ""
+    for key in ("dagger", "bc"):
+        if key not in s:
+            continue
+        iters += f"<h3>{'DAgger' if key == 'dagger' else 'BC baseline'} per iteration</h3><table><tr><th>iter</th>" \
+                 "<th>beta</th><th>samples</th><th>loss</th><th>rollout success</th><th>held-out learner success</th></tr>"
+        for r in s[key]["rows"]:
+            iters += (f"<tr><td>{r['iteration']}</td><td>{r['beta']:.2f}</td><td>{r['samples']}</td>"
+                      f"<td>{r['loss']:.4f}</td><td>{_pct(r['rollout_success'])}</td><td>{_pct(r['eval_success'])}</td></tr>")
+        iters += "</table>"
+    return f"""<!doctype html><html><head><meta charset="utf-8"><title>graspsim pipeline {e(s['name'])}</title>
+<style>body{{font-family:sans-serif;max-width:1100px;margin:2em auto}}table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}
+figure{{display:inline-block;margin:6px}}</style></head><body>
+<h1>graspsim pipeline: {e(s['name'])}</h1>
+<p>Preset <b>{e(s['preset'])}</b>, seed {cfg.seed}, DAgger trained on <b>{e(cfg.masks)}</b> masks.
+Stage budgets: <code>{e(json.dumps(s['budgets']))}</code>. Total stage time {s.get('total_seconds', 0):.0f} s.</p>
+<h2>Closed-loop success (learner alone, test scenes disjoint from training)</h2>
+<table><tr><th>condition</th><th>success</th><th>95% CI</th><th>episodes</th><th>missed grasp</th>
+<th>pushed away</th><th>timeout</th><th>dropped</th></tr>{''.join(rows)}</table>
+<h2>Learning curves</h2><img src="learning_curves.png" width="900">
+{iters}
+<h2>Expert and vision</h2>
+<p>Expert demonstrations: {col.get('episodes', 'n/a')} episodes, success {_pct(col.get('success_rate', float('nan')))}.
+Vision net on held-out-background composites: IoU {vis.get('iou', float('nan')):.3f}, precision {vis.get('precision', float('nan')):.3f},
+recall {vis.get('recall', float('nan')):.3f}, false-positive image rate {vis.get('false_positive_image_rate', float('nan')):.3f}
+(threshold {s.get('vision', {}).get('threshold', float('nan')):.2f}).</p>
+<h2>Example rollouts</h2><p>Left: wrist RGB; right: the mask the policy saw.</p>{''.join(gifs)}
+<h2>Stage wall-clock</h2><table>{secs}</table>
+<p>Resolved configuration: <a href="config.json">config.json</a>; numbers: <a href="summary.json">summary.json</a>.</p>
+</body></html>
+"""
+
+
+__all__ = ["PRESETS", "PipelineConfig", "run_pipeline"]

@@ -1,0 +1,94 @@
+"""Control checkpoints and the inference wrapper ``MaskPolicy``.
+
+A checkpoint is a ``torch.save`` dict: ``kind="graspsim-control"``, ``model`` (state dict),
+``optimizer`` (state dict or None), ``config`` (the ``ControlNetConfig`` as a dict), ``iteration``
+(DAgger iteration that produced it), plus optional ``run_config`` and ``metrics``. It is written
+atomically (temporary file in the same folder, then ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .model import ControlNet, ControlNetConfig, to_action
+
+KIND = "graspsim-control"
+
+
+def save_checkpoint(path: str | os.PathLike, model: ControlNet, optimizer: torch.optim.Optimizer | None,
+                    iteration: int, **extra) -> None:
+    """Write a control checkpoint atomically (see the module docstring)."""
+    path = Path(path)
+    payload = {
+        "kind": KIND,
+        "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "config": model.cfg.to_dict(),
+        "iteration": int(iteration),
+        **extra,
+    }
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
+    """Read a control checkpoint; FileNotFoundError if missing, ValueError if it is not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"control checkpoint not found: {path}")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as e:  # corrupt or not a torch file
+        raise ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__}: {e})") from e
+    kind = ckpt.get("kind") if isinstance(ckpt, dict) else None
+    if kind != KIND:
+        raise ValueError(f"{path} is a {kind!r} checkpoint, not a {KIND!r} one (give a control checkpoint "
+                         f"written by 'graspsim dagger')")
+    for key in ("model", "config", "iteration"):
+        if key not in ckpt:
+            raise ValueError(f"{path}: control checkpoint lacks the '{key}' entry")
+    return ckpt
+
+
+def model_from_checkpoint(ckpt: dict) -> ControlNet:
+    cfg = ControlNetConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in ckpt["config"].items()})
+    model = ControlNet(cfg)
+    model.load_state_dict(ckpt["model"])
+    return model
+
+
+class MaskPolicy:
+    """Batched inference: ``act(mask B,H,W bool, gripper B,2 float32) -> B,4 float32`` in simulator units
+    ((vx, vy, vz) m/s clipped to ``max_speed`` by the tanh, grip > 0 closes). Stateless across steps."""
+
+    def __init__(self, model: ControlNet, device: str | torch.device = "cpu", iteration: int = -1):
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.cfg = model.cfg
+        self.iteration = iteration
+
+    @classmethod
+    def from_checkpoint(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> "MaskPolicy":
+        ckpt = load_checkpoint(path)
+        return cls(model_from_checkpoint(ckpt), device, int(ckpt["iteration"]))
+
+    @torch.no_grad()
+    def act(self, mask: Tensor, gripper: Tensor) -> Tensor:
+        if not isinstance(mask, Tensor) or mask.dim() != 3:
+            raise ValueError(f"MaskPolicy.act: mask must be a B,H,W tensor; got {getattr(mask, 'shape', type(mask).__name__)}")
+        raw = self.model(mask.to(self.device), gripper.to(self.device).float())
+        return to_action(raw, self.cfg.max_speed)
+
+    __call__ = act
+
+
+__all__ = ["KIND", "MaskPolicy", "load_checkpoint", "model_from_checkpoint", "save_checkpoint"]

@@ -1,0 +1,414 @@
+"""``graspsim dagger``: train the mask-driven controller by DAgger (Ross et al., AISTATS 2011).
+
+Iteration ``i`` (all scenes batched on ``device``):
+
+1. **Roll out** ``episodes_per_iter`` training scenes (seeds from the ``train`` stream). Iteration 0 is
+   driven by the expert (beta = 1); later iterations draw, per scene and episode, the expert with
+   probability ``beta_i`` and the current learner otherwise (``schedule``: linear, exponential or
+   constant, starting at ``beta_start`` in iteration 1). The expert labels every visited state.
+2. **Aggregate**: the episodes are written to ``out/data/iter_NNN.h5`` (layout of ``graspsim collect``)
+   and appended to the in-memory training set.
+3. **Train** ``train_steps`` Adam steps on uniform minibatches of all data so far (the net is
+   fine-tuned across iterations, not re-initialised).
+4. **Evaluate** the learner alone (beta = 0) on ``eval_episodes`` held-out scenes (seeds from the
+   ``heldout`` stream, the same scenes every iteration, never used for training).
+5. **Checkpoint** ``out/checkpoints/iter_NNN.pt`` and ``out/policy.pt`` (model + optimizer + config),
+   then append the iteration's row to ``metrics.json`` / ``metrics.csv`` (the commit point), TensorBoard
+   scalars under ``out/tb`` and ``learning_curve.png``.
+
+``--resume`` continues after the last iteration listed in ``metrics.json``: the model, optimizer and
+aggregated data of the finished iterations are reloaded; a half-written iteration is redone. Every
+random stream is derived from (seed, iteration, purpose), so a resumed run draws what an uninterrupted
+one would.
+
+Loss (per sample): ``mean((tanh(v_raw) - v_expert / max_speed)^2) + grip_weight * BCE(grip_logit,
+expert_grip > 0)``. A behaviour-cloning baseline with the same budget is ``--schedule constant
+--beta-start 1`` (the expert drives every episode; only expert-visited states are labelled).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import json
+import logging
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Literal, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from graspsim import GraspEnv, SimConfig
+from graspsim.config import from_dict
+
+from .data import Aggregate, iteration_file, write_iteration
+from .model import ControlNet, ControlNetConfig, count_parameters
+from .policy import MaskPolicy, load_checkpoint, save_checkpoint
+from .rollout import episode_seeds, gt_masks, rollout, segmenter_masks
+
+log = logging.getLogger(__name__)
+
+RESUMABLE_KEYS = ("iterations", "resume", "progress", "threads")
+"""Config fields that may differ when resuming (they do not change what finished iterations did)."""
+SCHEDULES = ("linear", "exponential", "constant")
+
+
+@dataclass(frozen=True)
+class DaggerConfig:
+    """Train the mask-driven control net by DAgger (or behaviour cloning with --schedule constant --beta-start 1)."""
+
+    out: Path
+    """Run folder (created): config.json, data/, checkpoints/, policy.pt, metrics.json/csv, tb/, learning_curve.png."""
+    iterations: int = 5
+    """DAgger iterations (iteration 0 is expert-only). With --resume: the total."""
+    episodes_per_iter: int = 128
+    """Training episodes rolled out (and aggregated) per iteration."""
+    eval_episodes: int = 128
+    """Held-out episodes of the learner alone after each iteration."""
+    num_envs: int = 64
+    """Scenes simulated in parallel."""
+    schedule: Literal["linear", "exponential", "constant"] = "exponential"
+    """Beta schedule for iterations >= 1: linear from beta_start to 0 at the last iteration,
+    exponential beta_start * beta_decay**(i-1), or constant beta_start."""
+    beta_start: float = 0.5
+    """Probability that the expert drives an episode in iteration 1."""
+    beta_decay: float = 0.5
+    """Factor per iteration of the exponential schedule."""
+    expert_noise: float = 0.02
+    """Std (m/s) of noise added to the expert's executed velocity (labels stay clean), for state diversity."""
+    train_steps: int = 400
+    """Adam steps after each iteration's aggregation."""
+    batch_size: int = 256
+    """Minibatch size (samples drawn uniformly from all aggregated data)."""
+    lr: float = 2e-3
+    """Adam learning rate."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    grip_weight: float = 0.5
+    """Weight of the grip BCE loss beside the velocity MSE (velocity in units of max_speed)."""
+    masks: Literal["gt", "predicted"] = "gt"
+    """Learner input: simulator ground-truth masks or the vision module's predictions (needs --vision)."""
+    vision: Optional[Path] = None
+    """Vision checkpoint (graspsim train-vision) for --masks predicted."""
+    seed: int = 0
+    """Run seed: network init, scenes, Bernoulli choices, noise and minibatches derive from it."""
+    device: str = "cpu"
+    """Torch device for simulation, inference and training."""
+    threads: int = 0
+    """torch.set_num_threads (0 = leave the default)."""
+    resume: bool = False
+    """Continue the run in --out after its last finished iteration."""
+    progress: bool = True
+    """Show a progress bar."""
+    model: ControlNetConfig = field(default_factory=ControlNetConfig)
+    """Control network size."""
+    sim: SimConfig = field(default_factory=SimConfig)
+    """Simulator configuration (training scenes)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out", Path(self.out))
+        if self.vision is not None:
+            object.__setattr__(self, "vision", Path(self.vision))
+        for name in ("iterations", "episodes_per_iter", "eval_episodes", "num_envs", "train_steps", "batch_size"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"DaggerConfig.{name} must be a positive int; got {v!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"DaggerConfig.schedule must be one of {SCHEDULES}; got {self.schedule!r}")
+        for name in ("beta_start", "beta_decay"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
+                raise ValueError(f"DaggerConfig.{name} must be in [0, 1]; got {v!r}")
+        for name in ("expert_noise", "weight_decay", "grip_weight"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"DaggerConfig.{name} must be a finite number >= 0; got {v!r}")
+        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"DaggerConfig.lr must be a positive number; got {self.lr!r}")
+        if self.masks not in ("gt", "predicted"):
+            raise ValueError(f"DaggerConfig.masks must be 'gt' or 'predicted'; got {self.masks!r}")
+        if self.masks == "predicted" and self.vision is None:
+            raise ValueError("DaggerConfig: --masks predicted needs --vision CKPT (a train-vision checkpoint)")
+        if self.vision is not None and not self.vision.is_file():
+            raise FileNotFoundError(f"DaggerConfig.vision: no such checkpoint {self.vision}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"DaggerConfig.seed must be a non-negative int; got {self.seed!r}")
+        if not isinstance(self.threads, int) or self.threads < 0:
+            raise ValueError(f"DaggerConfig.threads must be a non-negative int; got {self.threads!r}")
+        if self.model.image_size != self.sim.image_size:
+            raise ValueError(f"DaggerConfig: model.image_size {self.model.image_size} must equal sim.image_size "
+                             f"{self.sim.image_size}")
+        if abs(self.model.max_speed - self.sim.max_speed) > 1e-12:
+            raise ValueError(f"DaggerConfig: model.max_speed {self.model.max_speed} must equal sim.max_speed "
+                             f"{self.sim.max_speed}")
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"DaggerConfig.device {self.device!r} is not a torch device ({e})") from e
+
+    def to_dict(self) -> dict:
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "DaggerConfig":
+        return from_dict(cls, d)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+def beta_at(cfg: DaggerConfig, it: int) -> float:
+    """Probability that the expert drives an episode in iteration ``it`` (1.0 for iteration 0)."""
+    if it == 0:
+        return 1.0
+    if cfg.schedule == "constant":
+        return float(cfg.beta_start)
+    if cfg.schedule == "exponential":
+        return float(cfg.beta_start * cfg.beta_decay ** (it - 1))
+    span = max(cfg.iterations - 2, 1)  # linear: beta_start at iteration 1 down to 0 at the last one
+    return float(max(0.0, cfg.beta_start * (1.0 - (it - 1) / span)))
+
+
+def stream_seed(seed: int, it: int, purpose: int) -> int:
+    """Seed of a random stream (purpose 0: env dynamics, 1: Bernoulli + noise, 2: minibatches, 3: eval env)."""
+    return int(np.random.SeedSequence([int(seed), 0xDA66E2, int(it), int(purpose)]).generate_state(1, np.uint32)[0])
+
+
+def generator(seed: int, device: torch.device) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(int(seed))
+    return g
+
+
+def loss_terms(raw: torch.Tensor, label: torch.Tensor, max_speed: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(velocity MSE in units of max_speed, grip BCE) for raw net outputs ``B,4`` and expert labels ``B,4``."""
+    target = (label[:, :3] / max_speed).clamp(-1.0, 1.0)
+    vel = F.mse_loss(torch.tanh(raw[:, :3]), target)
+    grip = F.binary_cross_entropy_with_logits(raw[:, 3], (label[:, 3] > 0).float())
+    return vel, grip
+
+
+def train_steps(model: ControlNet, opt: torch.optim.Optimizer, data: Aggregate, steps: int, batch_size: int,
+                grip_weight: float, g: torch.Generator, on_step: Callable[[], None] | None = None) -> dict:
+    """``steps`` optimizer steps on uniform minibatches; returns mean losses over the last half of the steps."""
+    model.train()
+    hist = []
+    for _ in range(steps):
+        mask, grip, label = data.sample(batch_size, g)
+        raw = model(mask, grip)
+        vel, gl = loss_terms(raw, label, model.cfg.max_speed)
+        loss = vel + grip_weight * gl
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        hist.append((float(loss.detach()), float(vel.detach()), float(gl.detach())))
+        if on_step is not None:
+            on_step()
+    model.eval()
+    tail = np.array(hist[len(hist) // 2:])
+    return {"loss": float(tail[:, 0].mean()), "loss_vel": float(tail[:, 1].mean()), "loss_grip": float(tail[:, 2].mean())}
+
+
+def make_mask_fn(masks: str, vision: Optional[Path], device: torch.device):
+    """``gt_masks`` or a Segmenter-backed mask function."""
+    if masks == "gt":
+        return gt_masks
+    if vision is None:
+        raise ValueError("--masks predicted needs --vision CKPT")
+    from vision.infer import Segmenter
+
+    return segmenter_masks(Segmenter.from_checkpoint(vision, device))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_metrics(out: Path, rows: list[dict]) -> None:
+    """metrics.json (list of per-iteration rows) and metrics.csv, both atomically."""
+    atomic_write_text(out / "metrics.json", json.dumps(rows, indent=2))
+    keys = [k for k in rows[0] if not isinstance(rows[0][k], (dict, list))]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(out / "metrics.csv", buf.getvalue())
+
+
+def plot_learning_curve(path: Path, curves: dict[str, list[dict]]) -> None:
+    """PNG: held-out success (learner alone) and training loss versus iteration, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    for name, rows in curves.items():
+        its = [r["iteration"] for r in rows]
+        a.plot(its, [100 * r["eval_success"] for r in rows], "o-", label=name)
+        b.plot(its, [r["loss"] for r in rows], "o-", label=name)
+    a.set(xlabel="iteration", ylabel="held-out success (%)", ylim=(-2, 102), title="learner alone")
+    b.set(xlabel="iteration", ylabel="training loss", yscale="log", title="loss on aggregated data")
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def _progress(enabled: bool):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not enabled)
+
+
+def _check_resume(cfg: DaggerConfig, out: Path) -> list[dict]:
+    """Finished iteration rows of an existing run (validating its config), or [] for a fresh run."""
+    metrics = out / "metrics.json"
+    if not cfg.resume:
+        if metrics.exists() or (out / "policy.pt").exists():
+            raise FileExistsError(f"{out} already holds a DAgger run; pass --resume to continue it or choose another --out")
+        return []
+    if not metrics.exists():
+        log.info("--resume: %s has no finished iteration; starting fresh", out)
+        return []
+    old = json.loads((out / "config.json").read_text())
+    new = cfg.to_dict()
+    diff = sorted(k for k in set(old) | set(new) if k not in RESUMABLE_KEYS and old.get(k) != new.get(k))
+    if diff:
+        raise ValueError(f"--resume: config of {out} differs in {diff}; only {list(RESUMABLE_KEYS)} may change")
+    rows = json.loads(metrics.read_text())
+    for r in rows:
+        ck = out / "checkpoints" / f"iter_{r['iteration']:03d}.pt"
+        if not ck.is_file():
+            raise FileNotFoundError(f"--resume: finished iteration {r['iteration']} has no checkpoint {ck}")
+    return rows
+
+
+# ------------------------------------------------------------------------------------------ main
+def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = None) -> dict:
+    """Run (or resume) DAgger; returns a summary dict (``final_eval_success``, ``rows`` per iteration,
+    ``checkpoint``, ``samples``, ``seconds``...). ``progress_fn`` receives each finished iteration's row."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    dev = torch.device(cfg.device)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = _check_resume(cfg, out)
+    (out / "checkpoints").mkdir(exist_ok=True)
+    atomic_write_text(out / "config.json", json.dumps(cfg.to_dict(), indent=2))
+
+    torch.manual_seed(cfg.seed)
+    model = ControlNet(cfg.model).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    start = len(rows)
+    if start:
+        ckpt = load_checkpoint(out / "checkpoints" / f"iter_{start - 1:03d}.pt", map_location=dev)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        data = Aggregate.from_files([iteration_file(out, i) for i in range(start)], cfg.sim.image_size, dev)
+        log.info("resumed %s after iteration %d (%d aggregated samples)", out, start - 1, len(data))
+    else:
+        data = Aggregate(cfg.sim.image_size, dev)
+    model.eval()
+    mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)
+    policy = MaskPolicy(model, dev)
+    heldout = episode_seeds(cfg.seed, "heldout", 0, cfg.eval_episodes)
+    tb = SummaryWriter(str(out / "tb"))
+    t_run = time.perf_counter()
+    log.info("DAgger: %d iterations x %d episodes, %d-parameter control net, masks=%s, schedule=%s",
+             cfg.iterations, cfg.episodes_per_iter, count_parameters(model), cfg.masks, cfg.schedule)
+    try:
+        with _progress(cfg.progress) as bar:
+            for it in range(start, cfg.iterations):
+                t0 = time.perf_counter()
+                beta = beta_at(cfg, it)
+                info = f"iter {it}/{cfg.iterations - 1} beta={beta:.2f}"
+                task = bar.add_task("rollout", total=cfg.episodes_per_iter, info=info)
+                env = GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, cfg.episodes_per_iter), device=dev,
+                               seed=stream_seed(cfg.seed, it, 0))
+                seeds = episode_seeds(cfg.seed, "train", it * cfg.episodes_per_iter, cfg.episodes_per_iter)
+                ro = rollout(env, seeds, policy=policy.act if it > 0 else None, beta=beta, mask_fn=mask_fn,
+                             generator=generator(stream_seed(cfg.seed, it, 1), dev), expert_noise=cfg.expert_noise,
+                             record=True, progress=lambda n: bar.update(task, completed=n))
+                t_roll = time.perf_counter() - t0
+                write_iteration(iteration_file(out, it), ro.episodes, {"dagger": cfg.to_dict(), "iteration": it,
+                                                                        "beta": beta})
+                data.add_episodes(ro.episodes, it)
+                bar.remove_task(task)
+
+                t1 = time.perf_counter()
+                task = bar.add_task("train", total=cfg.train_steps, info=f"{len(data)} samples")
+                losses = train_steps(model, opt, data, cfg.train_steps, cfg.batch_size, cfg.grip_weight,
+                                     generator(stream_seed(cfg.seed, it, 2), dev), lambda: bar.advance(task))
+                t_train = time.perf_counter() - t1
+                bar.remove_task(task)
+
+                t2 = time.perf_counter()
+                task = bar.add_task("eval", total=cfg.eval_episodes, info="learner alone, held-out")
+                eval_env = GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, cfg.eval_episodes), device=dev,
+                                    seed=stream_seed(cfg.seed, it, 3))
+                ev = rollout(eval_env, heldout, policy=policy.act, beta=0.0, mask_fn=mask_fn,
+                             generator=generator(stream_seed(cfg.seed, it, 4), dev),
+                             progress=lambda n: bar.update(task, completed=n))
+                t_eval = time.perf_counter() - t2
+                bar.remove_task(task)
+
+                row = {
+                    "iteration": it, "beta": beta, "episodes": ro.num_episodes, "samples": len(data),
+                    "new_samples": int(sum(e.num_samples for e in ro.episodes)),
+                    "rollout_success": ro.success_rate(), "rollout_expert_success": ro.success_rate("expert"),
+                    "rollout_learner_success": ro.success_rate("learner"),
+                    "learner_episodes": int((~ro.expert_driven).sum()),
+                    **losses,
+                    "eval_success": ev.success_rate(), "eval_episodes": ev.num_episodes,
+                    "eval_failures": ev.failure_counts(),
+                    "eval_mean_steps": float(ev.steps.mean()),
+                    "rollout_seconds": t_roll, "train_seconds": t_train, "eval_seconds": t_eval,
+                    "rollout_frames_per_s": ro.scene_steps / max(t_roll, 1e-9),
+                    "seconds": time.perf_counter() - t0,
+                }
+                save_checkpoint(out / "checkpoints" / f"iter_{it:03d}.pt", model, opt, it,
+                                run_config=cfg.to_dict(), metrics=row)
+                save_checkpoint(out / "policy.pt", model, opt, it, run_config=cfg.to_dict(), metrics=row)
+                rows.append(row)
+                write_metrics(out, rows)  # commit point of the iteration
+                for k in ("eval_success", "rollout_success", "rollout_learner_success", "beta", "samples"):
+                    tb.add_scalar(f"charts/{k}", row[k], it)
+                for k in ("loss", "loss_vel", "loss_grip"):
+                    tb.add_scalar(f"losses/{k}", row[k], it)
+                tb.flush()
+                plot_learning_curve(out / "learning_curve.png", {out.name: rows})
+                log.info("iter %d: beta %.2f, %d samples, loss %.4f (vel %.4f grip %.4f), rollout success %.1f%%, "
+                         "held-out learner success %.1f%% (%s), %.0fs", it, beta, len(data), row["loss"],
+                         row["loss_vel"], row["loss_grip"], 100 * row["rollout_success"], 100 * row["eval_success"],
+                         row["eval_failures"], row["seconds"])
+                if progress_fn is not None:
+                    progress_fn(row)
+    finally:
+        tb.close()
+    return {
+        "out": str(out), "checkpoint": str(out / "policy.pt"), "iterations": len(rows),
+        "final_eval_success": rows[-1]["eval_success"] if rows else float("nan"),
+        "samples": len(data), "rows": rows, "seconds": time.perf_counter() - t_run,
+        "num_parameters": count_parameters(model),
+    }
+
+
+__all__ = ["DaggerConfig", "beta_at", "loss_terms", "run_dagger", "stream_seed", "train_steps"]
