@@ -418,6 +418,7 @@ def _write_json(path: Path, data: dict) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json")
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=2, default=str)
+    os.chmod(tmp, 0o644)  # mkstemp makes owner-only files
     os.replace(tmp, path)
 
 
@@ -453,6 +454,7 @@ def plot_fps(result: dict, path: Path) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, format="png")
+        os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     finally:
         plt.close(fig)
