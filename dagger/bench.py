@@ -1,9 +1,10 @@
 """``graspsim bench``: throughput of the batched torch simulator against the pybullet backend, in one run.
 
-Measured side by side on the same machine and thread setting (``bench(cfg) -> dict``):
+Measured side by side on the same machine in one process (``bench(cfg) -> dict``):
 
 * **torch sim**: frames/s of ``GraspEnv.step`` (physics + RGB and mask render + blur/noise) at each batch
-  size of ``batch_sizes``; one frame = one scene advanced one control step and rendered.
+  size of ``batch_sizes`` and each torch thread count of ``threads``; one frame = one scene advanced one
+  control step and rendered. The best (batch, threads) counts; later parts use its thread count.
 * **bullet**: frames/s of ``BulletGraspEnv.step`` (IK + 240 Hz contact physics + TinyRenderer RGB and
   segmentation) for each ``(num_envs, workers)`` of ``bullet_configs``.
 * **full loop**: sim step + segmentation-net inference on the RGB + control-net inference on the
@@ -19,8 +20,9 @@ backends render realistic approach / grasp / lift states; done scenes keep stepp
 timed windows). ``speedup_vs_bullet`` = best torch frames/s over best bullet frames/s, both at
 ``image_size``; the configurations behind both numbers are recorded. Because the machine may be shared,
 ``speedup_paired`` re-times that best pair in alternating windows (same load for both) and gives the
-median ratio. When it falls short of
-``target_speedup``, the torch step is profiled (``torch.profiler``) and the top operators are stored.
+median ratio. When it falls short of ``target_speedup``, the torch step is profiled: top operators
+(``torch.profiler``), time per renderer function (cProfile) and render frames/s with features switched
+off (shadows, blur/noise, distractors, fingers).
 Outputs in ``out``: ``bench.json`` and ``fps_vs_batch.png``.
 """
 
