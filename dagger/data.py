@@ -42,13 +42,20 @@ class Aggregate:
         self.gripper = torch.zeros((0, 2), dtype=torch.float32, device=self.device)
         self.actions = torch.zeros((0, 4), dtype=torch.float32, device=self.device)
         self.iteration = torch.zeros((0,), dtype=torch.long, device=self.device)
+        self.weight = torch.zeros((0,), dtype=torch.float64, device=self.device)  # N: 1 / episode length
+        self._cum: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.mask.shape[0])
 
-    def add_arrays(self, mask: np.ndarray, gripper: np.ndarray, actions: np.ndarray, iteration: int) -> None:
-        """Append ``mask`` N,H,W (0/1), ``gripper`` N,2, ``actions`` N,4 from one iteration."""
+    def add_arrays(self, mask: np.ndarray, gripper: np.ndarray, actions: np.ndarray, iteration: int,
+                   lengths: Sequence[int] | None = None) -> None:
+        """Append ``mask`` N,H,W (0/1), ``gripper`` N,2, ``actions`` N,4 from one iteration, made of episodes of
+        ``lengths`` steps (consecutive; default one episode of N steps)."""
         n = len(mask)
+        lengths = [n] if lengths is None else [int(t) for t in lengths]
+        if sum(lengths) != n or min(lengths, default=1) <= 0:
+            raise ValueError(f"Aggregate: episode lengths {lengths[:8]}... must be positive and sum to {n}")
         if mask.ndim != 3 or mask.shape[1:] != self.mask.shape[1:]:
             raise ValueError(f"Aggregate: masks must be N,{self.mask.shape[1]},{self.mask.shape[2]}; got {mask.shape}")
         if gripper.shape != (n, 2) or actions.shape != (n, 4):
@@ -60,17 +67,22 @@ class Aggregate:
         self.gripper = torch.cat([self.gripper, torch.as_tensor(gripper, device=d).float()])
         self.actions = torch.cat([self.actions, torch.as_tensor(actions, device=d).float()])
         self.iteration = torch.cat([self.iteration, torch.full((n,), iteration, dtype=torch.long, device=d)])
+        w = np.repeat(1.0 / np.asarray(lengths, np.float64), lengths)
+        self.weight = torch.cat([self.weight, torch.as_tensor(w, device=d)])
+        self._cum = None
 
     def add_episodes(self, episodes: Sequence[Episode], iteration: int) -> None:
         if not episodes:
             return
         self.add_arrays(np.concatenate([e.obs["mask"] for e in episodes]),
                         np.concatenate([e.obs["gripper"] for e in episodes]),
-                        np.concatenate([e.actions for e in episodes]), iteration)
+                        np.concatenate([e.actions for e in episodes]), iteration,
+                        [e.num_samples for e in episodes])
 
     def add_file(self, path: str | os.PathLike, iteration: int) -> None:
         steps = load_steps(path, obs_keys=("mask", "gripper"))
-        self.add_arrays(steps["mask"], steps["gripper"], steps["actions"], iteration)
+        _, lengths = np.unique(steps["episode"], return_counts=True)  # episodes are stored consecutively
+        self.add_arrays(steps["mask"], steps["gripper"], steps["actions"], iteration, lengths.tolist())
 
     @classmethod
     def from_files(cls, paths: Sequence[Path], image_size: int, device: str | torch.device = "cpu") -> "Aggregate":
@@ -81,11 +93,23 @@ class Aggregate:
             agg.add_file(p, it)
         return agg
 
-    def sample(self, batch_size: int, generator: torch.Generator) -> tuple[Tensor, Tensor, Tensor]:
-        """Uniform minibatch with replacement: (mask B,H,W bool, gripper B,2, actions B,4)."""
+    def sample(self, batch_size: int, generator: torch.Generator, by: str = "step") -> tuple[Tensor, Tensor, Tensor]:
+        """Minibatch with replacement: (mask B,H,W bool, gripper B,2, actions B,4).
+
+        ``by="step"``: every stored step equally likely. ``by="episode"``: every episode equally likely
+        (then a uniform step of it), so long failed episodes (a learner hovering until the timeout) do
+        not outweigh short successful ones."""
         if len(self) == 0:
             raise ValueError("Aggregate.sample: the dataset is empty")
-        idx = torch.randint(0, len(self), (batch_size,), generator=generator, device=self.device)
+        if by == "step":
+            idx = torch.randint(0, len(self), (batch_size,), generator=generator, device=self.device)
+        elif by == "episode":
+            if self._cum is None:
+                self._cum = torch.cumsum(self.weight, 0)
+            u = torch.rand(batch_size, generator=generator, device=self.device, dtype=torch.float64) * self._cum[-1]
+            idx = torch.searchsorted(self._cum, u, right=True).clamp_max(len(self) - 1)
+        else:
+            raise ValueError(f"Aggregate.sample: by must be 'step' or 'episode'; got {by!r}")
         return self.mask[idx], self.gripper[idx], self.actions[idx]
 
 

@@ -8,7 +8,7 @@ Iteration ``i`` (all scenes batched on ``device``):
    constant, starting at ``beta_start`` in iteration 1). The expert labels every visited state.
 2. **Aggregate**: the episodes are written to ``out/data/iter_NNN.h5`` (layout of ``graspsim collect``)
    and appended to the in-memory training set.
-3. **Train** ``train_steps`` Adam steps on uniform minibatches of all data so far (the net is
+3. **Train** ``train_steps`` Adam steps on minibatches of all data so far (``sample_by``) (the net is
    fine-tuned across iterations, not re-initialised).
 4. **Evaluate** the learner alone (beta = 0) on ``eval_episodes`` held-out scenes (seeds from the
    ``heldout`` stream, the same scenes every iteration, never used for training).
@@ -22,7 +22,7 @@ random stream is derived from (seed, iteration, purpose), so a resumed run draws
 one would.
 
 Loss (per sample): ``mean((tanh(v_raw) - v_expert / max_speed)^2) + grip_weight * BCE(grip_logit,
-expert_grip > 0)``. A behaviour-cloning baseline with the same budget is ``--schedule constant
+expert_grip > 0)`` with close labels weighted ``grip_pos_weight``. A behaviour-cloning baseline with the same budget is ``--schedule constant
 --beta-start 1`` (the expert drives every episode; only expert-visited states are labelled).
 """
 
@@ -80,18 +80,25 @@ class DaggerConfig:
     """Probability that the expert drives an episode in iteration 1."""
     beta_decay: float = 0.5
     """Factor per iteration of the exponential schedule."""
-    expert_noise: float = 0.02
+    expert_noise: float = 0.01
     """Std (m/s) of noise added to the expert's executed velocity (labels stay clean), for state diversity."""
     train_steps: int = 400
     """Adam steps after each iteration's aggregation."""
     batch_size: int = 256
-    """Minibatch size (samples drawn uniformly from all aggregated data)."""
+    """Minibatch size."""
+    sample_by: Literal["episode", "step"] = "episode"
+    """Minibatch sampling over all aggregated data: every episode equally likely (then a uniform step), or
+    every step equally likely. Per-episode keeps the long time-out episodes of early learners from
+    swamping the data."""
     lr: float = 2e-3
     """Adam learning rate."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     grip_weight: float = 0.5
     """Weight of the grip BCE loss beside the velocity MSE (velocity in units of max_speed)."""
+    grip_pos_weight: float = 3.0
+    """BCE weight of 'close' labels. Close labels are rare (a few steps per episode) and the exact grasp height
+    is barely visible in the mask, so an unweighted learner hovers open above the target; >1 makes it commit."""
     masks: Literal["gt", "predicted"] = "gt"
     """Learner input: simulator ground-truth masks or the vision module's predictions (needs --vision)."""
     vision: Optional[Path] = None
@@ -107,7 +114,7 @@ class DaggerConfig:
     progress: bool = True
     """Show a progress bar."""
     model: ControlNetConfig = field(default_factory=ControlNetConfig)
-    """Control network size."""
+    """Control network size (its image_size and max_speed are taken from --sim)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration (training scenes)."""
 
@@ -125,12 +132,14 @@ class DaggerConfig:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
                 raise ValueError(f"DaggerConfig.{name} must be in [0, 1]; got {v!r}")
-        for name in ("expert_noise", "weight_decay", "grip_weight"):
+        for name in ("expert_noise", "weight_decay", "grip_weight", "grip_pos_weight"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ValueError(f"DaggerConfig.{name} must be a finite number >= 0; got {v!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"DaggerConfig.lr must be a positive number; got {self.lr!r}")
+        if self.sample_by not in ("episode", "step"):
+            raise ValueError(f"DaggerConfig.sample_by must be 'episode' or 'step'; got {self.sample_by!r}")
         if self.masks not in ("gt", "predicted"):
             raise ValueError(f"DaggerConfig.masks must be 'gt' or 'predicted'; got {self.masks!r}")
         if self.masks == "predicted" and self.vision is None:
@@ -141,12 +150,9 @@ class DaggerConfig:
             raise ValueError(f"DaggerConfig.seed must be a non-negative int; got {self.seed!r}")
         if not isinstance(self.threads, int) or self.threads < 0:
             raise ValueError(f"DaggerConfig.threads must be a non-negative int; got {self.threads!r}")
-        if self.model.image_size != self.sim.image_size:
-            raise ValueError(f"DaggerConfig: model.image_size {self.model.image_size} must equal sim.image_size "
-                             f"{self.sim.image_size}")
-        if abs(self.model.max_speed - self.sim.max_speed) > 1e-12:
-            raise ValueError(f"DaggerConfig: model.max_speed {self.model.max_speed} must equal sim.max_speed "
-                             f"{self.sim.max_speed}")
+        # the net's input size and velocity scale are the simulator's
+        object.__setattr__(self, "model", dataclasses.replace(self.model, image_size=self.sim.image_size,
+                                                              max_speed=self.sim.max_speed))
         try:
             torch.device(self.device)
         except (RuntimeError, TypeError) as e:
@@ -184,23 +190,27 @@ def generator(seed: int, device: torch.device) -> torch.Generator:
     return g
 
 
-def loss_terms(raw: torch.Tensor, label: torch.Tensor, max_speed: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(velocity MSE in units of max_speed, grip BCE) for raw net outputs ``B,4`` and expert labels ``B,4``."""
+def loss_terms(raw: torch.Tensor, label: torch.Tensor, max_speed: float,
+               grip_pos_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """(velocity MSE in units of max_speed, grip BCE with ``grip_pos_weight`` on close labels) for raw net
+    outputs ``B,4`` and expert labels ``B,4``."""
     target = (label[:, :3] / max_speed).clamp(-1.0, 1.0)
     vel = F.mse_loss(torch.tanh(raw[:, :3]), target)
-    grip = F.binary_cross_entropy_with_logits(raw[:, 3], (label[:, 3] > 0).float())
+    pw = torch.tensor(float(grip_pos_weight), device=raw.device)
+    grip = F.binary_cross_entropy_with_logits(raw[:, 3], (label[:, 3] > 0).float(), pos_weight=pw)
     return vel, grip
 
 
 def train_steps(model: ControlNet, opt: torch.optim.Optimizer, data: Aggregate, steps: int, batch_size: int,
-                grip_weight: float, g: torch.Generator, on_step: Callable[[], None] | None = None) -> dict:
+                grip_weight: float, g: torch.Generator, on_step: Callable[[], None] | None = None,
+                grip_pos_weight: float = 1.0, sample_by: str = "step") -> dict:
     """``steps`` optimizer steps on uniform minibatches; returns mean losses over the last half of the steps."""
     model.train()
     hist = []
     for _ in range(steps):
-        mask, grip, label = data.sample(batch_size, g)
+        mask, grip, label = data.sample(batch_size, g, sample_by)
         raw = model(mask, grip)
-        vel, gl = loss_terms(raw, label, model.cfg.max_speed)
+        vel, gl = loss_terms(raw, label, model.cfg.max_speed, grip_pos_weight)
         loss = vel + grip_weight * gl
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -356,7 +366,8 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
                 t1 = time.perf_counter()
                 task = bar.add_task("train", total=cfg.train_steps, info=f"{len(data)} samples")
                 losses = train_steps(model, opt, data, cfg.train_steps, cfg.batch_size, cfg.grip_weight,
-                                     generator(stream_seed(cfg.seed, it, 2), dev), lambda: bar.advance(task))
+                                     generator(stream_seed(cfg.seed, it, 2), dev), lambda: bar.advance(task),
+                                     cfg.grip_pos_weight, cfg.sample_by)
                 t_train = time.perf_counter() - t1
                 bar.remove_task(task)
 

@@ -96,8 +96,7 @@ def test_config_validation_names_the_field(tmp_path):
         dagger_cfg(tmp_path / "r", iterations=0)
     with pytest.raises(ValueError, match="vision"):
         dagger_cfg(tmp_path / "r", masks="predicted")
-    with pytest.raises(ValueError, match="image_size"):
-        dagger_cfg(tmp_path / "r", model=ControlNetConfig(image_size=64))
+    assert dagger_cfg(tmp_path / "r", model=ControlNetConfig(image_size=64)).model.image_size == 32  # from sim
     with pytest.raises(ValueError, match="beta_start"):
         dagger_cfg(tmp_path / "r", beta_start=1.5)
 
@@ -289,3 +288,18 @@ def test_wilson_interval():
     lo, hi = wilson(95, 100)
     assert lo < 0.95 < hi and 0.88 < lo < 0.9
     assert wilson(0, 10)[0] == 0.0
+
+
+def test_episode_weighted_sampling_balances_long_and_short_episodes():
+    agg = Aggregate(32)
+    mask = np.zeros((101, 32, 32), np.uint8)
+    actions = np.zeros((101, 4), np.float32)
+    actions[:1, 0] = 1.0  # a 1-step episode, then a 100-step one
+    agg.add_arrays(mask, np.zeros((101, 2), np.float32), actions, 0, [1, 100])
+    g = torch.Generator().manual_seed(0)
+    _, _, a = agg.sample(4000, g, by="episode")
+    assert 0.45 < float((a[:, 0] == 1).float().mean()) < 0.55
+    _, _, a = agg.sample(4000, g, by="step")
+    assert float((a[:, 0] == 1).float().mean()) < 0.03
+    with pytest.raises(ValueError, match="lengths"):
+        agg.add_arrays(mask, np.zeros((101, 2), np.float32), actions, 1, [5, 5])

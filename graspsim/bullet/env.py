@@ -15,7 +15,9 @@ workspace clamp); the arm then tracks that target through IK and contact physics
 from pybullet measurements, so ``privileged()`` and the failure codes mean the same as in the torch env:
 
 * ``held``: both finger pads touch the sphere (within 1 mm), the sphere centre lies between the pads
-  and the close command is active. No attachment: only friction holds the sphere.
+  (inside their footprint, and the gap is within 3 mm of the diameter, so closed fingers pushing a
+  sphere in front of them do not count) and the close command is active. No attachment: only
+  friction holds the sphere.
 * ``success``: held with the sphere bottom at least ``lift_height`` above the table (latched).
 * ``pushed``: a finger touched the free sphere while it moved more than 1 mm in the step.
 * ``missed``: the pads closed to under 2 mm without holding the sphere. ``dropped``: a held sphere was
@@ -49,6 +51,7 @@ PAD_HALF_X = 0.0105  # half extent of a Panda finger pad along the hand x axis (
 PAD_LENGTH = 0.0538  # Panda finger length below the finger joint (m)
 MAX_LAG = 0.02  # the integrated target never runs further than this ahead of the measured fingertips (m)
 PUSH_MOVE = 1e-3  # sphere displacement in one step that counts as a push when a finger touches it (m)
+HOLD_SLACK = 3e-3  # a held sphere keeps the pad gap within this of its diameter (soft pad contacts) (m)
 MISS_GAP = 2e-3  # a close that ends below this pad gap without a hold is a missed grasp (m)
 
 
@@ -240,9 +243,12 @@ class BulletGraspEnv:
         touch = torch.from_numpy(m["touch"]).to(dev)
         r = s.sphere_radius
         rel = sphere - tcp
+        # the pads squeeze the sphere between them: centre inside the pad footprint and the gap held open
+        # by the sphere (closed fingers pressed against a sphere in front of them touch it too)
         between = (
             (rel[:, 0].abs() <= PAD_HALF_X)
-            & (rel[:, 1].abs() <= width / 2 + r)
+            & (rel[:, 1].abs() <= width / 2)
+            & (width >= 2 * r - HOLD_SLACK)
             & (rel[:, 2] >= -r)
             & (rel[:, 2] <= PAD_LENGTH)
         )

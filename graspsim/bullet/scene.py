@@ -20,15 +20,17 @@ Physics choices (documented, tuned for the 1.25-1.5 cm sphere):
   Panda gripper is mechanically coupled).
 * The sphere is a ``SPHERE_MASS`` kg rigid ball. Friction: pads ``FINGER_FRICTION``, sphere
   ``SPHERE_FRICTION`` (lateral), rolling ``SPHERE_ROLLING`` and spinning ``SPHERE_SPINNING`` so a free
-  sphere does not roll away on its own; table ``TABLE_FRICTION``. Pad contacts keep the Panda URDF's
-  compliant contact (stiffness 3e4 N/m, damping 1e3), which for ``FINGER_FORCE`` = 20 N gives <1 mm
-  penetration. A grasp holds only through friction at the two pad contacts: no constraint attaches
-  the sphere to the hand. pybullet multiplies the two friction coefficients (pad-sphere 0.8), so
+  sphere does not roll away on its own; table ``TABLE_FRICTION``. Pad contacts are stiff
+  (``FINGER_CONTACT_STIFFNESS`` 1e6 N/m, damping 1e3) instead of the Panda URDF's compliant 3e4 N/m,
+  under which the squeeze drove the small sphere ~9 mm into one finger; now penetration stays near
+  1 mm and the coupled fingers close symmetrically on it. A grasp holds only through friction at the
+  two pad contacts: no constraint attaches the sphere to the hand. pybullet multiplies the two friction coefficients (pad-sphere 0.8), so
   holding the 5 g sphere needs only ~0.03 N of squeeze: 20 N leaves a wide margin against the lift
   acceleration, as a real Panda gripper (70 N continuous) would.
 * Panda geometry differs from the torch simulator's box fingers: pads 2.1 cm wide (vs
   ``pad_width`` 1.8 cm), fingers 2.6 cm thick and 5.4 cm long (vs 0.8 and 4.5 cm). The fingertip
-  centre (TCP) is the midpoint of the pad tips, ``HAND_TO_TIP`` below the hand frame.
+  centre (TCP) is the midpoint of the pad tips, ``HAND_TO_TIP`` below the hand frame. The reported
+  finger width is the gap between the pad surfaces, which sit ``PAD_INSET`` inside the joint positions.
 * Distractors are light (``DISTRACTOR_MASS``) dynamic bodies, so the fingers can shove them.
 
 Rendering: TinyRenderer (``ER_TINY_RENDERER``) with the segmentation buffer, so the target mask is
@@ -68,6 +70,12 @@ ARM_UPPER = (2.9671, 1.8326, 2.9671, 0.0, 2.9671, 3.8223, 2.9671)
 ARM_REST = (0.0, 0.2, 0.0, -2.2, 0.0, 2.4, math.pi / 4)
 FINGER_FORCE = 20.0
 FINGER_FRICTION = 1.0
+# stiff pad contacts: with the URDF's compliant 3e4 N/m the 20 N squeeze pushed the sphere ~9 mm into one
+# finger (the pads closed past each other around it); 1e6 N/m keeps penetration at about 1 mm
+FINGER_CONTACT_STIFFNESS = 1e6
+FINGER_CONTACT_DAMPING = 1e3
+# the pad surface lies this far inside the finger joint position (measured by probing the collision hull)
+PAD_INSET = 0.0011
 SPHERE_MASS = 0.005
 SPHERE_FRICTION = 0.8
 SPHERE_ROLLING = 0.002
@@ -179,7 +187,8 @@ class BulletScene:
         self.robot = pb.loadURDF(str(robot_urdf()), BASE_POS, useFixedBase=True, physicsClientId=c,
                                  flags=pb.URDF_USE_SELF_COLLISION_EXCLUDE_PARENT)
         for j in FINGER_JOINTS:
-            pb.changeDynamics(self.robot, j, lateralFriction=FINGER_FRICTION, physicsClientId=c)
+            pb.changeDynamics(self.robot, j, lateralFriction=FINGER_FRICTION, contactStiffness=FINGER_CONTACT_STIFFNESS,
+                              contactDamping=FINGER_CONTACT_DAMPING, physicsClientId=c)
         gear = pb.createConstraint(self.robot, FINGER_JOINTS[0], self.robot, FINGER_JOINTS[1], pb.JOINT_GEAR,
                                    [1, 0, 0], [0, 0, 0], [0, 0, 0], physicsClientId=c)
         pb.changeConstraint(gear, gearRatio=-1, erp=0.1, maxForce=50, physicsClientId=c)
@@ -206,8 +215,9 @@ class BulletScene:
         return pos + rot[:, 2] * HAND_TO_TIP, rot @ _DOWN_R.T
 
     def finger_gap(self) -> float:
+        """Gap between the two pad surfaces (m), >= 0."""
         a, b = pb.getJointStates(self.robot, FINGER_JOINTS, physicsClientId=self.client)
-        return float(a[0] + b[0])
+        return max(0.0, float(a[0] + b[0]) - 2 * PAD_INSET)
 
     def _ik(self, tcp_target: np.ndarray) -> list[float]:
         hand = np.asarray(tcp_target, dtype=np.float64) + np.array([0.0, 0.0, HAND_TO_TIP])
@@ -296,9 +306,8 @@ class BulletScene:
             q = self._ik(target)
             for j, qj in zip(ARM_JOINTS, q):
                 pb.resetJointState(self.robot, j, qj, physicsClientId=c)
-        half = self.cfg.open_width / 2
         for j in FINGER_JOINTS:
-            pb.resetJointState(self.robot, j, half, physicsClientId=c)
+            pb.resetJointState(self.robot, j, self.open_joint(), physicsClientId=c)
         self.target = target.copy()
         self.close = False
         self._apply_arm(q)
@@ -310,8 +319,12 @@ class BulletScene:
         pb.setJointMotorControlArray(self.robot, ARM_JOINTS, pb.POSITION_CONTROL, targetPositions=q,
                                      forces=ARM_FORCES, positionGains=[0.3] * 7, physicsClientId=self.client)
 
+    def open_joint(self) -> float:
+        """Finger joint position that opens the pads to ``cfg.open_width``."""
+        return self.cfg.open_width / 2 + PAD_INSET
+
     def _apply_fingers(self, close: bool) -> None:
-        target = 0.0 if close else self.cfg.open_width / 2
+        target = 0.0 if close else self.open_joint()
         for j in FINGER_JOINTS:
             pb.setJointMotorControl2(self.robot, j, pb.POSITION_CONTROL, targetPosition=target, force=FINGER_FORCE,
                                      maxVelocity=self.cfg.finger_speed / 2, physicsClientId=self.client)

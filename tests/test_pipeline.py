@@ -1,0 +1,52 @@
+"""``graspsim pipeline`` end to end at toy budgets: every stage runs, report.html holds the numbers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dagger.pipeline import PRESETS, PipelineConfig, run_pipeline
+from graspsim import SimConfig
+
+SIM = SimConfig(image_size=32, shadows=False, max_steps=40)
+TINY = dict(collect_episodes=4, vision_steps=2, iterations=2, episodes_per_iter=4, train_steps=2,
+            dagger_eval_episodes=4, eval_episodes=4, num_envs=4)
+
+
+def test_tiny_pipeline_writes_report_and_resumes(tmp_path):
+    cfg = PipelineConfig(name="tiny", runs_dir=tmp_path, sim=SIM, gifs=1, progress=False, **TINY)
+    s = run_pipeline(cfg)
+    out = tmp_path / "tiny"
+    html = (out / "report.html").read_text()
+    for key in ("eval_dagger_predicted", "eval_dagger_gt", "eval_dagger_moving", "eval_bc"):
+        assert s[key]["num_episodes"] == 4
+        assert (out / key / "metrics.json").is_file()
+        assert f"{key}/rollout_0.gif" in html
+    assert s["eval_dagger_moving"]["target_speed"] == [0.005, 0.02]
+    for key in ("dagger", "bc"):
+        assert (out / key / "policy.pt").is_file() and len(s[key]["rows"]) == 2
+    assert all(r["beta"] == 1.0 for r in s["bc"]["rows"])  # the baseline never lets the learner drive
+    assert s["dagger"]["rows"][1]["beta"] < 1.0
+    assert (out / "learning_curves.png").stat().st_size > 0
+    assert "Closed-loop success" in html and "learning_curves.png" in html
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["budgets"]["iterations"] == 2 and conf["preset"] == "small"
+    assert set(s["seconds"]) >= {"collect", "vision", "dagger", "bc", "eval_dagger_gt"}
+
+    with pytest.raises(FileExistsError):
+        run_pipeline(cfg)
+    again = run_pipeline(PipelineConfig(name="tiny", runs_dir=tmp_path, sim=SIM, gifs=1, progress=False,
+                                        resume=True, **TINY))
+    assert again["seconds"] == s["seconds"]  # every stage was already complete: nothing re-ran
+
+
+def test_pipeline_config_errors():
+    with pytest.raises(ValueError, match="preset"):
+        PipelineConfig(preset="huge")
+    with pytest.raises(ValueError, match="name"):
+        PipelineConfig(resume=True)
+    with pytest.raises(ValueError, match="iterations"):
+        PipelineConfig(iterations=0)
+    assert PipelineConfig(preset="medium").budgets() == PRESETS["medium"]
+    assert PipelineConfig(iterations=9).budgets()["iterations"] == 9
