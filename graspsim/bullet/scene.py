@@ -61,9 +61,10 @@ BASE_POS = (-0.55, 0.0, 0.0)
 ARM_JOINTS = tuple(range(7))
 HAND_LINK = 8
 FINGER_JOINTS = (9, 10)
-# distance from the panda_hand frame origin to the fingertip plane, along the hand z axis:
-# finger joint origin 0.0584 + finger mesh length 0.0538 (franka_panda/meshes/collision/finger.obj)
-HAND_TO_TIP = 0.0584 + 0.0538
+# distance from the panda_hand frame origin to the fingertip plane, along the hand z axis: finger joint
+# origin 0.0584 + finger mesh length 0.0538 (franka_panda/meshes/collision/finger.obj) + the ~1 mm by which
+# pybullet's collision hull of the finger extends past the mesh (measured by probing, like PAD_INSET)
+HAND_TO_TIP = 0.0584 + 0.0538 + 0.0009
 ARM_FORCES = (87.0, 87.0, 87.0, 87.0, 12.0, 12.0, 12.0)
 ARM_LOWER = (-2.9671, -1.8326, -2.9671, -3.1416, -2.9671, -0.0873, -2.9671)
 ARM_UPPER = (2.9671, 1.8326, 2.9671, 0.0, 2.9671, 3.8223, 2.9671)
