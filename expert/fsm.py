@@ -115,8 +115,13 @@ class FSMExpert:
     """Batched expert with a per-scene phase tensor and optional exploration noise.
 
     ``act(priv)`` returns the clean expert label ``B,4`` (store this as the training label);
-    ``perturb(action)`` adds Gaussian velocity noise of std ``noise_std`` (m/s) for diverse demonstrations.
+    ``perturb(action)`` adds Gaussian velocity noise for diverse demonstrations: std ``noise_std`` (m/s)
+    while approaching high above the sphere, tapering linearly to zero when the fingertips are within
+    ``NOISE_TAPER`` (m) of it, and none while grasping, lifting or recovering, so the noise diversifies
+    the visited states without breaking the final alignment.
     """
+
+    NOISE_TAPER = 0.06
 
     def __init__(self, cfg: SimConfig | None = None, num_envs: int = 1, device: str | torch.device = "cpu",
                  noise_std: float = 0.0, generator: torch.Generator | None = None):
@@ -128,6 +133,7 @@ class FSMExpert:
         self.noise_std = float(noise_std)
         self.generator = generator
         self.phase = torch.full((num_envs,), RESET, dtype=torch.long, device=self.device)
+        self._noise_scale = torch.zeros((num_envs,), device=self.device)
 
     def reset(self, env_ids: Tensor | None = None) -> None:
         if env_ids is None:
@@ -137,12 +143,18 @@ class FSMExpert:
 
     def act(self, priv: dict[str, Tensor]) -> Tensor:
         self.phase, action = expert_phase_and_action(priv, self.cfg)
+        gap = (priv["tcp_pos"][:, 2] - priv["sphere_pos"][:, 2]).clamp_min(0.0)
+        taper = (gap / self.NOISE_TAPER).clamp(0.0, 1.0)
+        self._noise_scale = torch.where(self.phase == APPROACH, taper, torch.zeros_like(taper))
         return action
 
     def perturb(self, action: Tensor) -> Tensor:
         if self.noise_std == 0.0:
             return action
-        noise = torch.randn(action[:, :3].shape, generator=self.generator, device=action.device) * self.noise_std
+        if self._noise_scale.shape[0] != action.shape[0]:
+            raise ValueError(f"perturb: action batch {action.shape[0]} does not match num_envs {self._noise_scale.shape[0]}")
+        noise = torch.randn(action[:, :3].shape, generator=self.generator, device=action.device)
+        noise = noise * (self.noise_std * self._noise_scale)[:, None]
         out = action.clone()
         out[:, :3] = (out[:, :3] + noise).clamp(-self.cfg.max_speed, self.cfg.max_speed)
         return out
