@@ -25,7 +25,7 @@ NET = ControlNetConfig(image_size=32)
 
 
 def dagger_cfg(out: Path, **kw) -> DaggerConfig:
-    args = dict(out=out, iterations=2, episodes_per_iter=4, eval_episodes=4, num_envs=4, train_steps=3,
+    args = dict(out=out, iterations=2, episodes_per_iter=4, eval_episodes=2, num_envs=4, train_steps=3,
                 batch_size=16, progress=False, sim=SIM, model=NET, seed=1)
     args.update(kw)
     return DaggerConfig(**args)
