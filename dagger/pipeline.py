@@ -9,8 +9,8 @@ One command runs every stage into ``runs/<name>/`` (default name ``pipeline__{pr
 ``dagger/``        DAgger run (``graspsim dagger``, masks from ``--masks``): data/, checkpoints/,
                    policy.pt, metrics.json/csv, tb/, learning_curve.png
 ``bc/``            behaviour-cloning baseline: the same loop and budget with beta = 1 throughout
-``eval_*/``        ``graspsim eval-sim`` of the DAgger policy with predicted masks, ground-truth masks
-                   and a moving target (predicted masks), and of the BC policy (same masks as DAgger)
+``eval_*/``        ``graspsim eval-sim`` of each run's ``best.pt`` (its best held-out iteration): DAgger
+                   with predicted masks, ground-truth masks and a moving target, and BC
 ``learning_curves.png``  held-out success and loss per iteration, DAgger beside BC
 ``summary.json``   every stage's numbers and wall-clock seconds
 ``report.html``    the numbers, curves and example rollouts
@@ -198,7 +198,8 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
             resume=(rdir / "metrics.json").exists(), sim=cfg.sim, **common, **extra,
         )
         res = _stage(summary, key, lambda: run_dagger(dcfg), out)
-        summary[key] = {k: res[k] for k in ("final_eval_success", "samples", "iterations", "checkpoint")}
+        summary[key] = {k: res[k] for k in ("final_eval_success", "samples", "iterations", "checkpoint",
+                                            "best_checkpoint", "best_iteration")}
         summary[key]["rows"] = res["rows"]
     curves = {{"dagger": "DAgger", "bc": "BC baseline"}[k]: summary[k]["rows"] for k in runs}
     plot_learning_curve(out / "learning_curves.png", curves)
@@ -212,7 +213,7 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
     for key, (run, masks, moving) in evals.items():
         if key in summary:
             continue
-        ecfg = EvalSimConfig(policy=out / run / "policy.pt", out=out / key, vision=vckpt if masks == "predicted" else None,
+        ecfg = EvalSimConfig(policy=out / run / "best.pt", out=out / key, vision=vckpt if masks == "predicted" else None,
                              masks=masks, episodes=b["eval_episodes"], seed=cfg.seed, num_envs=b["num_envs"],
                              moving_target=moving, gifs=cfg.gifs, sim=cfg.sim, **common)
         res = _stage(summary, key, lambda: evaluate_sim(ecfg), out)

@@ -12,7 +12,8 @@ Iteration ``i`` (all scenes batched on ``device``):
    fine-tuned across iterations, not re-initialised).
 4. **Evaluate** the learner alone (beta = 0) on ``eval_episodes`` held-out scenes (seeds from the
    ``heldout`` stream, the same scenes every iteration, never used for training).
-5. **Checkpoint** ``out/checkpoints/iter_NNN.pt`` and ``out/policy.pt`` (model + optimizer + config),
+5. **Checkpoint** ``out/checkpoints/iter_NNN.pt``, ``out/policy.pt`` (latest) and ``out/best.pt`` (the
+   iteration with the best held-out success so far, later iteration on ties) (model + optimizer + config),
    then append the iteration's row to ``metrics.json`` / ``metrics.csv`` (the commit point), TensorBoard
    scalars under ``out/tb`` and ``learning_curve.png``.
 
@@ -398,6 +399,8 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
                 save_checkpoint(out / "checkpoints" / f"iter_{it:03d}.pt", model, opt, it,
                                 run_config=cfg.to_dict(), metrics=row)
                 save_checkpoint(out / "policy.pt", model, opt, it, run_config=cfg.to_dict(), metrics=row)
+                if all(row["eval_success"] >= r["eval_success"] for r in rows):  # ties go to the later iteration
+                    save_checkpoint(out / "best.pt", model, opt, it, run_config=cfg.to_dict(), metrics=row)
                 rows.append(row)
                 write_metrics(out, rows)  # commit point of the iteration
                 for k in ("eval_success", "rollout_success", "rollout_learner_success", "beta", "samples"):
@@ -414,8 +417,10 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
                     progress_fn(row)
     finally:
         tb.close()
+    best = max(range(len(rows)), key=lambda i: (rows[i]["eval_success"], i)) if rows else -1
     return {
         "out": str(out), "checkpoint": str(out / "policy.pt"), "iterations": len(rows),
+        "best_checkpoint": str(out / "best.pt"), "best_iteration": best,
         "final_eval_success": rows[-1]["eval_success"] if rows else float("nan"),
         "samples": len(data), "rows": rows, "seconds": time.perf_counter() - t_run,
         "num_parameters": count_parameters(model),

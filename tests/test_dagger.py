@@ -234,6 +234,8 @@ def test_dagger_aggregates_and_resumes_after_interruption(tmp_path):
     for i in range(3):
         ck = load_checkpoint(out / "checkpoints" / f"iter_{i:03d}.pt")
         assert ck["iteration"] == i and ck["optimizer"] is not None
+    best = max(range(3), key=lambda i: (rows[i]["eval_success"], i))
+    assert res["best_iteration"] == best and load_checkpoint(out / "best.pt")["iteration"] == best
     assert (out / "learning_curve.png").stat().st_size > 0
     assert (out / "metrics.csv").read_text().count("\n") == 4
     assert any((out / "tb").iterdir())

@@ -25,7 +25,7 @@ def test_tiny_pipeline_writes_report_and_resumes(tmp_path):
         assert f"{key}/rollout_0.gif" in html
     assert s["eval_dagger_moving"]["target_speed"] == [0.005, 0.02]
     for key in ("dagger", "bc"):
-        assert (out / key / "policy.pt").is_file() and len(s[key]["rows"]) == 2
+        assert (out / key / "policy.pt").is_file() and (out / key / "best.pt").is_file() and len(s[key]["rows"]) == 2
     assert all(r["beta"] == 1.0 for r in s["bc"]["rows"])  # the baseline never lets the learner drive
     assert s["dagger"]["rows"][1]["beta"] < 1.0
     assert (out / "learning_curves.png").stat().st_size > 0
