@@ -21,8 +21,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from . import physics
 from .config import SimConfig
-from .env import GraspEnv, gripper_obs, observe
-from .randomization import sample_scenes
+from .env import GraspEnv, observe, reset_scenes
 
 ENV_ID = "graspsim/WristGrasp-v0"
 
@@ -125,14 +124,7 @@ class WristGraspVectorEnv(VectorEnv):
         a = _action_tensor(actions, self.num_envs, env.device)
         ids = torch.nonzero(self._autoreset).flatten()
         stepped = physics.step(env.state, a, self.cfg, env.generator)
-        if ids.numel():
-            fresh = sample_scenes(self.cfg, int(ids.numel()), env.generator, env.device)
-            out = {}
-            for k, v in stepped.items():
-                v = v.clone()
-                v[ids] = getattr(fresh, k)
-                out[k] = v
-            stepped = type(stepped)(**out)
+        stepped = reset_scenes(stepped, ids, self.cfg, env.generator, self.num_envs, env.device)
         before_success = env.state.success & ~self._autoreset
         env.state = stepped
         obs = observe(stepped, self.cfg, env.generator)
