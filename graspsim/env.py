@@ -87,6 +87,15 @@ def reset_scenes(state: State | None, env_ids: Tensor, cfg: SimConfig, generator
     return State(**out)
 
 
+def resample(state: State, env_ids: Tensor | Sequence[int] | None, cfg: SimConfig, generator: torch.Generator,
+             n: int, device: torch.device) -> tuple[State, Tensor]:
+    """Fresh scenes for ``env_ids`` (None = all ``n``); returns (new state, sorted index tensor of reset scenes)."""
+    ids = as_index(env_ids, n, device)
+    if env_ids is None:
+        return sample_scenes(cfg, n, generator, device), ids
+    return reset_scenes(state, ids, cfg, generator, n, device), ids
+
+
 class GraspEnv:
     """A batch of ``num_envs`` randomized wrist-camera grasping scenes on ``device``."""
 
@@ -107,11 +116,7 @@ class GraspEnv:
         """Re-sample the scenes ``env_ids`` (default all). ``seed`` re-seeds the generator first."""
         if seed is not None:
             self.generator.manual_seed(int(seed))
-        ids = as_index(env_ids, self.num_envs, self.device)
-        if env_ids is None:
-            self.state = sample_scenes(self.cfg, self.num_envs, self.generator, self.device)
-        else:
-            self.state = reset_scenes(self.state, ids, self.cfg, self.generator, self.num_envs, self.device)
+        self.state, _ = resample(self.state, env_ids, self.cfg, self.generator, self.num_envs, self.device)
         return self.observe()
 
     def step(self, action: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from ..config import SimConfig
-from ..env import as_index, gripper_obs, privileged, reset_scenes
+from ..env import as_index, gripper_obs, privileged, resample
 from ..physics import failure_cause, validate_action
 from ..randomization import sample_scenes
 from ..render import postprocess
@@ -162,11 +162,7 @@ class BulletGraspEnv:
         """Re-sample and rebuild the scenes ``env_ids`` (default all). ``seed`` re-seeds the generator first."""
         if seed is not None:
             self.generator.manual_seed(int(seed))
-        ids = as_index(env_ids, self.num_envs, self.device)
-        if env_ids is None:
-            self.state = sample_scenes(self.cfg, self.num_envs, self.generator, self.device)
-        else:
-            self.state = reset_scenes(self.state, ids, self.cfg, self.generator, self.num_envs, self.device)
+        self.state, ids = resample(self.state, env_ids, self.cfg, self.generator, self.num_envs, self.device)
         if ids.numel():
             self._build(ids.cpu())
         return self.observe()
