@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from graspsim.dataset import Episode, EpisodeWriter, load_steps
+from graspsim.env import GRIPPER_DIM
 
 
 def iteration_file(out: Path, it: int) -> Path:
@@ -39,7 +40,7 @@ class Aggregate:
         self.device = torch.device(device)
         H = image_size
         self.mask = torch.zeros((0, H, H), dtype=torch.bool, device=self.device)
-        self.gripper = torch.zeros((0, 2), dtype=torch.float32, device=self.device)
+        self.gripper = torch.zeros((0, GRIPPER_DIM), dtype=torch.float32, device=self.device)
         self.actions = torch.zeros((0, 4), dtype=torch.float32, device=self.device)
         self.iteration = torch.zeros((0,), dtype=torch.long, device=self.device)
         self.weight = torch.zeros((0,), dtype=torch.float64, device=self.device)  # N: 1 / episode length
@@ -58,8 +59,9 @@ class Aggregate:
             raise ValueError(f"Aggregate: episode lengths {lengths[:8]}... must be positive and sum to {n}")
         if mask.ndim != 3 or mask.shape[1:] != self.mask.shape[1:]:
             raise ValueError(f"Aggregate: masks must be N,{self.mask.shape[1]},{self.mask.shape[2]}; got {mask.shape}")
-        if gripper.shape != (n, 2) or actions.shape != (n, 4):
-            raise ValueError(f"Aggregate: gripper must be ({n}, 2) and actions ({n}, 4); got {gripper.shape}, {actions.shape}")
+        if gripper.shape != (n, GRIPPER_DIM) or actions.shape != (n, 4):
+            raise ValueError(f"Aggregate: gripper must be ({n}, {GRIPPER_DIM}) and actions ({n}, 4); "
+                             f"got {gripper.shape}, {actions.shape}")
         if not (np.isfinite(gripper).all() and np.isfinite(actions).all()):
             raise ValueError("Aggregate: gripper/actions contain NaN or inf")
         d = self.device
@@ -94,7 +96,7 @@ class Aggregate:
         return agg
 
     def sample(self, batch_size: int, generator: torch.Generator, by: str = "step") -> tuple[Tensor, Tensor, Tensor]:
-        """Minibatch with replacement: (mask B,H,W bool, gripper B,2, actions B,4).
+        """Minibatch with replacement: (mask B,H,W bool, gripper B,3, actions B,4).
 
         ``by="step"``: every stored step equally likely. ``by="episode"``: every episode equally likely
         (then a uniform step of it), so long failed episodes (a learner hovering until the timeout) do

@@ -10,8 +10,9 @@ Inputs (policy-visible only, never privileged state):
   fires, as image coordinates); (3) exact mask statistics: visible flag, centroid (x, y in [-1, 1]),
   square root of the area fraction (the blob grows as the camera descends, so it carries the height)
   and the bounding-box extent. All three are functions of the mask alone.
-* ``gripper``: ``B,2`` float32 = (finger gap / open gap, last executed close command 0/1), the
-  simulator's ``obs["gripper"]``; it tells the net whether it is closing or holding.
+* ``gripper``: ``B,3`` float32 = (finger gap / open gap, last executed close command 0/1, table contact
+  0/1), the simulator's ``obs["gripper"]``: it tells the net whether it is closing or holding, and when the
+  fingertips touch the table (the grasp height, which the mask barely shows).
 
 Output ``B,4`` float32 *raw* network values: ``out[:, :3]`` is the pre-tanh velocity (the velocity in
 m/s is ``tanh(out[:, :3]) * max_speed``) and ``out[:, 3]`` is the grip logit (> 0 closes).
@@ -27,6 +28,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from graspsim.env import GRIPPER_DIM
 
 NUM_STATS = 7  # visible, cx, cy, sqrt(area), width, height, 1/sqrt(area) proxy (see mask_stats)
 
@@ -104,7 +107,7 @@ class ControlNet(nn.Module):
         s = cfg.image_size // 16  # 2x2 max-pool, then three stride-2 stages
         self.keypoints = nn.Conv2d(c3, 8, 1)  # 8 soft-argmax keypoints
         self.flat = nn.Linear(c3 * s * s, cfg.hidden)
-        n_in = cfg.hidden + 8 * 2 + NUM_STATS + 2
+        n_in = cfg.hidden + 8 * 2 + NUM_STATS + GRIPPER_DIM
         self.head = nn.Sequential(
             nn.Linear(n_in, cfg.hidden), nn.ReLU(inplace=True),
             nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(inplace=True),
@@ -117,7 +120,7 @@ class ControlNet(nn.Module):
         self.register_buffer("grid", torch.stack([gx.flatten(), gs.flatten()], -1), persistent=False)  # s*s,2
 
     def forward(self, mask: Tensor, gripper: Tensor) -> Tensor:
-        """``mask`` B,1,H,W or B,H,W (0/1), ``gripper`` B,2 -> raw outputs B,4 (float32)."""
+        """``mask`` B,1,H,W or B,H,W (0/1), ``gripper`` B,GRIPPER_DIM -> raw outputs B,4 (float32)."""
         if mask.dim() == 4:
             if mask.shape[1] != 1:
                 raise ValueError(f"ControlNet: mask must be B,H,W or B,1,H,W; got {tuple(mask.shape)}")
@@ -125,8 +128,8 @@ class ControlNet(nn.Module):
         H = self.cfg.image_size
         if mask.dim() != 3 or mask.shape[1:] != (H, H):
             raise ValueError(f"ControlNet: mask must be B,{H},{H} (image_size={H}); got {tuple(mask.shape)}")
-        if gripper.shape != (mask.shape[0], 2):
-            raise ValueError(f"ControlNet: gripper must be ({mask.shape[0]}, 2); got {tuple(gripper.shape)}")
+        if gripper.shape != (mask.shape[0], GRIPPER_DIM):
+            raise ValueError(f"ControlNet: gripper must be ({mask.shape[0]}, {GRIPPER_DIM}); got {tuple(gripper.shape)}")
         m = mask.float()
         B = m.shape[0]
         pooled = F.max_pool2d(m[:, None], 2)  # B,1,H/2,W/2: keeps every target pixel

@@ -67,7 +67,7 @@ def model_from_checkpoint(ckpt: dict) -> ControlNet:
 
 
 class MaskPolicy:
-    """Batched inference: ``act(mask B,H,W bool, gripper B,2 float32) -> B,4 float32`` in simulator units
+    """Batched inference: ``act(mask B,H,W bool, gripper B,3 float32) -> B,4 float32`` in simulator units
     ((vx, vy, vz) m/s clipped to ``max_speed`` by the tanh, grip > 0 closes). Stateless across steps."""
 
     def __init__(self, model: ControlNet, device: str | torch.device = "cpu", iteration: int = -1):

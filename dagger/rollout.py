@@ -115,13 +115,13 @@ def rollout(env, seeds: list[int], *, policy: PolicyFn | None = None, beta: floa
     Args:
         env: batched environment; its ``num_envs`` scenes run in parallel, its generator drives dynamics noise.
         seeds: scene seeds (one episode each).
-        policy: learner ``(mask B,H,W bool, gripper B,2) -> B,4`` in simulator units; None = expert only.
+        policy: learner ``(mask B,H,W bool, gripper B,3) -> B,4`` in simulator units; None = expert only.
         beta: probability that an episode is driven by the expert (per scene, drawn at episode start).
         mask_fn: ``obs -> mask B,H,W bool`` (:func:`gt_masks` or :func:`segmenter_masks`).
         generator: draws the Bernoulli choices and the expert noise (seeded by the caller).
         expert_noise: std (m/s) of Gaussian noise on the *executed* expert velocity (labels stay clean).
         record: keep every episode as a :class:`graspsim.dataset.Episode` (obs ``mask`` T,H,W uint8 and
-            ``gripper`` T,2; ``actions`` = expert labels T,4; extras ``executed_actions`` T,4 and
+            ``gripper`` T,3; ``actions`` = expert labels T,4; extras ``executed_actions`` T,4 and
             ``expert_driven`` T uint8; privileged ``PRIVILEGED_KEYS``).
         capture: keep RGB and mask frames of the first ``capture`` episodes (for GIFs).
         progress: called with the number of finished episodes after each step where some finish.

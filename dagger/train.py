@@ -92,7 +92,10 @@ class DaggerConfig:
     every step equally likely. Per-episode keeps the long time-out episodes of early learners from
     swamping the data."""
     lr: float = 2e-3
-    """Adam learning rate."""
+    """Adam learning rate at the start of each iteration's training."""
+    lr_final_frac: float = 0.05
+    """Each iteration's training anneals the learning rate from lr to lr * lr_final_frac (cosine), so the
+    iteration's checkpoint is not taken at the noisy high-rate end of training."""
     weight_decay: float = 0.0
     """AdamW weight decay."""
     grip_weight: float = 0.5
@@ -139,6 +142,8 @@ class DaggerConfig:
                 raise ValueError(f"DaggerConfig.{name} must be a finite number >= 0; got {v!r}")
         if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"DaggerConfig.lr must be a positive number; got {self.lr!r}")
+        if not (isinstance(self.lr_final_frac, (int, float)) and 0.0 < self.lr_final_frac <= 1.0):
+            raise ValueError(f"DaggerConfig.lr_final_frac must be in (0, 1]; got {self.lr_final_frac!r}")
         if self.sample_by not in ("episode", "step"):
             raise ValueError(f"DaggerConfig.sample_by must be 'episode' or 'step'; got {self.sample_by!r}")
         if self.masks not in ("gt", "predicted"):
@@ -204,11 +209,18 @@ def loss_terms(raw: torch.Tensor, label: torch.Tensor, max_speed: float,
 
 def train_steps(model: ControlNet, opt: torch.optim.Optimizer, data: Aggregate, steps: int, batch_size: int,
                 grip_weight: float, g: torch.Generator, on_step: Callable[[], None] | None = None,
-                grip_pos_weight: float = 1.0, sample_by: str = "step") -> dict:
-    """``steps`` optimizer steps on uniform minibatches; returns mean losses over the last half of the steps."""
+                grip_pos_weight: float = 1.0, sample_by: str = "step", lr: float | None = None,
+                lr_final_frac: float = 1.0) -> dict:
+    """``steps`` optimizer steps on minibatches drawn by ``sample_by``; returns mean losses over the last half.
+
+    With ``lr`` given, the learning rate follows a cosine from ``lr`` down to ``lr * lr_final_frac``."""
     model.train()
     hist = []
-    for _ in range(steps):
+    for k in range(steps):
+        if lr is not None:
+            frac = lr_final_frac + (1.0 - lr_final_frac) * 0.5 * (1.0 + math.cos(math.pi * k / max(steps - 1, 1)))
+            for group in opt.param_groups:
+                group["lr"] = lr * frac
         mask, grip, label = data.sample(batch_size, g, sample_by)
         raw = model(mask, grip)
         vel, gl = loss_terms(raw, label, model.cfg.max_speed, grip_pos_weight)
@@ -368,7 +380,7 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
                 task = bar.add_task("train", total=cfg.train_steps, info=f"{len(data)} samples")
                 losses = train_steps(model, opt, data, cfg.train_steps, cfg.batch_size, cfg.grip_weight,
                                      generator(stream_seed(cfg.seed, it, 2), dev), lambda: bar.advance(task),
-                                     cfg.grip_pos_weight, cfg.sample_by)
+                                     cfg.grip_pos_weight, cfg.sample_by, cfg.lr, cfg.lr_final_frac)
                 t_train = time.perf_counter() - t1
                 bar.remove_task(task)
 

@@ -9,7 +9,7 @@ image noise come from one run-level generator, so the same run seed and config (
 differs from an uninterrupted run but never repeats a scene.
 
 Per step the file holds the observation the expert acted on (``obs/rgb`` T,H,W,3 uint8, ``obs/mask``
-T,H,W uint8, ``obs/gripper`` T,2 float32), the expert's clean label (``actions`` T,4 float32), the
+T,H,W uint8, ``obs/gripper`` T,3 float32), the expert's clean label (``actions`` T,4 float32), the
 executed (noisy) action when ``noise > 0`` (``executed_actions``), robomimic's ``rewards`` / ``dones``,
 and privileged state (``privileged/{tcp_pos, sphere_pos, sphere_radius, finger_width, held, phase}``).
 Episodes are appended in completion order (ties broken by scene slot); in-flight episodes beyond

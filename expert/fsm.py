@@ -8,9 +8,15 @@ correctly from *any* state a learner may have driven the scene into (DAgger need
                  missed or slipped grasp.
 * ``APPROACH`` - open gripper: servo the fingertip centre over the sphere (with feed-forward of the
                  sphere's drift), descending inside a cone around the sphere so the fingers never sweep
-                 into it sideways; rise if low and misaligned.
-* ``GRASP``    - aligned at grasp height (or already closing with the sphere between the pads): close,
-                 hold position (tracking drift).
+                 into it sideways, down to table contact (a guarded move); rise only if low with the
+                 sphere near a finger's footprint (not inside the open gap).
+* ``GRASP``    - fingers open, touching the table (the gripper's contact sense, ``SimConfig.contact_height``)
+                 and centred within ``CLOSE_TOL`` of the sphere (or already closing with the sphere between
+                 the pads): close, hold position (tracking drift).
+
+The grasp trigger uses only what a mask-driven learner can also perceive: contact is in
+``obs["gripper"]``, and the centring tolerance is loose enough (a few millimetres, well inside the pads'
+capture window) that the learner's view of it (the target blob near the image centre) suffices.
 * ``LIFT``     - the sphere is held: keep closed and go up.
 
 All arithmetic is on ``B``-sized tensors; nothing loops over scenes.
@@ -25,6 +31,18 @@ from graspsim.config import SimConfig
 
 PHASES = ("RESET", "APPROACH", "GRASP", "LIFT")
 RESET, APPROACH, GRASP, LIFT = range(4)
+CLOSE_TOL = (0.004, 0.006)
+"""Largest |x|, |y| offset (m) of the sphere from the fingertip centre at which the expert closes. Along x
+the pads are ``pad_width`` = 18 mm long (slip grows only beyond 4.5 mm); along y the open fingers herd it."""
+CONE_INNER = (0.004, 0.15)
+"""Full descent speed while the horizontal distance to the sphere is within ``a + b * height`` (m)."""
+CONE_OUTER = (0.010, 0.30)
+"""No descent beyond ``a + b * height`` (m) (linear fade in between)."""
+GAP_MARGIN = 0.002
+"""Clearance (m) kept between the sphere and a finger's inner face when descending near the table."""
+DESCEND_TO = -0.004
+"""Height (m) the descent aims at: just below the table, so the fingertips reach contact instead of
+creeping towards it."""
 
 
 def _window(rel: Tensor, r: Tensor, width: Tensor, cfg: SimConfig, margin: float = 0.0) -> Tensor:
@@ -56,23 +74,30 @@ def expert_phase_and_action(priv: dict[str, Tensor], cfg: SimConfig) -> tuple[Te
     e_xy = aim_xy - tcp[:, :2]
     dist_xy = e_xy.norm(dim=1)
     h = tcp[:, 2]
-    grasp_h = 0.3 * r
     rel = sph - tcp
+    contact = h <= cfg.contact_height
 
     # xy servo: close half the error per step, plus drift feed-forward
     v_xy = (0.5 * e_xy / dt + drift).clamp(-vmax, vmax)
-    # descent allowed inside a cone around the sphere (tight near the table)
-    cone = 0.003 + 0.15 * (h - grasp_h).clamp_min(0.0)
-    aligned = dist_xy <= cone
+    # Descent speed fades smoothly from full (inside an inner cone around the sphere) to none (outside an
+    # outer cone), so a learner that sees the misalignment only to a pixel or two gets consistent labels.
+    hc = h.clamp_min(0.0)
+    inner, outer = CONE_INNER[0] + CONE_INNER[1] * hc, CONE_OUTER[0] + CONE_OUTER[1] * hc
+    ramp = ((outer - dist_xy) / (outer - inner)).clamp(0.0, 1.0)
+    centred = (e_xy[:, 0].abs() <= CLOSE_TOL[0]) & (e_xy[:, 1].abs() <= CLOSE_TOL[1])
     low = h < (2 * r + 0.012)
     fully_open = width >= 0.95 * cfg.open_width
-    vz_descend = (0.5 * (grasp_h - h) / dt).clamp(-vmax, vmax)
+    vz_descend = (0.5 * (DESCEND_TO - h) / dt).clamp(-vmax, 0.0) * ramp
     # near the table, wait for the fingers to be fully open before going lower
-    vz_descend = torch.where(~fully_open & low & (vz_descend < 0), torch.zeros_like(vz_descend), vz_descend)
-    vz_hold = torch.where(low, torch.full_like(h, 0.5 * vmax), torch.zeros_like(h))
-    vz = torch.where(aligned, vz_descend, vz_hold)
+    vz_descend = torch.where(~fully_open & low, torch.zeros_like(vz_descend), vz_descend)
+    # rise only where a finger could come down on the sphere: low, and the sphere not inside the open gap
+    gap_half = width / 2 - r - GAP_MARGIN
+    # (the footprint grown by one step of travel, so a finger cannot sweep into the sphere sideways)
+    reach = cfg.pad_width / 2 + r + GAP_MARGIN + vmax * dt
+    under_finger = low & (e_xy[:, 1].abs() > gap_half) & (e_xy[:, 0].abs() < reach)
+    vz = torch.where(under_finger, torch.full_like(h, 0.5 * vmax), vz_descend)
 
-    ready = fully_open & (h <= 0.6 * r) & (dist_xy <= 0.003)
+    ready = fully_open & contact & centred
     closing_on_target = close_cmd & ~held & _window(rel, r, width, cfg) & (width > 2 * r - 1e-6)
     closed_on_nothing = close_cmd & ~held & ~closing_on_target
 

@@ -182,6 +182,9 @@ class SimConfig:
     """Camera position in the gripper frame, relative to the fingertip centre (m)."""
     lift_height: float = 0.05
     """Success: the held sphere's bottom is at least this far above the table (m)."""
+    contact_height: float = 0.002
+    """The gripper's table-contact sensor reports contact when the fingertips are at most this high (m) above
+    the table: the guarded move a real arm does with its wrist force-torque sensor or joint-torque residuals."""
     workspace: float = 0.25
     """Half-size of the square workspace in x and y (m); the gripper is clamped inside it."""
     max_height: float = 0.35
@@ -198,7 +201,7 @@ class SimConfig:
         if not isinstance(self.max_steps, int) or self.max_steps <= 0:
             raise ValueError(f"SimConfig.max_steps must be a positive int; got {self.max_steps!r}")
         for name in ("control_hz", "max_speed", "max_accel", "finger_speed", "open_width", "pad_width",
-                     "finger_length", "finger_thickness", "lift_height", "workspace", "max_height"):
+                     "finger_length", "finger_thickness", "lift_height", "workspace", "max_height", "contact_height"):
             _check_positive(owner, name, getattr(self, name))
         if len(self.camera_offset) != 3 or not all(math.isfinite(v) for v in self.camera_offset):
             raise ValueError(f"SimConfig.camera_offset must be three finite numbers; got {self.camera_offset!r}")

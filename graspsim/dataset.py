@@ -95,7 +95,7 @@ def _default_env_args(config: dict) -> dict:
 class Episode:
     """One episode of ``T`` steps, as numpy arrays with time first.
 
-    ``obs``: policy observations (``rgb`` T,H,W,3 uint8; ``mask`` T,H,W uint8 0/1; ``gripper`` T,2 float32).
+    ``obs``: policy observations (``rgb`` T,H,W,3 uint8; ``mask`` T,H,W uint8 0/1; ``gripper`` T,3 float32).
     ``actions``: T,A float32 labels. ``privileged``: true state per step (``tcp_pos`` T,3 m, ...).
     ``extras``: other per-step arrays stored beside ``actions`` (``rewards``, ``dones``,
     ``executed_actions``, ``learner_actions``...). ``attrs``: per-episode scalars or strings

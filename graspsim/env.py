@@ -8,7 +8,9 @@
 
 Observation dict (policy-visible only):
   ``rgb``: B,3,H,W uint8; ``mask``: B,H,W bool (exact visible-target mask);
-  ``gripper``: B,2 float32 = (finger gap / open gap, last executed close command as 0/1).
+  ``gripper``: B,3 float32 = (finger gap / open gap, last executed close command as 0/1, table contact 0/1).
+  These are the gripper's own senses (finger encoder, its last command, a force/contact sensor that says
+  the fingertips touch the table, see ``SimConfig.contact_height``); nothing about the target.
 
 ``step`` does **not** reset finished scenes; callers (collectors, the gymnasium vector env) reset the
 ``done`` ones by index. Finished scenes keep stepping harmlessly until then.
@@ -28,6 +30,8 @@ from .render import RenderOutput, render
 from .state import State
 
 OBS_KEYS = ("rgb", "mask", "gripper")
+GRIPPER_DIM = 3
+"""Width of ``obs["gripper"]``: (finger gap / open gap, last close command 0/1, table contact 0/1)."""
 
 
 def observe(state: State, cfg: SimConfig, generator: torch.Generator | None = None) -> dict[str, Tensor]:
@@ -37,8 +41,13 @@ def observe(state: State, cfg: SimConfig, generator: torch.Generator | None = No
 
 
 def gripper_obs(state: State, cfg: SimConfig) -> Tensor:
-    """B,2 float32: normalised finger gap and last executed close command."""
-    return torch.stack([state.finger_width / cfg.open_width, state.close_cmd.float()], -1)
+    """B,GRIPPER_DIM float32: normalised finger gap, last executed close command, table contact (0/1).
+
+    Contact is the fingertips at most ``cfg.contact_height`` above the table, the signal of a guarded move.
+    It makes the grasp height observable: at 64x64 the target's image hardly changes over the last
+    centimetre of descent, so without it a mask-only policy cannot tell when the fingers straddle the sphere."""
+    contact = (state.tcp_pos[:, 2] <= cfg.contact_height).float()
+    return torch.stack([state.finger_width / cfg.open_width, state.close_cmd.float(), contact], -1)
 
 
 def privileged(state: State) -> dict[str, Tensor]:

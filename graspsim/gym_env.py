@@ -1,7 +1,7 @@
 """Gymnasium interfaces: ``graspsim/WristGrasp-v0`` (one scene) and a vector env with autoreset.
 
 Both wrap the batched torch simulator and return numpy arrays in gymnasium's conventions:
-observation ``{"rgb": H,W,3 uint8, "mask": H,W uint8 (0/1), "gripper": 2 float32}``, action
+observation ``{"rgb": H,W,3 uint8, "mask": H,W uint8 (0/1), "gripper": 3 float32}``, action
 ``(vx, vy, vz, grip)`` float32 with velocities in m/s (clipped to ``max_speed``) and grip > 0 closing.
 ``terminated`` = the sphere is held and lifted; ``truncated`` = the step limit was reached.
 
@@ -21,7 +21,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from . import physics
 from .config import SimConfig
-from .env import GraspEnv, observe, reset_scenes
+from .env import GRIPPER_DIM, GraspEnv, observe, reset_scenes
 
 ENV_ID = "graspsim/WristGrasp-v0"
 
@@ -32,7 +32,7 @@ def _spaces(cfg: SimConfig) -> tuple[spaces.Dict, spaces.Box]:
         {
             "rgb": spaces.Box(0, 255, (s, s, 3), np.uint8),
             "mask": spaces.Box(0, 1, (s, s), np.uint8),
-            "gripper": spaces.Box(0.0, 1.0, (2,), np.float32),
+            "gripper": spaces.Box(0.0, 1.0, (GRIPPER_DIM,), np.float32),
         }
     )
     v = cfg.max_speed

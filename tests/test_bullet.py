@@ -28,7 +28,7 @@ def test_reset_step_shapes_and_dtypes(env):
     obs = env.reset(seed=1)
     assert obs["rgb"].shape == (2, 3, H, H) and obs["rgb"].dtype == torch.uint8
     assert obs["mask"].shape == (2, H, H) and obs["mask"].dtype == torch.bool
-    assert obs["gripper"].shape == (2, 2) and obs["gripper"].dtype == torch.float32
+    assert obs["gripper"].shape == (2, 3) and obs["gripper"].dtype == torch.float32
     obs, reward, done, info = env.step(torch.zeros(2, 4))
     assert obs["rgb"].shape == (2, 3, H, H) and reward.shape == (2,) and reward.dtype == torch.float32
     assert done.dtype == torch.bool and info["success"].dtype == torch.bool and info["timeout"].dtype == torch.bool

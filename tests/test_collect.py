@@ -71,7 +71,7 @@ def test_same_seed_same_arrays_and_robomimic_layout(tmp_path):
             total += T
             assert g["obs/rgb"].shape == (T, 16, 16, 3) and g["obs/rgb"].dtype == np.uint8
             assert g["obs/mask"].shape == (T, 16, 16) and set(np.unique(g["obs/mask"][()])) <= {0, 1}
-            assert g["obs/gripper"].shape == (T, 2) and g["actions"].shape == (T, 4) and g["actions"].dtype == np.float32
+            assert g["obs/gripper"].shape == (T, 3) and g["actions"].shape == (T, 4) and g["actions"].dtype == np.float32
             assert g["dones"][-1] == 1 and g["dones"][:-1].sum() == 0
             assert g["rewards"][-1] == float(g.attrs["success"]) and bool(g.attrs["success"]) == (g.attrs["failure"] == "success")
             # the stored seed rebuilds the scene the episode started from

@@ -41,7 +41,7 @@ def test_policy_output_shape_and_units():
     pol = MaskPolicy(ControlNet(NET))
     mask = torch.zeros(5, 32, 32, dtype=torch.bool)
     mask[1, 10:13, 20:22] = True
-    grip = torch.tensor([[1.0, 0.0]] * 5)
+    grip = torch.tensor([[1.0, 0.0, 0.0]] * 5)
     a = pol.act(mask, grip)
     assert a.shape == (5, 4) and a.dtype == torch.float32
     assert torch.isfinite(a).all()
@@ -54,14 +54,14 @@ def test_forward_does_not_mutate_input_and_rejects_bad_shapes():
     net = ControlNet(NET)
     mask = torch.zeros(2, 1, 32, 32)
     mask[0, 0, 3, 4] = 1
-    grip = torch.zeros(2, 2)
+    grip = torch.zeros(2, 3)
     before = mask.clone()
     net(mask, grip)
     assert torch.equal(mask, before)
     with pytest.raises(ValueError, match="mask"):
         net(torch.zeros(2, 16, 16), grip)
     with pytest.raises(ValueError, match="gripper"):
-        net(torch.zeros(2, 32, 32), torch.zeros(3, 2))
+        net(torch.zeros(2, 32, 32), torch.zeros(3, 3))
 
 
 def test_mask_stats_locate_a_blob_and_flag_empty_masks():
@@ -113,7 +113,7 @@ def test_checkpoint_roundtrip_is_bit_identical(tmp_path):
     for (k, a), (k2, b) in zip(net.state_dict().items(), pol.model.state_dict().items()):
         assert k == k2 and torch.equal(a, b)
     mask = torch.rand(3, 32, 32) > 0.97
-    grip = torch.rand(3, 2)
+    grip = torch.rand(3, 3)
     assert torch.equal(MaskPolicy(net).act(mask, grip), pol.act(mask, grip))
 
 
@@ -297,11 +297,11 @@ def test_episode_weighted_sampling_balances_long_and_short_episodes():
     mask = np.zeros((101, 32, 32), np.uint8)
     actions = np.zeros((101, 4), np.float32)
     actions[:1, 0] = 1.0  # a 1-step episode, then a 100-step one
-    agg.add_arrays(mask, np.zeros((101, 2), np.float32), actions, 0, [1, 100])
+    agg.add_arrays(mask, np.zeros((101, 3), np.float32), actions, 0, [1, 100])
     g = torch.Generator().manual_seed(0)
     _, _, a = agg.sample(4000, g, by="episode")
     assert 0.45 < float((a[:, 0] == 1).float().mean()) < 0.55
     _, _, a = agg.sample(4000, g, by="step")
     assert float((a[:, 0] == 1).float().mean()) < 0.03
     with pytest.raises(ValueError, match="lengths"):
-        agg.add_arrays(mask, np.zeros((101, 2), np.float32), actions, 1, [5, 5])
+        agg.add_arrays(mask, np.zeros((101, 3), np.float32), actions, 1, [5, 5])

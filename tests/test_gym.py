@@ -48,4 +48,4 @@ def test_vector_env_next_step_autoreset():
 def test_make_vec_uses_batched_env():
     venv = gym.make_vec("graspsim/WristGrasp-v0", num_envs=3, vectorization_mode="vector_entry_point")
     obs, _ = venv.reset(seed=1)
-    assert obs["gripper"].shape == (3, 2)
+    assert obs["gripper"].shape == (3, 3)

@@ -167,7 +167,7 @@ def test_observation_shapes_and_dtypes():
     obs = env.reset()
     assert obs["rgb"].shape == (5, 3, 32, 32) and obs["rgb"].dtype == torch.uint8
     assert obs["mask"].shape == (5, 32, 32) and obs["mask"].dtype == torch.bool
-    assert obs["gripper"].shape == (5, 2) and obs["gripper"].dtype == torch.float32
+    assert obs["gripper"].shape == (5, 3) and obs["gripper"].dtype == torch.float32
     assert set(obs) == {"rgb", "mask", "gripper"}  # nothing privileged leaks into the observation
 
 

@@ -1,7 +1,7 @@
 """``BulletGraspEnv``: the grasping task in pybullet with a Franka Panda, behind the ``GraspEnv`` API.
 
 >>> env = BulletGraspEnv(SimConfig(), num_envs=8, seed=0, workers=2)
->>> obs = env.reset()                                # rgb 8,3,H,W uint8; mask 8,H,W bool; gripper 8,2
+>>> obs = env.reset()                                # rgb 8,3,H,W uint8; mask 8,H,W bool; gripper 8,3
 >>> obs, reward, done, info = env.step(action)      # action 8,4 float32: (vx, vy, vz) m/s, grip > 0 closes
 >>> env.privileged()                                 # same keys as graspsim.privileged
 >>> env.close()
@@ -274,7 +274,7 @@ class BulletGraspEnv:
 
     def observe(self) -> dict[str, Tensor]:
         """Policy observation: rgb B,3,H,W uint8 (TinyRenderer image + the scene's blur and noise),
-        mask B,H,W bool (pybullet segmentation == sphere body), gripper B,2 float32."""
+        mask B,H,W bool (pybullet segmentation == sphere body), gripper B,3 float32."""
         grip = gripper_obs(self.state, self.cfg)
         if not self.render_obs:
             return {"gripper": grip}
