@@ -307,7 +307,8 @@ def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
     x = x.contiguous(memory_format=torch.channels_last)
     target = (torch.rand((B, H, H), generator=g, device=dev) < 0.02).float()
     mask = torch.rand((B, H, H), generator=g, device=dev) < 0.02
-    grip = torch.rand((B, 2), generator=g, device=dev)
+    grip_dim = GraspEnv(cfg.sim, num_envs=1, device=dev, render_obs=False).observe()["gripper"].shape[1]
+    grip = torch.rand((B, grip_dim), generator=g, device=dev)
     act = torch.rand((B, 4), generator=g, device=dev) * 2 - 1
     bce, mse = torch.nn.functional.binary_cross_entropy_with_logits, torch.nn.functional.mse_loss
     bf16 = dev.type == "cpu"

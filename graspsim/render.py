@@ -1,20 +1,39 @@
-"""Batched wrist-camera ray caster: RGB and the exact visible-target mask for every scene in one call.
+"""Batched wrist-camera renderer: RGB and the exact visible-target mask for every scene in one call.
 
 Scene primitives: the textured table plane z = 0, the target sphere, distractors (yawed boxes, vertical
-cylinders, spheres) and the two finger boxes. One primary ray per pixel through a pinhole camera;
+cylinders, spheres) and the two finger boxes, seen through a pinhole camera (one ray per pixel centre);
 the first surface hit decides the pixel, so the target mask is occlusion-aware by construction.
-Shading: ambient + Lambert diffuse + Blinn-Phong specular (objects) from one directional light,
-with hard shadows from a per-scene shadow map (see ``_shadowed``); the table is matte. Post-processing (optional): 3x3 Gaussian blur blend and
-additive Gaussian noise, applied to RGB only (the mask stays exact).
+Shading: ambient + Lambert diffuse + Blinn-Phong specular (objects) from one directional light, with
+exact hard shadows on every surface (see ``_shadows``); the table is matte. Post-processing (optional):
+3x3 Gaussian blur blend and additive Gaussian pixel noise, on RGB only (the mask stays exact).
 
-Speed: the table hit is computed densely (one division per pixel). Objects are small on screen, so
-the exact intersection runs only on the (scene, pixel, object) candidates inside each object's projected
-bounding box. Object pixels are shaded sparsely. Nothing loops over scenes.
+How it stays cheap (the work per pixel is what limits a CPU; see ``benchmarks/``):
+
+* **Table, dense.** The table is a plane, so its image is a perspective warp of the texture: each
+  scene's texel coordinates are a homography of the pixel coordinates (``_table_texels``). Per pixel:
+  three multiply-adds of precomputed row and column terms, one reciprocal, integer wrap-around and one
+  texture gather per channel. No per-pixel ray directions, hit points or normals.
+* **Objects, sparse.** The exact ray-primitive intersection runs only on the (scene, pixel, object)
+  candidates inside each object's projected bounding box, with each candidate's ray built on the fly.
+* **Shadows, sparse and exact.** A pixel can only be shadowed by object ``m`` if its surface point
+  lies in the convex hull of ``m`` and ``m``'s shadow on the table (its bounding-box corners pushed
+  along the light onto z = 0); only pixels inside that hull's screen box cast a shadow ray, and only
+  against ``m``.
+* **Post-processing** is one grouped convolution (blur and blend folded into a per-scene kernel)
+  and Gaussian noise read from a fixed bank of normal samples at per-image random offsets drawn from the
+  caller's generator (seeded, so the same seed gives the same images).
+
+Colour buffers are channel-major (``3,B,H,W``) inside the renderer so each texture channel is one
+contiguous gather; the outputs are ``B,3,H,W`` views. Nothing loops over scenes.
 """
 
 from __future__ import annotations
 
+import ctypes
+import os
+import sys
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -23,24 +42,55 @@ from torch import Tensor
 from .config import SimConfig
 from .physics import finger_boxes
 from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, State
-from .textures import texture_bank
+from .textures import TEXTURE_SIZE, texture_bank
+
+
+
+def _tune_allocator() -> None:
+    """glibc: keep freed heap memory for reuse instead of handing it back to the OS after every call.
+
+    A render allocates a few buffers of about 4 MB per 256 scenes; with glibc's defaults they are
+    mmap'ed or trimmed on free, so every call page-faults them in again (measured: that doubled the
+    render time at batch 256). Raising the trim threshold, the top pad and a fixed 32 MB mmap threshold
+    keeps them in the heap (the peak resident size stays allocated). Process-wide; set
+    ``GRASPSIM_MALLOC_TUNING=0`` to leave the allocator alone. No effect outside glibc.
+    """
+    if os.environ.get("GRASPSIM_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
+        libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
+        libc.mallopt(M_TOP_PAD, 64 << 20)
+        libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
+    except (OSError, AttributeError):
+        pass
+
+
+_tune_allocator()
 
 EPS = 1e-5
 INF = float("inf")
 TARGET_ID = 0  # object slot of the target sphere; the table is -1
 
 
-@dataclass
 class RenderOutput:
-    """``rgb``: B,3,H,W uint8; ``mask``: B,H,W bool (target visible); ``depth``: B,H,W float32 (metres
-    along the ray, inf for background); ``alpha``: B,H,W bool (an object, not the table, is hit);
-    ``color``: B,3,H,W float32 linear colour in [0, 1] before quantisation (after post-processing)."""
+    """``rgb``: B,3,H,W uint8; ``mask``: B,H,W bool (target visible); ``alpha``: B,H,W bool (an object,
+    not the table, is hit); ``color``: B,3,H,W float32 colour in [0, 1] before quantisation (after
+    post-processing; a view of a channel-major buffer); ``depth``: B,H,W float32 (metres along the ray,
+    inf for background), computed on first access."""
 
-    rgb: Tensor
-    mask: Tensor
-    depth: Tensor
-    alpha: Tensor
-    color: Tensor
+    def __init__(self, rgb: Tensor, mask: Tensor, alpha: Tensor, color: Tensor, depth_fn: Callable[[], Tensor]):
+        self.rgb, self.mask, self.alpha, self.color = rgb, mask, alpha, color
+        self._depth_fn: Callable[[], Tensor] | None = depth_fn
+        self._depth: Tensor | None = None
+
+    @property
+    def depth(self) -> Tensor:
+        if self._depth is None:
+            self._depth = self._depth_fn()
+            self._depth_fn = None
+        return self._depth
 
 
 @dataclass
@@ -53,7 +103,6 @@ class Objects:
     yaw: Tensor  # B,M
     color: Tensor  # B,M,3
     active: Tensor  # B,M bool
-    bound: Tensor  # B,M bounding-sphere radius
 
 
 def scene_objects(state: State, cfg: SimConfig, fingers: bool = True, distractors: bool = True) -> Objects:
@@ -82,122 +131,10 @@ def scene_objects(state: State, cfg: SimConfig, fingers: bool = True, distractor
         active.append(state.dist_kind != KIND_NONE)
     kind = torch.cat(kinds, 1)
     half = torch.cat(halves, 1)
-    bound = torch.where(kind == KIND_SPHERE, half[..., 0], half.norm(dim=-1))
-    return Objects(kind, torch.cat(centres, 1), half, torch.cat(yaws, 1), torch.cat(colors, 1), torch.cat(active, 1), bound)
-
-
-# ----------------------------------------------------------------------------- exact intersections
-# Each takes C rays (origins o, directions d: C,3) and per-ray object parameters; returns the first
-# hit distance t (C; inf for a miss, only t > EPS counts) and the unit surface normal (C,3).
-
-
-def _sphere_hit(o: Tensor, d: Tensor, c: Tensor, r: Tensor) -> tuple[Tensor, Tensor]:
-    oc = o - c
-    b = (oc * d).sum(-1)
-    cc = (oc * oc).sum(-1) - r * r
-    disc = b * b - cc
-    sq = torch.sqrt(disc.clamp_min(0.0))
-    t0, t1 = -b - sq, -b + sq
-    t = torch.where(t0 > EPS, t0, t1)
-    hit = (disc >= 0) & (t > EPS)
-    t = torch.where(hit, t, torch.full_like(t, INF))
-    n = (o + t.clamp(max=1e3)[:, None] * d - c) / r[:, None]
-    return t, n
-
-
-def _rot_z(v: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    return torch.stack([cos * v[:, 0] - sin * v[:, 1], sin * v[:, 0] + cos * v[:, 1], v[:, 2]], -1)
-
-
-def _box_hit(o: Tensor, d: Tensor, c: Tensor, h: Tensor, yaw: Tensor) -> tuple[Tensor, Tensor]:
-    cs, sn = torch.cos(yaw), torch.sin(yaw)
-    p = _rot_z(o - c, cs, -sn)
-    dl = _rot_z(d, cs, -sn)
-    inv = 1.0 / torch.where(dl.abs() < 1e-12, torch.full_like(dl, 1e-12), dl)
-    t1 = (-h - p) * inv
-    t2 = (h - p) * inv
-    tn = torch.minimum(t1, t2)
-    tf = torch.maximum(t1, t2)
-    tmin, axis = tn.max(-1)
-    tmax = tf.min(-1).values
-    t = torch.where(tmin > EPS, tmin, tmax)
-    hit = (tmax >= tmin) & (t > EPS)
-    t = torch.where(hit, t, torch.full_like(t, INF))
-    # normal: entering face for an outside origin, else the exit face
-    exit_axis = tf.argmin(-1)
-    ax = torch.where(tmin > EPS, axis, exit_axis)
-    s_ax = torch.sign(dl.gather(1, ax[:, None]))
-    sgn = torch.where((tmin > EPS)[:, None], -s_ax, s_ax)
-    n_local = torch.zeros_like(p).scatter_(1, ax[:, None], sgn)
-    return t, _rot_z(n_local, cs, sn)
-
-
-def _cylinder_hit(o: Tensor, d: Tensor, c: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
-    r, hz = h[:, 0], h[:, 2]
-    p = o - c
-    a = d[:, 0] ** 2 + d[:, 1] ** 2
-    b = p[:, 0] * d[:, 0] + p[:, 1] * d[:, 1]
-    cc = p[:, 0] ** 2 + p[:, 1] ** 2 - r * r
-    disc = b * b - a * cc
-    sq = torch.sqrt(disc.clamp_min(0.0))
-    a_safe = a.clamp_min(1e-12)
-    ts0 = (-b - sq) / a_safe
-    ts1 = (-b + sq) / a_safe
-    side_ok = (disc >= 0) & (a > 1e-12)
-
-    def side_valid(t):
-        z = p[:, 2] + t * d[:, 2]
-        return side_ok & (t > EPS) & (z.abs() <= hz)
-
-    dz = torch.where(d[:, 2].abs() < 1e-12, torch.full_like(d[:, 2], 1e-12), d[:, 2])
-    tt = (hz - p[:, 2]) / dz
-    tb = (-hz - p[:, 2]) / dz
-
-    def cap_valid(t):
-        x = p[:, 0] + t * d[:, 0]
-        y = p[:, 1] + t * d[:, 1]
-        return (t > EPS) & (x * x + y * y <= r * r)
-
-    inf = torch.full_like(ts0, INF)
-    cands = torch.stack(
-        [
-            torch.where(side_valid(ts0), ts0, inf),
-            torch.where(side_valid(ts1), ts1, inf),
-            torch.where(cap_valid(tt), tt, inf),
-            torch.where(cap_valid(tb), tb, inf),
-        ],
-        -1,
-    )
-    t, which = cands.min(-1)
-    q = p + t.clamp(max=1e3)[:, None] * d
-    n_side = torch.stack([q[:, 0] / r, q[:, 1] / r, torch.zeros_like(r)], -1)
-    n_top = torch.zeros_like(q)
-    n_top[:, 2] = 1.0
-    n = torch.where((which >= 2)[:, None], n_top, n_side)
-    n[:, 2] = torch.where(which == 3, -1.0, n[:, 2])
-    return t, n
-
-
-def intersect(kind: int, o: Tensor, d: Tensor, c: Tensor, h: Tensor, yaw: Tensor) -> tuple[Tensor, Tensor]:
-    """Exact first hit of C rays with C objects of one primitive ``kind``; returns (t: C, normal: C,3)."""
-    if kind == KIND_SPHERE:
-        return _sphere_hit(o, d, c, h[:, 0])
-    if kind == KIND_BOX:
-        return _box_hit(o, d, c, h, yaw)
-    if kind == KIND_CYLINDER:
-        return _cylinder_hit(o, d, c, h)
-    raise ValueError(f"unknown primitive kind {kind}")
+    return Objects(kind, torch.cat(centres, 1), half, torch.cat(yaws, 1), torch.cat(colors, 1), torch.cat(active, 1))
 
 
 PRIMITIVES = (KIND_SPHERE, KIND_BOX, KIND_CYLINDER)
-
-
-def _gather(objs: "Objects", b: Tensor, m: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Per-candidate (centre C,3, half C,3, yaw C) of objects ``m`` in scenes ``b``."""
-    M = objs.kind.shape[1]
-    fm = b * M + m
-    return (objs.centre.reshape(-1, 3).index_select(0, fm), objs.half.reshape(-1, 3).index_select(0, fm),
-            objs.yaw.reshape(-1).index_select(0, fm))
 
 
 def _kind_boxes(objs: "Objects", kind: int, x0: Tensor, x1: Tensor) -> Tensor:
@@ -213,70 +150,126 @@ def _pixel_grid(size: int, device: torch.device) -> tuple[Tensor, Tensor]:
     """Pixel-centre offsets from the principal point ``N,2`` (u right, v down) and ``u^2 + v^2`` (N)."""
     key = (size, str(device))
     if key not in _GRIDS:
-        c = torch.arange(size, device=device, dtype=torch.float32) + 0.5 - size / 2
+        c = _offsets(size, device)
         v, u = torch.meshgrid(c, c, indexing="ij")
         uv = torch.stack([u.flatten(), v.flatten()], -1)
         _GRIDS[key] = (uv, (uv * uv).sum(-1))
     return _GRIDS[key]
 
 
+def _offsets(size: int, device: torch.device) -> Tensor:
+    """Pixel-centre offsets from the principal point along one image axis (``size``,)."""
+    return torch.arange(size, device=device, dtype=torch.float32) + (0.5 - size / 2)
+
+
+def camera_origin(state: State) -> Tensor:
+    """World position of every scene's camera centre ``B,3``."""
+    return state.tcp_pos + state.cam_offset
+
+
 def pixel_rays(state: State, size: int) -> tuple[Tensor, Tensor]:
     """Camera origins ``B,3`` and unit ray directions ``B,N,3`` (N = size*size, row-major, world frame).
 
-    The camera-frame direction of pixel (u, v) is (u, v, f) / sqrt(u^2 + v^2 + f^2).
+    The camera-frame direction of pixel (u, v) is (u, v, f) / sqrt(u^2 + v^2 + f^2). (The renderer
+    itself never builds this dense tensor; it is here for tools and tests.)
     """
     uv, r2 = _pixel_grid(size, state.device)
     B, f = state.batch_size, state.focal
     cam = torch.cat([uv.expand(B, -1, -1), f[:, None, None].expand(-1, uv.shape[0], 1)], -1)
     inv = torch.rsqrt(r2[None] + (f * f)[:, None])
     d = (cam @ state.cam_rot.transpose(1, 2)) * inv[..., None]
-    return state.tcp_pos + state.cam_offset, d
+    return camera_origin(state), d
 
 
 def project(state: State, points: Tensor, size: int) -> tuple[Tensor, Tensor]:
     """Project world points ``B,P,3`` to pixel coordinates ``B,P,2`` (x right, y down, pixel units,
     origin at the top-left corner) and camera depth ``B,P`` (metres along the optical axis)."""
-    rel = points - (state.tcp_pos + state.cam_offset)[:, None]
+    rel = points - camera_origin(state)[:, None]
     cam = rel @ state.cam_rot  # B,P,3 in (right, down, forward)
     z = cam[..., 2]
     pix = cam[..., :2] / z.clamp_min(1e-6)[..., None] * state.focal[:, None, None] + size / 2
     return pix, z
 
 
-# ----------------------------------------------------------------------------- main entry
+# ----------------------------------------------------------------------------- screen-space bounds
 _CORNERS = torch.tensor([[sx, sy, sz] for sx in (-1.0, 1.0) for sy in (-1.0, 1.0) for sz in (-1.0, 1.0)])
+NEAR = 1e-4  # metres: hull parts closer to the camera plane than this are clipped away
+BOX_MARGIN = 1e-3  # pixels added around every screen box (covers rounding; the exact tests decide)
 
 
-def screen_boxes(state: State, objs: Objects, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Conservative pixel bounding boxes ``x0, x1, y0, y1`` (B,M int64, inclusive) of every object.
-
-    The projection of a convex solid lies inside the projection of its bounding box's 8 corners.
-    Objects reaching behind the camera plane get the whole image; inactive ones an empty box.
-    """
-    dev = state.device
-    corners = _CORNERS.to(dev) * objs.half[:, :, None, :]  # B,M,8,3 (local)
+def _corners(objs: Objects) -> Tensor:
+    """World corners ``B,M,8,3`` of every object's (yawed) bounding box."""
+    corners = _CORNERS.to(objs.half.device) * objs.half[:, :, None, :]
     # boxes rotate with their yaw; spheres and cylinders are symmetric about z
     yaw = torch.where(objs.kind == KIND_BOX, objs.yaw, torch.zeros_like(objs.yaw))[..., None]
     cs, sn = torch.cos(yaw), torch.sin(yaw)
     x = cs * corners[..., 0] - sn * corners[..., 1]
     y = sn * corners[..., 0] + cs * corners[..., 1]
-    world = torch.stack([x, y, corners[..., 2]], -1) + objs.centre[:, :, None, :]
-    B, M = objs.kind.shape
-    pix, z = project(state, world.view(B, M * 8, 3), size)
-    pix, z = pix.view(B, M, 8, 2), z.view(B, M, 8)
-    behind = (z <= 1e-4).any(-1)
-    lo = pix.min(2).values
-    hi = pix.max(2).values
-    x0 = torch.ceil(lo[..., 0] - 0.5).clamp(0, size).long()
-    x1 = torch.floor(hi[..., 0] - 0.5).clamp(-1, size - 1).long()
-    y0 = torch.ceil(lo[..., 1] - 0.5).clamp(0, size).long()
-    y1 = torch.floor(hi[..., 1] - 0.5).clamp(-1, size - 1).long()
-    full0, full1 = torch.zeros_like(x0), torch.full_like(x1, size - 1)
-    x0, y0 = torch.where(behind, full0, x0), torch.where(behind, full0, y0)
-    x1, y1 = torch.where(behind, full1, x1), torch.where(behind, full1, y1)
-    empty = ~objs.active
-    x1 = torch.where(empty, x0 - 1, x1)
+    return torch.stack([x, y, corners[..., 2]], -1) + objs.centre[:, :, None, :]
+
+
+def _hull_boxes(state: State, points: Tensor, active: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Inclusive pixel boxes ``x0, x1, y0, y1`` (B,M int64) holding every pixel centre whose ray meets the
+    convex hull of ``points`` (B,M,P,3, world) in front of the camera; inactive rows get an empty box.
+
+    The hull is first clipped by the plane ``NEAR`` in front of the camera: the clipped hull is the hull
+    of the points in front and of the plane crossings of every segment between two points (computed
+    only for the rare hulls that reach behind it), and a projective map keeps it convex.
+    """
+    B, M, P, _ = points.shape
+    cam = (points.reshape(B, M * P, 3) - camera_origin(state)[:, None]) @ state.cam_rot
+    cam = cam.view(B * M, P, 3)
+    f = state.focal.repeat_interleave(M)
+    valid = (cam[..., 2] >= NEAR) & active.reshape(-1, 1)
+    lo, hi = _projected_bounds(cam, valid, f, size)
+    behind = active.reshape(-1) & ~valid.all(1)
+    if bool(behind.any()):
+        rows = torch.nonzero(behind).flatten()
+        i, j = torch.triu_indices(P, P, 1, device=cam.device)
+        c = cam.index_select(0, rows)
+        zi, zj = c[:, i, 2], c[:, j, 2]
+        cross = (zi - NEAR) * (zj - NEAR) < 0
+        s = torch.where(cross, (NEAR - zi) / torch.where(cross, zj - zi, torch.ones_like(zi)), torch.zeros_like(zi))
+        q = c[:, i] + s[..., None] * (c[:, j] - c[:, i])
+        lo_r, hi_r = _projected_bounds(torch.cat([c, q], 1), torch.cat([valid.index_select(0, rows), cross], 1),
+                                       f.index_select(0, rows), size)
+        lo, hi = lo.index_copy(0, rows, lo_r), hi.index_copy(0, rows, hi_r)
+    x0 = torch.ceil(lo[:, 0] - 0.5 - BOX_MARGIN).clamp(0, size).long().view(B, M)
+    x1 = torch.floor(hi[:, 0] - 0.5 + BOX_MARGIN).clamp(-1, size - 1).long().view(B, M)
+    y0 = torch.ceil(lo[:, 1] - 0.5 - BOX_MARGIN).clamp(0, size).long().view(B, M)
+    y1 = torch.floor(hi[:, 1] - 0.5 + BOX_MARGIN).clamp(-1, size - 1).long().view(B, M)
     return x0, x1, y0, y1
+
+
+def _projected_bounds(cam: Tensor, valid: Tensor, f: Tensor, size: int) -> tuple[Tensor, Tensor]:
+    """Pixel-coordinate bounds (lo, hi: R,2) of the ``valid`` camera-frame points ``cam`` (R,P,3)."""
+    pix = cam[..., :2] / cam[..., 2:3].clamp_min(NEAR) * f[:, None, None] + size / 2
+    lo = torch.where(valid[..., None], pix, torch.full_like(pix, INF)).amin(1)
+    hi = torch.where(valid[..., None], pix, torch.full_like(pix, -INF)).amax(1)
+    return lo, hi
+
+
+def screen_boxes(state: State, objs: Objects, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Conservative pixel bounding boxes ``x0, x1, y0, y1`` (B,M int64, inclusive) of every object.
+
+    The projection of a convex solid lies inside the projection of its bounding box's 8 corners
+    (clipped at the camera plane); inactive objects get an empty box.
+    """
+    return _hull_boxes(state, _corners(objs), objs.active, size)
+
+
+def _shadow_foot(corners: Tensor, L: Tensor) -> Tensor:
+    """Bounding-box corners ``B,M,8,3`` pushed along the light ``L`` (B,3) onto the table plane z = 0."""
+    lz = L[:, 2].clamp_min(1e-3)  # a light at or below the horizon casts (clamped) long shadows
+    return corners - (corners[..., 2:3].clamp_min(0.0) / lz[:, None, None, None]) * L[:, None, None, :]
+
+
+def shadow_boxes(state: State, objs: Objects, size: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Pixel boxes (as :func:`screen_boxes`) of every object's shadow volume: a surface point above the
+    table that object ``m`` shadows lies between ``m`` and ``m``'s shadow on the table, i.e. in the convex
+    hull of ``m``'s bounding-box corners and those corners pushed along the light onto z = 0."""
+    corners = _corners(objs)
+    return _hull_boxes(state, torch.cat([corners, _shadow_foot(corners, state.light_dir)], 2), objs.active, size)
 
 
 def enumerate_boxes(x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor, size: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -284,6 +277,12 @@ def enumerate_boxes(x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor, size: int) -
 
     Inputs B,M int64 (inclusive bounds). Returns (b, n, m) int64 index tensors, n = y * size + x.
     """
+    return _enumerate(x0, x1, y0, y1, size)[:3]
+
+
+def _enumerate(x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor, size: int
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`enumerate_boxes` plus the pixel-centre offsets (u, v) of every triple (float32)."""
     B, M = x0.shape
     w = (x1 - x0 + 1).clamp_min(0).flatten()
     h = (y1 - y0 + 1).clamp_min(0).flatten()
@@ -292,134 +291,312 @@ def enumerate_boxes(x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor, size: int) -
     dev = x0.device
     if total == 0:
         e = torch.zeros(0, dtype=torch.long, device=dev)
-        return e, e, e
+        return e, e, e, e.float(), e.float()
     owner = torch.repeat_interleave(torch.arange(B * M, device=dev), counts, output_size=total)
     start = torch.cumsum(counts, 0) - counts
     local = torch.arange(total, device=dev) - start[owner]
     wo = w[owner]
     px = x0.flatten()[owner] + local % wo
-    py = y0.flatten()[owner] + local // wo
-    return owner // M, py * size + px, owner % M
+    py = y0.flatten()[owner] + torch.div(local, wo, rounding_mode="floor")
+    c = 0.5 - size / 2
+    return torch.div(owner, M, rounding_mode="floor"), py * size + px, owner % M, px.float() + c, py.float() + c
 
 
-def _first_hits(state: State, o: Tensor, d: Tensor, objs: Objects, t_limit: Tensor, size: int
-                ) -> tuple[Tensor, Tensor, Tensor]:
-    """Closest object hit per primary ray.
+# ----------------------------------------------------------------------------- visibility and shadows
+# Intersections run in each object's local frame (centred, box yaw removed) with unnormalised ray
+# directions: every primary ray of a scene starts at the camera, so its local origin is one vector per
+# object and its local direction is ``Q (u, v, 1)`` with a 3x3 ``Q`` per object; a shadow ray's local
+# direction is the light direction, one vector per object. Distances along primary rays are in units of
+# the unnormalised direction (the same for every object at a pixel, so they compare directly).
+PRIMARY_EPS = 1e-9  # smallest accepted primary-ray parameter (the camera is never inside an object)
 
-    o: B,3 camera centres, d: B,N,3 ray directions, t_limit: B,N (hits beyond it are ignored, e.g. the
-    table distance). Returns (t B,N, object id B,N with -1 for none, normal B,N,3).
-    """
-    B, N, _ = d.shape
+
+@dataclass
+class Frames:
+    """Per-object local frames (B*M rows): ``rot`` world-to-local rotation 3,3; ``cam`` camera centre
+    (local); ``Q`` pixel (u, v, 1) -> local ray direction; ``light`` light direction (local); ``half``
+    half-extents; ``M`` slots per scene."""
+
+    rot: Tensor
+    cam: Tensor
+    Q: Tensor
+    light: Tensor
+    half: Tensor
+    M: int
+
+
+def _frames(state: State, objs: Objects, o: Tensor, A: Tensor) -> Frames:
+    B, M = objs.kind.shape
+    yaw = torch.where(objs.kind == KIND_BOX, objs.yaw, torch.zeros_like(objs.yaw))
+    cs, sn = torch.cos(yaw), torch.sin(yaw)
+    zero, one = torch.zeros_like(cs), torch.ones_like(cs)
+    rot = torch.stack([cs, sn, zero, -sn, cs, zero, zero, zero, one], -1).view(B, M, 3, 3)  # Rz(-yaw)
+    cam = (rot @ (o[:, None] - objs.centre)[..., None]).squeeze(-1)
+    Q = rot @ A[:, None]
+    light = (rot @ state.light_dir[:, None, :, None]).squeeze(-1)
+    return Frames(rot.view(-1, 3, 3), cam.view(-1, 3), Q.view(-1, 3, 3), light.view(-1, 3),
+                  objs.half.reshape(-1, 3), M)
+
+
+def _local_hit(kind: int, p: Tensor, d: Tensor, h: Tensor, eps: float) -> Tensor:
+    """Parameter ``s > eps`` of the first hit of rays ``p + s d`` (C,3, local frame, ``d`` of any length)
+    with a primitive of half-extents ``h`` (C,3) centred at the origin; inf for a miss."""
+    if kind == KIND_SPHERE:
+        r = h[:, 0]
+        a = (d * d).sum(-1)
+        b = (p * d).sum(-1)
+        disc = b * b - a * ((p * p).sum(-1) - r * r)
+        sq = torch.sqrt(disc.clamp_min(0.0))
+        s0, s1 = (-b - sq) / a, (-b + sq) / a
+        s = torch.where(s0 > eps, s0, s1)
+        hit = (disc >= 0) & (s > eps)
+    elif kind == KIND_BOX:
+        inv = 1.0 / torch.where(d.abs() < 1e-12, torch.full_like(d, 1e-12), d)
+        t1 = (-h - p) * inv
+        t2 = (h - p) * inv
+        tn = torch.minimum(t1, t2).amax(-1)
+        tf = torch.maximum(t1, t2).amin(-1)
+        s = torch.where(tn > eps, tn, tf)
+        hit = (tf >= tn) & (s > eps)
+    elif kind == KIND_CYLINDER:
+        r, hz = h[:, 0], h[:, 2]
+        a = d[:, 0] ** 2 + d[:, 1] ** 2
+        b = p[:, 0] * d[:, 0] + p[:, 1] * d[:, 1]
+        cc = p[:, 0] ** 2 + p[:, 1] ** 2 - r * r
+        disc = b * b - a * cc
+        sq = torch.sqrt(disc.clamp_min(0.0))
+        a_safe = a.clamp_min(1e-12)
+        side_ok = (disc >= 0) & (a > 1e-12)
+        best = torch.full_like(a, INF)
+        for ts in ((-b - sq) / a_safe, (-b + sq) / a_safe):
+            ok = side_ok & (ts > eps) & ((p[:, 2] + ts * d[:, 2]).abs() <= hz)
+            best = torch.where(ok & (ts < best), ts, best)
+        dz = torch.where(d[:, 2].abs() < 1e-12, torch.full_like(d[:, 2], 1e-12), d[:, 2])
+        for zc in (hz, -hz):
+            tc = (zc - p[:, 2]) / dz
+            x, y = p[:, 0] + tc * d[:, 0], p[:, 1] + tc * d[:, 1]
+            ok = (tc > eps) & (x * x + y * y <= r * r)
+            best = torch.where(ok & (tc < best), tc, best)
+        return best
+    else:
+        raise ValueError(f"unknown primitive kind {kind}")
+    return torch.where(hit, s, torch.full_like(s, INF))
+
+
+def _local_normal(kind: int, q: Tensor, h: Tensor) -> Tensor:
+    """Outward unit normal (local frame) at surface points ``q`` (C,3) of primitives ``h`` (C,3): the face
+    whose normalised coordinate is largest."""
+    if kind == KIND_SPHERE:
+        return q / h[:, :1]
+    if kind == KIND_BOX:
+        ax = (q.abs() / h).argmax(-1, keepdim=True)
+        return torch.zeros_like(q).scatter_(1, ax, torch.sign(q.gather(1, ax)))
+    radial = torch.sqrt(q[:, 0] ** 2 + q[:, 1] ** 2)
+    side = torch.stack([q[:, 0] / radial.clamp_min(1e-12), q[:, 1] / radial.clamp_min(1e-12), torch.zeros_like(radial)], -1)
+    cap = torch.zeros_like(q)
+    cap[:, 2] = torch.sign(q[:, 2])
+    return torch.where((q[:, 2].abs() / h[:, 2] > radial / h[:, 0])[:, None], cap, side)
+
+
+def _pixel_uv(n: Tensor, size: int) -> tuple[Tensor, Tensor]:
+    """Pixel-centre offsets (u, v) from the principal point of row-major pixel indices ``n``."""
+    return ((n % size).float() + (0.5 - size / 2),
+            torch.div(n, size, rounding_mode="floor").float() + (0.5 - size / 2))
+
+
+def _apply(M3: Tensor, u: Tensor, v: Tensor) -> Tensor:
+    """``M3 @ (u, v, 1)`` for C matrices ``M3`` (C,3,3)."""
+    return M3[:, :, 0] * u[:, None] + M3[:, :, 1] * v[:, None] + M3[:, :, 2]
+
+
+@dataclass
+class Hits:
+    """Object pixels: the closest hit per pixel, sparse. ``flat`` = b * N + n (C int64), ``obj`` object
+    slot (C), ``normal`` world unit normal C,3, ``point`` world hit point C,3, ``ray`` unit view ray C,3.
+    ``s_dense`` B*N: primary-ray parameter of the object hit (inf where the table or nothing is hit);
+    ``obj_dense`` B*N int8: object slot (-1 for table or background)."""
+
+    flat: Tensor
+    obj: Tensor
+    normal: Tensor
+    point: Tensor
+    ray: Tensor
+    s_dense: Tensor
+    obj_dense: Tensor
+
+
+def _table_param(o: Tensor, rcp: Tensor | None, b: Tensor, flat: Tensor) -> Tensor:
+    """Primary-ray parameter of the table plane at pixels ``flat`` of scenes ``b`` (inf where it is missed
+    or there is no table); ``rcp`` B*N is 1 / D_z of every pixel's unnormalised ray (see _table_color)."""
+    if rcp is None:
+        return torch.full(flat.shape, INF, device=flat.device)
+    s = -o[:, 2].index_select(0, b) * rcp.index_select(0, flat)
+    return torch.where(s > 0, s, torch.full_like(s, INF))
+
+
+def _first_hits(state: State, o: Tensor, A: Tensor, objs: Objects, fr: Frames, size: int, rcp: Tensor | None) -> Hits:
+    """Closest object hit of every pixel ray in front of the table (exact; candidates from
+    :func:`screen_boxes`)."""
+    B, N, M, dev = state.batch_size, size * size, fr.M, state.device
     x0, x1, y0, y1 = screen_boxes(state, objs, size)
-    ts, ns, flats, ms = [], [], [], []
+    parts = []
     for kind in PRIMITIVES:  # three primitive kinds, not scenes
-        bi, ni, mi = enumerate_boxes(x0, _kind_boxes(objs, kind, x0, x1), y0, y1, size)
+        bi, ni, mi, u, v = _enumerate(x0, _kind_boxes(objs, kind, x0, x1), y0, y1, size)
         if bi.numel() == 0:
             continue
+        fm = bi * M + mi
         flat = bi * N + ni
-        c, h, yaw = _gather(objs, bi, mi)
-        t, n = intersect(kind, o.index_select(0, bi), d.reshape(-1, 3).index_select(0, flat), c, h, yaw)
-        ts.append(t), ns.append(n), flats.append(flat), ms.append(mi)
-    t_best = t_limit.clone()
-    obj = torch.full((B, N), -1, dtype=torch.long, device=d.device)
-    if not ts:
-        e = torch.zeros(0, dtype=torch.long, device=d.device)
-        return t_best, obj, (e, e, torch.zeros((0, 3), device=d.device))
-    t, n, flat, mi = torch.cat(ts), torch.cat(ns), torch.cat(flats), torch.cat(ms)
-    tb = t_best.view(-1)
-    tb.scatter_reduce_(0, flat, t, reduce="amin")
-    win = (t < INF) & (t <= tb.index_select(0, flat))
-    wf, wm, wn = flat[win], mi[win], n[win]
-    obj.view(-1)[wf] = wm
-    return t_best, obj, (wf, wm, wn)
-
-
-SHADOW_MAP = 64  # texels per side of the per-scene shadow map
-SHADOW_BIAS = 1e-3  # metres along the light direction
-
-
-def _shadowed(p: Tensor, L: Tensor, objs: Objects, skip: Tensor, valid: Tensor, G: int = SHADOW_MAP) -> Tensor:
-    """B,N bool: surface points ``p`` (B,N,3) are hidden from the directional light ``L`` (B,3).
-
-    A shadow map per scene: an orthographic grid perpendicular to ``L`` spanning the part of the
-    occluders' footprint that falls on visible surface points (``valid`` B,N), so texels get finer as
-    the camera closes in. Only texels inside an occluder's footprint are ray-cast (exactly, along -L), storing the
-    light-facing surface height and which object it belongs to; each point then does one lookup.
-    Objects never shadow themselves (``skip`` = object id of each point; convex solids are handled by
-    the n.L term). Resolution is ``G`` texels across the occluders' extent.
-    """
-    B, N, _ = p.shape
-    dev = p.device
-    helper = torch.where(L[:, 2:3].abs() < 0.9, torch.tensor([0.0, 0.0, 1.0], device=dev), torch.tensor([1.0, 0.0, 0.0], device=dev))
-    e1 = torch.linalg.cross(L, helper)
-    e1 = e1 / e1.norm(dim=-1, keepdim=True)
-    e2 = torch.linalg.cross(L, e1)
-    frame = torch.stack([e1, e2, L], -1)  # B,3,3: light-space axes as columns
-    cl = objs.centre @ frame  # B,M,3 light-space coordinates of the occluders
-    ca, cb, cs = cl.unbind(-1)
-    pl = p @ frame  # B,N,3 light-space coordinates of the surface points
-    pa, pb, ps = pl.unbind(-1)
-    R = objs.bound
-    big = torch.full_like(ca, 1e9)
-    lo_a = torch.where(objs.active, ca - R, big).min(1).values
-    lo_b = torch.where(objs.active, cb - R, big).min(1).values
-    hi_a = torch.where(objs.active, ca + R, -big).max(1).values
-    hi_b = torch.where(objs.active, cb + R, -big).max(1).values
-    bigp = torch.full_like(pa, 1e9)
-    lo_a = torch.maximum(lo_a, torch.where(valid, pa, bigp).min(1).values)
-    lo_b = torch.maximum(lo_b, torch.where(valid, pb, bigp).min(1).values)
-    hi_a = torch.minimum(hi_a, torch.where(valid, pa, -bigp).max(1).values)
-    hi_b = torch.minimum(hi_b, torch.where(valid, pb, -bigp).max(1).values)
-    texel = (torch.maximum(hi_a - lo_a, hi_b - lo_b) / G).clamp_min(1e-5)  # B
-    fx0 = torch.floor((ca - R - lo_a[:, None]) / texel[:, None]).long().clamp(0, G)
-    fx1 = torch.floor((ca + R - lo_a[:, None]) / texel[:, None]).long().clamp(-1, G - 1)
-    fy0 = torch.floor((cb - R - lo_b[:, None]) / texel[:, None]).long().clamp(0, G)
-    fy1 = torch.floor((cb + R - lo_b[:, None]) / texel[:, None]).long().clamp(-1, G - 1)
-    heights, flats, owners = [], [], []
-    for kind in PRIMITIVES:  # three primitive kinds, not scenes
-        bi, ti, mi = enumerate_boxes(fx0, _kind_boxes(objs, kind, fx0, fx1), fy0, fy1, G)
-        if bi.numel() == 0:
+        d = _apply(fr.Q.index_select(0, fm), u, v)
+        p, h = fr.cam.index_select(0, fm), fr.half.index_select(0, fm)
+        s = _local_hit(kind, p, d, h, PRIMARY_EPS)
+        sel = torch.nonzero(s < _table_param(o, rcp, bi, flat)).flatten()
+        if sel.numel() == 0:
             continue
-        texel_b = texel.index_select(0, bi)
-        ta = lo_a.index_select(0, bi) + ((ti % G).float() + 0.5) * texel_b
-        tb = lo_b.index_select(0, bi) + ((ti // G).float() + 0.5) * texel_b
-        fm = bi * objs.kind.shape[1] + mi
-        top = cs.reshape(-1).index_select(0, fm) + R.reshape(-1).index_select(0, fm) + 0.01
-        Lb = L.index_select(0, bi)
-        origin = e1.index_select(0, bi) * ta[:, None] + e2.index_select(0, bi) * tb[:, None] + Lb * top[:, None]
-        c, h, yaw = _gather(objs, bi, mi)
-        t, _ = intersect(kind, origin, -Lb, c, h, yaw)
-        hit = t < INF
-        heights.append((top - t)[hit]), flats.append((bi * G * G + ti)[hit]), owners.append(mi[hit])
-    out = torch.zeros((B, N), dtype=torch.bool, device=dev)
-    if not heights or sum(x.numel() for x in heights) == 0:
-        return out
-    height, flat, mi = torch.cat(heights), torch.cat(flats), torch.cat(owners)
-    smap = torch.full((B * G * G,), -INF, device=dev)
-    smap.scatter_reduce_(0, flat, height, reduce="amax")
-    owner = torch.full((B * G * G,), -1, dtype=torch.long, device=dev)
-    win = height >= smap.index_select(0, flat)
-    owner[flat[win]] = mi[win]
-    # look up every surface point
-    tx = torch.floor((pa - lo_a[:, None]) / texel[:, None]).long()
-    ty = torch.floor((pb - lo_b[:, None]) / texel[:, None]).long()
-    inside = (tx >= 0) & (tx < G) & (ty >= 0) & (ty < G)
-    idx = (torch.arange(B, device=dev)[:, None] * G * G + (ty.clamp(0, G - 1) * G + tx.clamp(0, G - 1))).view(-1)
-    lit_height = smap.index_select(0, idx).view(B, N)
-    occluder = owner.index_select(0, idx).view(B, N)
-    return inside & (lit_height > ps + SHADOW_BIAS) & (occluder != skip)
+        s, fm, h = s.index_select(0, sel), fm.index_select(0, sel), h.index_select(0, sel)
+        q = p.index_select(0, sel) + s[:, None] * d.index_select(0, sel)
+        if kind == KIND_BOX:  # the face normal is a (signed) row of the world-to-local rotation
+            ax = (q.abs() / h).argmax(-1)
+            sign = torch.sign(q.gather(1, ax[:, None]))
+            n_world = fr.rot.view(-1, 3).index_select(0, fm * 3 + ax) * sign
+        else:  # spheres and cylinders are not rotated
+            n_world = _local_normal(kind, q, h)
+        parts.append((flat.index_select(0, sel), mi.index_select(0, sel), s, n_world))
+    s_dense = torch.full((B * N,), INF, device=dev)
+    obj_dense = torch.full((B * N,), -1, dtype=torch.int8, device=dev)
+    if not parts:
+        e = torch.zeros(0, dtype=torch.long, device=dev)
+        z3 = torch.zeros((0, 3), device=dev)
+        return Hits(e, e, z3, z3, z3, s_dense, obj_dense)
+    flat, m, s, n = (torch.cat(x) for x in zip(*parts))
+    s_dense.scatter_reduce_(0, flat, s, reduce="amin")
+    win = torch.nonzero(s <= s_dense.index_select(0, flat)).flatten()
+    flat, m, s, n = (x.index_select(0, win) for x in (flat, m, s, n))
+    obj_dense[flat] = m.to(torch.int8)
+    b = torch.div(flat, N, rounding_mode="floor")
+    u, v = _pixel_uv(flat - b * N, size)
+    D = _apply(A.index_select(0, b), u, v)
+    point = o.index_select(0, b) + s[:, None] * D
+    return Hits(flat, m, n, point, D / D.norm(dim=-1, keepdim=True), s_dense, obj_dense)
 
 
+def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, size: int,
+             rcp: Tensor | None) -> Tensor:
+    """B*N bool: the first surface point of each pixel is hidden from the directional light. Exact, in
+    two sparse parts:
+
+    * table points: pixels inside the screen box of object ``m``'s shadow on the table (the hull of its
+      bounding-box corners pushed along the light onto z = 0) whose ray first meets the table cast one
+      ray towards the light against ``m``;
+    * object points (sparse already): each against every other object whose shadow volume's screen box
+      (:func:`shadow_boxes`) holds the pixel.
+
+    Objects never shadow themselves (for convex solids the n.L term does that).
+    """
+    B, N, M, dev = state.batch_size, size * size, fr.M, state.device
+    out = torch.zeros(B * N, dtype=torch.bool, device=dev)
+    corners = _corners(objs)
+    foot = _shadow_foot(corners, state.light_dir)
+    if rcp is not None:
+        x0, x1, y0, y1 = _hull_boxes(state, foot, objs.active, size)
+        for kind in PRIMITIVES:  # three primitive kinds, not scenes
+            bi, ni, mi, u, v = _enumerate(x0, _kind_boxes(objs, kind, x0, x1), y0, y1, size)
+            if bi.numel() == 0:
+                continue
+            flat = bi * N + ni
+            s_tab = _table_param(o, rcp, bi, flat)
+            sel = torch.nonzero((hits.obj_dense.index_select(0, flat) < 0) & (s_tab < INF)).flatten()
+            bi, mi, flat, s_tab = (x.index_select(0, sel) for x in (bi, mi, flat, s_tab))
+            u, v = u.index_select(0, sel), v.index_select(0, sel)
+            fm = bi * M + mi
+            p = fr.cam.index_select(0, fm) + s_tab[:, None] * _apply(fr.Q.index_select(0, fm), u, v)
+            hit = _local_hit(kind, p, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
+            out[flat[hit]] = True
+    if hits.flat.numel():
+        x0, x1, y0, y1 = _hull_boxes(state, torch.cat([corners, foot], 2), objs.active, size)
+        b = torch.div(hits.flat, N, rounding_mode="floor")
+        n = hits.flat - b * N
+        px, py = (n % size)[:, None], torch.div(n, size, rounding_mode="floor")[:, None]
+        inside = ((x0.index_select(0, b) <= px) & (px <= x1.index_select(0, b))
+                  & (y0.index_select(0, b) <= py) & (py <= y1.index_select(0, b)))
+        inside &= torch.arange(M, device=dev)[None, :] != hits.obj[:, None]  # C,M
+        kinds = objs.kind.index_select(0, b)
+        for kind in PRIMITIVES:
+            ci, mi = torch.nonzero(inside & (kinds == kind), as_tuple=True)
+            if ci.numel() == 0:
+                continue
+            fm = b.index_select(0, ci) * M + mi
+            rel = hits.point.index_select(0, ci) - objs.centre.view(-1, 3).index_select(0, fm)
+            p = (fr.rot.index_select(0, fm) @ rel[..., None]).squeeze(-1)
+            hit = _local_hit(kind, p, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
+            out[hits.flat.index_select(0, ci)[hit]] = True
+    return out
+
+
+# ----------------------------------------------------------------------------- table
 _BANKS: dict[str, Tensor] = {}
+TEXEL_BIAS = 64  # whole texture tiles added to texel coordinates so they stay positive before wrapping
 
 
-def _bank(device: torch.device) -> Tensor:
+def _bank_planes(device: torch.device) -> Tensor:
+    """Texture bank as channel planes ``3, T*S*S`` (one contiguous gather per channel)."""
     key = str(device)
     if key not in _BANKS:
-        _BANKS[key] = texture_bank(device)
+        bank = texture_bank(device)
+        _BANKS[key] = bank.permute(3, 0, 1, 2).reshape(3, -1).contiguous()
     return _BANKS[key]
 
 
+def _camera_matrix(state: State) -> Tensor:
+    """``A`` B,3,3 with the world direction of pixel offset (u, v) equal to ``A @ (u, v, 1)`` (not unit)."""
+    f = state.focal
+    return state.cam_rot * torch.stack([torch.ones_like(f), torch.ones_like(f), f], -1)[:, None, :]
+
+
+def _table_color(state: State, size: int, out: Tensor) -> Tensor:
+    """Write the lit table colour (shadows come later) into ``out`` (3,B,N channel planes); returns
+    ``1 / D_z`` (B*N) of every pixel's unnormalised ray ``D = A (u, v, 1)``, from which the table's ray
+    parameter is ``-o_z / D_z``.
+
+    The table hit of pixel (u, v) is p = o - o_z D / D_z with D = A (u, v, 1), so the texel coordinates
+    ``(p_xy * scale + offset) * S`` are a homography ``H (u, v, 1)`` per scene; ``H`` rows are affine in u
+    and v, so each is a row term plus a column term. Pixels whose ray misses the table are black.
+    """
+    B, dev = state.batch_size, state.device
+    planes = _bank_planes(dev)
+    S = TEXTURE_SIZE  # a power of two: texel coordinates wrap with a bit mask
+    A = _camera_matrix(state)
+    o = camera_origin(state)
+    s = state.tex_scale
+    shift = (o[:, :2] * s[:, None] + state.tex_offset) * S + TEXEL_BIAS * S  # B,2
+    k = (o[:, 2] * s * S)[:, None]
+    Hx = shift[:, 0:1] * A[:, 2] - k * A[:, 0]  # B,3 coefficients of (u, v, 1)
+    Hy = shift[:, 1:2] * A[:, 2] - k * A[:, 1]
+    Hz = A[:, 2]
+    c = _offsets(size, dev)
+
+    def plane(Hr: Tensor) -> Tensor:  # B,H,W: row term (depends on u) + column term (depends on v)
+        return (Hr[:, 0:1] * c + Hr[:, 2:3])[:, None, :] + (Hr[:, 1:2] * c)[:, :, None]
+
+    den = plane(Hz)
+    r = den.reciprocal()
+    ix = plane(Hx).mul_(r).to(torch.int32).bitwise_and_(S - 1)
+    iy = plane(Hy).mul_(r).to(torch.int32).bitwise_and_(S - 1)
+    idx = iy.mul_(S).add_(ix).add_((state.table_tex.to(torch.int32) * (S * S))[:, None, None]).view(-1)
+    for ch in range(3):
+        torch.index_select(planes[ch], 0, idx, out=out[ch].view(-1))
+    L = state.light_dir
+    shade = state.ambient + state.light_intensity * L[:, 2].clamp_min(0.0)
+    out.mul_((state.table_tint * shade[:, None]).t()[:, :, None])
+    # rays that miss the table (only possible when a corner ray points at or above the horizon)
+    corners = torch.stack([Hz[:, 0] * c[i] + Hz[:, 1] * c[j] + Hz[:, 2] for i in (0, -1) for j in (0, -1)], -1)
+    if bool((corners >= -1e-9).any()):
+        miss = (den >= -1e-9).view(1, B, -1)
+        out.masked_fill_(miss.expand_as(out), 0.0)
+    return r.view(-1)
+
+
+
+# ----------------------------------------------------------------------------- main entry
 def render(
     state: State,
     cfg: SimConfig,
@@ -437,64 +614,102 @@ def render(
     photos); ``post=False`` skips blur and noise; ``generator`` drives the pixel noise.
     """
     size = cfg.image_size
-    B, dev = state.batch_size, state.device
+    B, dev, N = state.batch_size, state.device, cfg.image_size**2
     shadows = cfg.shadows if shadows is None else shadows
-    o, d = pixel_rays(state, size)
-    N = d.shape[1]
-
-    # table plane z = 0
-    dz = d[..., 2]
-    t_table = torch.where(dz < -1e-9, -o[:, 2:3] / dz.clamp(max=-1e-9), torch.full_like(dz, INF))
-    if not table:
-        t_table = torch.full_like(dz, INF)
-
-    objs = scene_objects(state, cfg, fingers=fingers, distractors=distractors)
-    t, obj, (wf, wm, wn) = _first_hits(state, o, d, objs, t_table, size)
-    hit_any = t < INF
-    p = o[:, None] + t.clamp(max=1e3)[..., None] * d  # B,N,3 first-hit points
+    o = camera_origin(state)
     L = state.light_dir
-    lit = ~_shadowed(p, L, objs, obj, hit_any) if shadows else torch.ones((B, N), dtype=torch.bool, device=dev)
+    objs = scene_objects(state, cfg, fingers=fingers, distractors=distractors)
+    A = _camera_matrix(state)
+    fr = _frames(state, objs, o, A)
+    color = torch.empty((3, B, N), device=dev)  # channel planes
+    rcp = _table_color(state, size, color) if table else None
+    hits = _first_hits(state, o, A, objs, fr, size, rcp)
+    shadowed = _shadows(state, o, objs, fr, hits, size, rcp) if shadows else None
 
-    # table pixels (dense, constant normal +z): texture x tint x (ambient + diffuse)
-    bank = _bank(dev)
-    S = bank.shape[1]
-    uv = (p[..., :2] * state.tex_scale[:, None, None] + state.tex_offset[:, None]) % 1.0
-    ij = (uv * S).long().clamp_(0, S - 1)
-    flat = (state.table_tex[:, None] * S + ij[..., 1]) * S + ij[..., 0]
-    shade = state.ambient[:, None] + (state.light_intensity * L[:, 2].clamp_min(0.0))[:, None] * lit
-    shade = torch.where(hit_any & (obj < 0), shade, torch.zeros_like(shade))
-    color = bank.view(-1, 3).index_select(0, flat.view(-1)).view(B, N, 3) * (state.table_tint[:, None] * shade[..., None])
+    if table:
+        if shadowed is not None:  # shadowed table pixels keep only the ambient term
+            tab = torch.nonzero(shadowed & (hits.obj_dense < 0)).flatten()
+            lit_shade = state.ambient + state.light_intensity * L[:, 2].clamp_min(0.0)
+            ratio = (state.ambient / lit_shade).index_select(0, torch.div(tab, N, rounding_mode="floor"))
+            flat = color.view(3, -1)
+            flat[:, tab] = flat[:, tab] * ratio
+    else:
+        color.zero_()
 
     # object pixels (sparse): ambient + Lambert + Blinn-Phong
-    if wf.numel():
-        bw = wf // N
+    if hits.flat.numel():
+        bw = torch.div(hits.flat, N, rounding_mode="floor")
         Lw = L.index_select(0, bw)
-        ndl = (wn * Lw).sum(-1).clamp_min(0.0) * lit.view(-1).index_select(0, wf)
-        hv = Lw - d.reshape(-1, 3).index_select(0, wf)
+        ndl = (hits.normal * Lw).sum(-1).clamp_min(0.0)
+        if shadowed is not None:
+            ndl = ndl * ~shadowed.index_select(0, hits.flat)
+        hv = Lw - hits.ray
         hv = hv / hv.norm(dim=-1, keepdim=True).clamp_min(1e-9)
-        spec = state.specular[bw] * (wn * hv).sum(-1).clamp_min(0.0) ** state.shininess[bw] * (ndl > 0)
-        base = objs.color.reshape(-1, 3).index_select(0, bw * objs.kind.shape[1] + wm)
+        spec = state.specular[bw] * (hits.normal * hv).sum(-1).clamp_min(0.0) ** state.shininess[bw] * (ndl > 0)
+        base = objs.color.reshape(-1, 3).index_select(0, bw * objs.kind.shape[1] + hits.obj)
         col = base * (state.ambient[bw] + state.light_intensity[bw] * ndl)[:, None] + spec[:, None]
-        color.view(-1, 3)[wf] = col
+        color.view(3, -1)[:, hits.flat] = col.t()
 
-    color = color.clamp(0.0, 1.0).view(B, size, size, 3).permute(0, 3, 1, 2)
+    color = color.clamp_(0.0, 1.0).view(3, B, size, size)
     if post:
-        color = postprocess(color, state.blur, state.image_noise, generator)
-    mask = (obj == TARGET_ID).view(B, size, size)
-    alpha = (obj >= 0).view(B, size, size)
-    depth = torch.where(hit_any, t, torch.full_like(t, INF)).view(B, size, size)
-    rgb = (color * 255.0 + 0.5).to(torch.uint8)
-    return RenderOutput(rgb=rgb, mask=mask, depth=depth, alpha=alpha, color=color)
+        color = _post(color.view(1, 3 * B, size, size), state.blur.repeat(3), state.image_noise.repeat(3),
+                      generator).view(3, B, size, size)
+    rgb = torch.empty((B, 3, size, size), dtype=torch.uint8, device=dev)
+    rgb.permute(1, 0, 2, 3).copy_(torch.add(torch.tensor(0.5, device=dev), color, alpha=255.0))
+    mask = (hits.obj_dense == TARGET_ID).view(B, size, size)
+    alpha = (hits.obj_dense >= 0).view(B, size, size)
+
+    def depth() -> Tensor:  # metres along the ray = ray parameter x |A (u, v, 1)|
+        uv, r2 = _pixel_grid(size, dev)
+        dz = A[:, 2, 0:1] * uv[:, 0] + A[:, 2, 1:2] * uv[:, 1] + A[:, 2, 2:3]  # B,N (unnormalised)
+        s_tab = torch.where(dz < -1e-9, -o[:, 2:3] / dz.clamp(max=-1e-9), torch.full_like(dz, INF))
+        if not table:
+            s_tab = torch.full_like(dz, INF)
+        norm = torch.sqrt(r2[None] + (state.focal**2)[:, None])
+        return (torch.minimum(hits.s_dense.view(B, N), s_tab) * norm).view(B, size, size)
+
+    return RenderOutput(rgb=rgb, mask=mask, alpha=alpha, color=color.permute(1, 0, 2, 3), depth_fn=depth)
 
 
+# ----------------------------------------------------------------------------- post-processing
 _BLUR = torch.tensor([1.0, 2.0, 1.0]) / 4.0
+NOISE_BANK = 1 << 20  # standard normal samples; each image reads a window at a random offset
+_NOISE: dict[str, Tensor] = {}
+
+
+def _noise_bank(device: torch.device) -> Tensor:
+    key = str(device)
+    if key not in _NOISE:
+        g = torch.Generator(device=device).manual_seed(0x6E01)
+        _NOISE[key] = torch.randn(NOISE_BANK, generator=g, device=device)
+    return _NOISE[key]
+
+
+def _post(x: Tensor, blur: Tensor, noise: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Blur blend and noise on ``x`` (1,G,H,W: G single-channel images); ``blur``, ``noise``: G.
+
+    The blend ``(1 - w) x + w * gauss3x3(x)`` is one per-image 3x3 kernel (grouped convolution, replicate
+    border). The noise of each image is a window of a fixed bank of standard normals starting at a random
+    offset drawn from ``generator``, scaled by the image's std.
+    """
+    G, H, W = x.shape[1:]
+    dev = x.device
+    gauss = _BLUR.to(dev)[:, None] * _BLUR.to(dev)[None, :]
+    delta = torch.zeros((3, 3), device=dev)
+    delta[1, 1] = 1.0
+    k = torch.lerp(delta.expand(G, 3, 3), gauss.expand(G, 3, 3), blur.view(G, 1, 1))
+    out = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), k[:, None], groups=G)
+    bank = _noise_bank(dev)
+    if H * W > bank.numel():
+        raise ValueError(f"postprocess: images of {H}x{W} exceed the noise bank ({bank.numel()} samples)")
+    start = torch.randint(0, bank.numel() - H * W + 1, (G,), generator=generator, device=dev)
+    out.view(G, H * W).addcmul_(bank.unfold(0, H * W, 1).index_select(0, start), noise.view(G, 1))
+    return out.clamp_(0.0, 1.0)
 
 
 def postprocess(color: Tensor, blur: Tensor, noise: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """Blur blend and Gaussian noise on ``color`` (B,3,H,W float in [0, 1]); ``blur``, ``noise``: B."""
+    """Blur blend and Gaussian noise on ``color`` (B,3,H,W float in [0, 1]); ``blur``, ``noise``: B.
+    Returns a new B,3,H,W tensor (see ``_post``)."""
     B, C, H, W = color.shape
-    k = (_BLUR.to(color.device)[:, None] * _BLUR.to(color.device)[None, :]).expand(C, 1, 3, 3)
-    blurred = F.conv2d(F.pad(color, (1, 1, 1, 1), mode="replicate"), k, groups=C)
-    out = torch.lerp(color, blurred, blur.view(B, 1, 1, 1))
-    out = out + torch.randn(out.shape, generator=generator, device=color.device) * noise.view(B, 1, 1, 1)
-    return out.clamp(0.0, 1.0)
+    out = _post(color.reshape(1, B * C, H, W), blur.repeat_interleave(C), noise.repeat_interleave(C), generator)
+    return out.view(B, C, H, W)
