@@ -519,11 +519,13 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
         inside = ((x0.index_select(0, b) <= px) & (px <= x1.index_select(0, b))
                   & (y0.index_select(0, b) <= py) & (py <= y1.index_select(0, b)))
         inside &= torch.arange(M, device=dev)[None, :] != hits.obj[:, None]  # C,M
-        kinds = objs.kind.index_select(0, b)
+        ci_all, mi_all = torch.nonzero(inside, as_tuple=True)
+        kinds = objs.kind.view(-1).index_select(0, b.index_select(0, ci_all) * M + mi_all)
         for kind in PRIMITIVES:
-            ci, mi = torch.nonzero(inside & (kinds == kind), as_tuple=True)
-            if ci.numel() == 0:
+            sel = torch.nonzero(kinds == kind).flatten()
+            if sel.numel() == 0:
                 continue
+            ci, mi = ci_all.index_select(0, sel), mi_all.index_select(0, sel)
             fm = b.index_select(0, ci) * M + mi
             rel = hits.point.index_select(0, ci) - objs.centre.view(-1, 3).index_select(0, fm)
             p = (fr.rot.index_select(0, fm) @ rel[..., None]).squeeze(-1)
