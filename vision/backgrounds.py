@@ -45,17 +45,37 @@ def _pipeline(size: int, hue_rotation_prob: float):
     )
 
 
+def _shift_hue_to(img: np.ndarray, hue: float) -> np.ndarray:
+    """Rotate the hue of ``img`` (H,W,3 uint8 RGB) so its saturation-weighted circular mean hue is ``hue``
+    (0..1); near-grey crops get a saturation boost so that the new hue shows."""
+    import cv2
+
+    hsv = cv2.cvtColor(img, cv2.COLOR_RGB2HSV_FULL)  # H in 0..255 for the full circle
+    h = hsv[..., 0].astype(np.float32) * (2 * np.pi / 256.0)
+    w = hsv[..., 1].astype(np.float32) + 1.0
+    mean = np.arctan2((w * np.sin(h)).sum(), (w * np.cos(h)).sum()) / (2 * np.pi)
+    shift = int(round(((hue - mean) % 1.0) * 256.0))
+    hsv[..., 0] = ((hsv[..., 0].astype(np.int32) + shift) % 256).astype(np.uint8)
+    sat = hsv[..., 1].astype(np.float32)
+    if sat.mean() < 60:
+        hsv[..., 1] = np.clip(sat + 60 + 60 * (sat / 255.0), 0, 255).astype(np.uint8)
+    return cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB_FULL)
+
+
 class BackgroundBank:
     """In-memory real photos and a seeded crop/augment sampler.
 
     ``images``: list of ``H,W,3 uint8`` RGB arrays (any sizes); ``names``: their file names.
     ``skipped``: files that could not be read and were skipped (``skip_bad``). ``hue_rotation_prob``: chance
     that a crop's hue is rotated by a uniform amount (training aid against camouflage; use 0 for validation so
-    held-out photos keep their real colours).
+    held-out photos keep their real colours). ``camouflage_prob``: chance that a crop's hue is rotated so that
+    its dominant (saturation-weighted mean) hue lands uniformly inside ``camouflage_hue`` (HSV hue, 1.0 = full
+    circle: pass the target's hue band), i.e. the crop takes the target's colour; also 0 for validation.
     """
 
     def __init__(self, images: list[np.ndarray], names: list[str], size: int = 64, skipped: list[str] | None = None,
-                 hue_rotation_prob: float = 0.0):
+                 hue_rotation_prob: float = 0.0, camouflage_prob: float = 0.0,
+                 camouflage_hue: tuple[float, float] = (-0.04, 0.06)):
         if not images:
             raise ValueError("BackgroundBank needs at least one image")
         if len(images) != len(names):
@@ -72,11 +92,16 @@ class BackgroundBank:
         if not 0.0 <= hue_rotation_prob <= 1.0:
             raise ValueError(f"BackgroundBank.hue_rotation_prob must be in [0, 1]; got {hue_rotation_prob!r}")
         self.hue_rotation_prob = hue_rotation_prob
+        if not 0.0 <= camouflage_prob <= 1.0:
+            raise ValueError(f"BackgroundBank.camouflage_prob must be in [0, 1]; got {camouflage_prob!r}")
+        self.camouflage_prob = camouflage_prob
+        self.camouflage_hue = (float(camouflage_hue[0]), float(camouflage_hue[1]))
         self._aug = _pipeline(size, hue_rotation_prob)
 
     @classmethod
     def from_folder(cls, folder: str | os.PathLike, size: int = 64, skip_bad: bool = False, max_side: int = 320,
-                    hue_rotation_prob: float = 0.0) -> "BackgroundBank":
+                    hue_rotation_prob: float = 0.0, camouflage_prob: float = 0.0,
+                    camouflage_hue: tuple[float, float] = (-0.04, 0.06)) -> "BackgroundBank":
         """Load every PNG/JPEG directly inside ``folder``; images larger than ``max_side`` are downscaled.
 
         An unreadable file raises ValueError naming it, unless ``skip_bad`` (then it is logged and listed
@@ -104,7 +129,8 @@ class BackgroundBank:
             log.warning("skipped %d unreadable background file(s): %s", len(skipped), ", ".join(skipped))
         if not images:
             raise ValueError(f"background folder {folder}: no readable images (skipped {len(skipped)})")
-        return cls(images, names, size=size, skipped=skipped, hue_rotation_prob=hue_rotation_prob)
+        return cls(images, names, size=size, skipped=skipped, hue_rotation_prob=hue_rotation_prob,
+                   camouflage_prob=camouflage_prob, camouflage_hue=camouflage_hue)
 
     def __len__(self) -> int:
         return len(self.images)
@@ -117,8 +143,13 @@ class BackgroundBank:
         idx = rng.integers(0, len(self.images), size=n)
         self._aug.set_random_seed(int(seed))
         out = np.empty((n, self.size, self.size, 3), dtype=np.uint8)
+        camo = rng.random(n) < self.camouflage_prob
+        lo, hi = self.camouflage_hue
+        goal = rng.uniform(lo, hi, size=n) % 1.0
         for i, k in enumerate(idx):  # per-image crop of a variable-size photo (CPU, ~3k img/s)
             out[i] = self._aug(image=self.images[k])["image"]
+            if camo[i]:
+                out[i] = _shift_hue_to(out[i], goal[i])
         return out
 
     def sample_tensor(self, n: int, generator: torch.Generator, device: torch.device | str = "cpu") -> Tensor:

@@ -81,6 +81,19 @@ class Composite:
     kind: Tensor
 
 
+@dataclass
+class Layers:
+    """Rendered object layers before compositing: ``color`` B,3,H,W float (whole frame for sim frames),
+    ``alpha``/``mask`` B,H,W bool, ``kind`` B int64 (as in :class:`Composite`), ``blur``/``noise`` B."""
+
+    color: Tensor
+    alpha: Tensor
+    mask: Tensor
+    kind: Tensor
+    blur: Tensor
+    noise: Tensor
+
+
 def _u(lo: float, hi: float, shape, g: torch.Generator, device) -> Tensor:
     return lo + (hi - lo) * torch.rand(shape, generator=g, device=device)
 
@@ -159,6 +172,10 @@ class Composer:
 
     def __call__(self, n: int, generator: torch.Generator) -> Composite:
         """``n`` composites; deterministic given the generator state (CPU)."""
+        return self.composite(self.render_layers(n, generator), generator)
+
+    def render_layers(self, n: int, generator: torch.Generator) -> Layers:
+        """Render ``n`` object layers (the expensive part); :meth:`composite` puts them on backgrounds."""
         cfg, ccfg, dev, g = self.sim_cfg, self.cfg, self.device, generator
         state = sample_scenes(cfg, n, g, dev)
         state, kind = place_camera(state, cfg, ccfg, g)
@@ -170,25 +187,36 @@ class Composer:
                                     cam_offset=torch.where(use_fingers[:, None], state.cam_offset,
                                                            state.tcp_pos + state.cam_offset - far))
         layer = render(layer_state, cfg, table=False, post=False, shadows=ccfg.shadows)
-        bg = self.bank.sample_tensor(n, g, dev)
-        a = layer.alpha[:, None].float()
-        color = layer.color * a + bg * (1.0 - a)
-        mask = layer.mask
-        alpha = layer.alpha
+        color, mask, alpha = layer.color, layer.mask, layer.alpha
         if bool(use_sim.any()):
             idx = torch.nonzero(use_sim).flatten()
             sim = render(state.index(idx), cfg, table=True, post=False)
+            color, mask, alpha = color.clone(), mask.clone(), alpha.clone()
             color[idx] = sim.color
-            mask = mask.clone()
             mask[idx] = sim.mask
-            alpha = alpha.clone()
             alpha[idx] = sim.alpha
             kind = torch.where(use_sim, torch.full_like(kind, 3), kind)
+        return Layers(color=color, alpha=alpha, mask=mask, kind=kind, blur=state.blur, noise=state.image_noise)
+
+    def composite(self, layers: Layers, generator: torch.Generator, hflip: bool = False) -> Composite:
+        """Put rendered ``layers`` on fresh background crops with fresh photometric jitter and noise. With
+        ``hflip``, each frame is mirrored left-right with probability 1/2 (used when layers are reused)."""
+        ccfg, dev, g = self.cfg, self.device, generator
+        n = layers.color.shape[0]
+        color, alpha, mask = layers.color, layers.alpha, layers.mask
+        if hflip:
+            flip = torch.rand((n,), generator=g, device=dev) < 0.5
+            color = torch.where(flip[:, None, None, None], color.flip(-1), color)
+            alpha = torch.where(flip[:, None, None], alpha.flip(-1), alpha)
+            mask = torch.where(flip[:, None, None], mask.flip(-1), mask)
+        bg = self.bank.sample_tensor(n, g, dev)
+        a = (alpha | (layers.kind == 3)[:, None, None])[:, None].float()  # sim frames keep their own table
+        color = color * a + bg * (1.0 - a)
         gain = _u(*ccfg.gain, (n, 1, 1, 1), g, dev) * _u(*ccfg.channel_gain, (n, 3, 1, 1), g, dev)
         color = (color * gain).clamp(0.0, 1.0)
-        color = postprocess(color, state.blur, state.image_noise, g)
+        color = postprocess(color, layers.blur, layers.noise, g)
         rgb = (color * 255.0 + 0.5).to(torch.uint8)
-        return Composite(rgb=rgb, mask=mask, layer_alpha=alpha, kind=kind)
+        return Composite(rgb=rgb, mask=mask, layer_alpha=alpha, kind=layers.kind)
 
 
 def compose_config_from_dict(d: dict) -> ComposeConfig:

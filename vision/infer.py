@@ -1,7 +1,8 @@
 """Fast inference: ``Segmenter.from_checkpoint(path, device)`` -> target probabilities and masks.
 
-On CPU the network runs in bfloat16 autocast with channels-last memory when that gives the same masks as
-float32 on the probe images stored in the checkpoint (pixel disagreement at most ``BF16_TOLERANCE``);
+On CPU the network runs in bfloat16 autocast with channels-last memory when the CPU has native bf16
+(AMX/AVX512-BF16, :func:`~vision.model.cpu_has_fast_bf16`; emulated bf16 is slower than float32) and that
+gives the same masks as float32 on the probe images stored in the checkpoint (pixel disagreement at most ``BF16_TOLERANCE``);
 otherwise it falls back to float32 (logged). ``precision="fp32"`` forces float32.
 """
 
@@ -14,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .checkpoint import load_checkpoint
-from .model import SegNet, SegNetConfig
+from .model import SegNet, SegNetConfig, cpu_has_fast_bf16
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class Segmenter:
             self.model = self.model.to(memory_format=torch.channels_last)
         if precision == "bf16":
             self.bf16 = True
+        elif precision == "auto" and self.device.type == "cpu" and not cpu_has_fast_bf16():
+            pass  # no native bf16 on this CPU: emulated bf16 is slower than float32
         elif precision == "auto" and probe is not None and len(probe) > 0:
             self.bf16 = self._bf16_agrees(probe)
 

@@ -83,5 +83,24 @@ class SegNet(nn.Module):
         return self.head(x)[:, 0]
 
 
+def cpu_has_fast_bf16() -> bool:
+    """True when this CPU has native bfloat16 matrix instructions (AMX-BF16 or AVX512-BF16).
+
+    Without them PyTorch emulates bf16 convolutions, which measured ~10x *slower* than float32 for
+    :class:`SegNet` on an AVX2-only AMD EPYC (4.97 s vs 0.47 s per training step of 48 images), so bf16
+    autocast is only worth using when this returns True. Reads ``/proc/cpuinfo`` (Linux); elsewhere False.
+    """
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set()
+            for line in f:
+                if line.startswith("flags"):
+                    flags.update(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        return False
+    return bool({"amx_bf16", "avx512_bf16"} & flags)
+
+
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())

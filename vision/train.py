@@ -34,7 +34,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .compose import ComposeConfig, Composer
 from .io import atomic_write_bytes, list_images
 from .metrics import SegMetrics, best_threshold
-from .model import SegNet, SegNetConfig, count_parameters
+from .model import SegNet, SegNetConfig, count_parameters, cpu_has_fast_bf16
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,14 @@ class TrainVisionConfig:
     weight_decay: float = 1e-4
     """AdamW weight decay."""
     dice_weight: float = 1.0
-    """Weight of the soft-Dice term added to the pixel BCE loss."""
+    """Weight of the soft-Dice (Tversky) term added to the pixel BCE loss."""
+    pos_weight: float = 1.0
+    """BCE weight of target pixels (> 1 favours recall)."""
+    tversky_beta: float = 0.5
+    """Weight of false negatives in the Tversky term (0.5 = soft Dice; larger favours recall)."""
+    layer_reuse: int = 1
+    """Each rendered batch of targets/fingers/distractors is composited onto fresh background crops (with
+    fresh jitter, noise and a random left-right mirror) for this many steps; 1 renders every step."""
     seed: int = 0
     """Seed of model init and training data."""
     val_every: int = 250
@@ -83,6 +90,9 @@ class TrainVisionConfig:
     hue_rotation_prob: float = 0.35
     """Chance that a training background crop gets a random hue rotation (validation crops never do), so that
     target-coloured backgrounds are common in training."""
+    camouflage_prob: float = 0.0
+    """Chance that a training background crop is hue-rotated so that its dominant hue falls in the target's
+    hue band (``sim.randomization.target_hue``): target-coloured backgrounds, the main source of misses."""
     resume: bool = False
     """Continue from out/checkpoint.pt up to --steps."""
     hdf5: Optional[Path] = None
@@ -98,7 +108,8 @@ class TrainVisionConfig:
     threads: int = 0
     """torch.set_num_threads (0 = leave the default)."""
     bf16: bool = True
-    """bfloat16 autocast for forward/backward on CPU (AMX); weights and optimizer stay float32."""
+    """bfloat16 autocast for forward/backward on CPU when the CPU has native bf16 (AMX/AVX512-BF16); without
+    it float32 is used, because emulated bf16 is ~10x slower. Weights and optimizer stay float32."""
     progress: bool = True
     """Show a rich progress bar."""
     model: SegNetConfig = field(default_factory=SegNetConfig)
@@ -109,16 +120,20 @@ class TrainVisionConfig:
     """Simulator config for rendering targets (image_size sets the training resolution)."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "val_every", "ckpt_every", "n_val", "n_test", "hdf5_max_frames", "min_pixels"):
+        for name in ("steps", "batch_size", "layer_reuse", "val_every", "ckpt_every", "n_val", "n_test", "hdf5_max_frames", "min_pixels"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ValueError(f"TrainVisionConfig.{name} must be a positive int; got {v!r}")
-        for name in ("lr", "weight_decay", "dice_weight"):
+        for name in ("lr", "weight_decay", "dice_weight", "pos_weight"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (name == "lr" and v == 0):
                 raise ValueError(f"TrainVisionConfig.{name} must be a finite {'positive' if name == 'lr' else 'non-negative'} number; got {v!r}")
+        if not 0.0 <= self.tversky_beta <= 1.0:
+            raise ValueError(f"TrainVisionConfig.tversky_beta must be in [0, 1]; got {self.tversky_beta!r}")
         if not 0.0 <= self.hdf5_fraction <= 1.0:
             raise ValueError(f"TrainVisionConfig.hdf5_fraction must be in [0, 1]; got {self.hdf5_fraction!r}")
+        if not 0.0 <= self.camouflage_prob <= 1.0:
+            raise ValueError(f"TrainVisionConfig.camouflage_prob must be in [0, 1]; got {self.camouflage_prob!r}")
         if not 0.0 <= self.hue_rotation_prob <= 1.0:
             raise ValueError(f"TrainVisionConfig.hue_rotation_prob must be in [0, 1]; got {self.hue_rotation_prob!r}")
         if not 0.0 <= self.max_fp_image_rate <= 1.0:
@@ -144,16 +159,23 @@ def lr_at(step: int, cfg: TrainVisionConfig) -> float:
     return cfg.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def seg_loss(logits: Tensor, target: Tensor, dice_weight: float) -> Tensor:
-    """Pixel BCE + ``dice_weight`` x soft Dice pooled over the batch. ``logits`` B,H,W; ``target`` B,H,W bool."""
+def seg_loss(logits: Tensor, target: Tensor, dice_weight: float, pos_weight: float = 1.0,
+             tversky_beta: float = 0.5) -> Tensor:
+    """Pixel BCE (target pixels weighted by ``pos_weight``) + ``dice_weight`` x soft Tversky loss pooled over
+    the batch, ``1 - TP / (TP + (1 - beta) FP + beta FN)`` (``beta`` = 0.5 is soft Dice; larger favours
+    recall). ``logits`` B,H,W; ``target`` B,H,W bool."""
     logits = logits.float()
     y = target.float()
-    bce = F.binary_cross_entropy_with_logits(logits, y)
+    pw = None if pos_weight == 1.0 else torch.tensor(pos_weight, device=logits.device)
+    bce = F.binary_cross_entropy_with_logits(logits, y, pos_weight=pw)
     if dice_weight == 0:
         return bce
     p = torch.sigmoid(logits)
-    dice = 1.0 - (2 * (p * y).sum() + 1.0) / (p.sum() + y.sum() + 1.0)
-    return bce + dice_weight * dice
+    tp = (p * y).sum()
+    fp = p.sum() - tp
+    fn = y.sum() - tp
+    tversky = 1.0 - (tp + 0.5) / (tp + (1 - tversky_beta) * fp + tversky_beta * fn + 0.5)
+    return bce + dice_weight * tversky
 
 
 def _file_hashes(folder: Path) -> dict[str, str]:
@@ -270,7 +292,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     train_dir, val_dir = resolve_split(cfg.backgrounds, cfg.val_backgrounds)
     _check_disjoint(train_dir, val_dir)
     train_bank = BackgroundBank.from_folder(train_dir, size=size, skip_bad=cfg.skip_bad,
-                                            hue_rotation_prob=cfg.hue_rotation_prob)
+                                            hue_rotation_prob=cfg.hue_rotation_prob, camouflage_prob=cfg.camouflage_prob,
+                                            camouflage_hue=cfg.sim.randomization.target_hue)
     val_bank = BackgroundBank.from_folder(val_dir, size=size, skip_bad=cfg.skip_bad)
     log.info("training backgrounds (%d) from %s: %s", len(train_bank), train_dir, ", ".join(train_bank.names))
     log.info("held-out validation backgrounds (%d) from %s: %s", len(val_bank), val_dir, ", ".join(val_bank.names))
@@ -303,7 +326,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
 
     log.info("rendering %d validation and %d test composites", cfg.n_val, cfg.n_test)
     val_rgb, val_mask = make_set(val_composer, cfg.n_val, cfg.val_seed)
-    bf16 = cfg.bf16 and dev.type == "cpu"
+    bf16 = cfg.bf16 and dev.type == "cpu" and cpu_has_fast_bf16()
+    log.info("training precision: %s", "bf16 autocast" if bf16 else "float32")
     probe = val_rgb[val_mask.flatten(1).any(1)][:24].cpu()
     writer = SummaryWriter(str(out / "tb"))
     nparams = count_parameters(model)
@@ -312,7 +336,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     def validate(step: int) -> dict:
         probs = predict_probs(model, val_rgb, bf16)
         with torch.no_grad():
-            vloss = float(seg_loss(torch.logit(probs.clamp(1e-6, 1 - 1e-6)), val_mask, cfg.dice_weight))
+            vloss = float(seg_loss(torch.logit(probs.clamp(1e-6, 1 - 1e-6)), val_mask, cfg.dice_weight,
+                                  cfg.pos_weight, cfg.tversky_beta))
         summ, curve = evaluate_set(probs, val_mask, 0.5, cfg.min_pixels)
         summ["loss"] = vloss
         summ["best_threshold"] = best_threshold(curve, cfg.max_fp_image_rate)
@@ -338,13 +363,19 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
         v0 = validate(0)
         history.append({"step": 0, **{k: v0[k] for k in ("loss", "iou", "precision", "recall")}})
     model.train()
+    layers = None
     t_start = time.perf_counter()
     with _progress(cfg.progress) as bar:
         task = bar.add_task("train", total=cfg.steps, completed=start, info="")
         for step in range(start, cfg.steps):
             for grp in opt.param_groups:
                 grp["lr"] = lr_at(step, cfg)
-            comp = composer(cfg.batch_size - n_hdf5, gen)
+            if cfg.layer_reuse == 1:
+                comp = composer(cfg.batch_size - n_hdf5, gen)
+            else:
+                if layers is None or (step - start) % cfg.layer_reuse == 0:
+                    layers = composer.render_layers(cfg.batch_size - n_hdf5, gen)
+                comp = composer.composite(layers, gen, hflip=True)
             rgb, mask = comp.rgb, comp.mask
             if n_hdf5:
                 hr, hm = hdf5.sample(n_hdf5, gen)
@@ -354,7 +385,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
                 x = x.contiguous(memory_format=torch.channels_last)
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
                 logits = model(x)
-            loss = seg_loss(logits, mask, cfg.dice_weight)
+            loss = seg_loss(logits, mask, cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta)
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower --lr")
             opt.zero_grad(set_to_none=True)
