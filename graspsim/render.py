@@ -315,7 +315,9 @@ PRIMARY_EPS = 1e-9  # smallest accepted primary-ray parameter (the camera is nev
 class Frames:
     """Per-object local frames (B*M rows): ``rot`` world-to-local rotation 3,3; ``cam`` camera centre
     (local); ``Q`` pixel (u, v, 1) -> local ray direction; ``light`` light direction (local); ``half``
-    half-extents; ``M`` slots per scene."""
+    half-extents; ``M`` slots per scene. Box slab tests use ``lo``/``hi`` = -+half - cam (primary rays)
+    and, for shadow rays from table points ``cam + s Q (u, v, 1)``, the same divided by the light:
+    ``slab_lo``/``slab_hi`` = (-+half - cam) / light and ``Q_light`` = Q / light (rows)."""
 
     rot: Tensor
     cam: Tensor
@@ -323,6 +325,11 @@ class Frames:
     light: Tensor
     half: Tensor
     M: int
+    lo: Tensor
+    hi: Tensor
+    slab_lo: Tensor
+    slab_hi: Tensor
+    Q_light: Tensor
 
 
 def _frames(state: State, objs: Objects, o: Tensor, A: Tensor) -> Frames:
@@ -334,8 +341,12 @@ def _frames(state: State, objs: Objects, o: Tensor, A: Tensor) -> Frames:
     cam = (rot @ (o[:, None] - objs.centre)[..., None]).squeeze(-1)
     Q = rot @ A[:, None]
     light = (rot @ state.light_dir[:, None, :, None]).squeeze(-1)
+    lo, hi = -objs.half - cam, objs.half - cam
+    inv_light = 1.0 / torch.where(light.abs() < 1e-12, torch.full_like(light, 1e-12), light)
     return Frames(rot.view(-1, 3, 3), cam.view(-1, 3), Q.view(-1, 3, 3), light.view(-1, 3),
-                  objs.half.reshape(-1, 3), M)
+                  objs.half.reshape(-1, 3), M, lo.reshape(-1, 3), hi.reshape(-1, 3),
+                  (lo * inv_light).reshape(-1, 3), (hi * inv_light).reshape(-1, 3),
+                  (Q * inv_light[..., None]).reshape(-1, 3, 3))
 
 
 def _local_hit(kind: int, p: Tensor, d: Tensor, h: Tensor, eps: float) -> Tensor:
@@ -447,13 +458,20 @@ def _first_hits(state: State, o: Tensor, A: Tensor, objs: Objects, fr: Frames, s
         fm = bi * M + mi
         flat = bi * N + ni
         d = _apply(fr.Q.index_select(0, fm), u, v)
-        p, h = fr.cam.index_select(0, fm), fr.half.index_select(0, fm)
-        s = _local_hit(kind, p, d, h, PRIMARY_EPS)
+        if kind == KIND_BOX:  # slab test with the per-object bounds relative to the camera
+            inv = d.reciprocal()
+            t1, t2 = fr.lo.index_select(0, fm) * inv, fr.hi.index_select(0, fm) * inv
+            tn, tf = torch.minimum(t1, t2).amax(-1), torch.maximum(t1, t2).amin(-1)
+            s = torch.where(tn > PRIMARY_EPS, tn, tf)
+            s = torch.where((tf >= tn) & (s > PRIMARY_EPS), s, torch.full_like(s, INF))
+        else:
+            s = _local_hit(kind, fr.cam.index_select(0, fm), d, fr.half.index_select(0, fm), PRIMARY_EPS)
         sel = torch.nonzero(s < _table_param(o, rcp, bi, flat)).flatten()
         if sel.numel() == 0:
             continue
-        s, fm, h = s.index_select(0, sel), fm.index_select(0, sel), h.index_select(0, sel)
-        q = p.index_select(0, sel) + s[:, None] * d.index_select(0, sel)
+        s, fm = s.index_select(0, sel), fm.index_select(0, sel)
+        h = fr.half.index_select(0, fm)
+        q = fr.cam.index_select(0, fm) + s[:, None] * d.index_select(0, sel)
         if kind == KIND_BOX:  # the face normal is a (signed) row of the world-to-local rotation
             ax = (q.abs() / h).argmax(-1)
             sign = torch.sign(q.gather(1, ax[:, None]))
@@ -508,8 +526,14 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
             bi, mi, flat, s_tab = (x.index_select(0, sel) for x in (bi, mi, flat, s_tab))
             u, v = u.index_select(0, sel), v.index_select(0, sel)
             fm = bi * M + mi
-            p = fr.cam.index_select(0, fm) + s_tab[:, None] * _apply(fr.Q.index_select(0, fm), u, v)
-            hit = _local_hit(kind, p, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
+            if kind == KIND_BOX:  # slab test of the ray p + s L, p = cam + s_tab Q (u, v, 1), all over L
+                e = s_tab[:, None] * _apply(fr.Q_light.index_select(0, fm), u, v)
+                t1, t2 = fr.slab_lo.index_select(0, fm) - e, fr.slab_hi.index_select(0, fm) - e
+                tn, tf = torch.minimum(t1, t2).amax(-1), torch.maximum(t1, t2).amin(-1)
+                hit = (tf >= tn) & (tf > EPS)
+            else:
+                p = fr.cam.index_select(0, fm) + s_tab[:, None] * _apply(fr.Q.index_select(0, fm), u, v)
+                hit = _local_hit(kind, p, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
             out[flat[hit]] = True
     if hits.flat.numel():
         x0, x1, y0, y1 = _hull_boxes(state, torch.cat([corners, foot], 2), objs.active, size)
