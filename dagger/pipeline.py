@@ -44,11 +44,11 @@ from .train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dag
 log = logging.getLogger(__name__)
 
 PRESETS: dict[str, dict[str, int]] = {
-    "small": dict(collect_episodes=64, vision_steps=300, vision_batch=32, iterations=4, episodes_per_iter=64,
-                  train_steps=300, dagger_eval_episodes=48, eval_episodes=128, num_envs=64),
-    "medium": dict(collect_episodes=256, vision_steps=1500, vision_batch=48, iterations=8, episodes_per_iter=192,
+    "small": dict(collect_episodes=64, vision_steps=300, vision_batch=32, iterations=5, episodes_per_iter=96,
+                  train_steps=400, dagger_eval_episodes=64, eval_episodes=200, num_envs=96),
+    "medium": dict(collect_episodes=256, vision_steps=1500, vision_batch=48, iterations=6, episodes_per_iter=192,
                    train_steps=600, dagger_eval_episodes=128, eval_episodes=1000, num_envs=128),
-    "full": dict(collect_episodes=1000, vision_steps=4000, vision_batch=48, iterations=12, episodes_per_iter=512,
+    "full": dict(collect_episodes=1000, vision_steps=4000, vision_batch=48, iterations=10, episodes_per_iter=512,
                  train_steps=1000, dagger_eval_episodes=256, eval_episodes=1000, num_envs=128),
 }
 """Stage budgets per preset (episodes, optimizer steps)."""
