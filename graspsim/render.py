@@ -498,9 +498,9 @@ def _first_hits(state: State, o: Tensor, A: Tensor, objs: Objects, fr: Frames, s
 
 
 def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, size: int,
-             rcp: Tensor | None) -> Tensor:
-    """B*N bool: the first surface point of each pixel is hidden from the directional light. Exact, in
-    two sparse parts:
+             rcp: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Surface points hidden from the directional light: (flat indices b * N + n of shadowed table pixels,
+    possibly repeated; C bool per object pixel of ``hits``). Exact, in two sparse parts:
 
     * table points: pixels inside the screen box of object ``m``'s shadow on the table (the hull of its
       bounding-box corners pushed along the light onto z = 0) whose ray first meets the table cast one
@@ -511,7 +511,8 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
     Objects never shadow themselves (for convex solids the n.L term does that).
     """
     B, N, M, dev = state.batch_size, size * size, fr.M, state.device
-    out = torch.zeros(B * N, dtype=torch.bool, device=dev)
+    table_flats = [torch.zeros(0, dtype=torch.long, device=dev)]
+    on_object = torch.zeros(hits.flat.shape, dtype=torch.bool, device=dev)
     corners = _corners(objs)
     foot = _shadow_foot(corners, state.light_dir)
     if rcp is not None:
@@ -534,7 +535,7 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
             else:
                 p = fr.cam.index_select(0, fm) + s_tab[:, None] * _apply(fr.Q.index_select(0, fm), u, v)
                 hit = _local_hit(kind, p, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
-            out[flat[hit]] = True
+            table_flats.append(flat[hit])
     if hits.flat.numel():
         x0, x1, y0, y1 = _hull_boxes(state, torch.cat([corners, foot], 2), objs.active, size)
         b = torch.div(hits.flat, N, rounding_mode="floor")
@@ -554,8 +555,8 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
             rel = hits.point.index_select(0, ci) - objs.centre.view(-1, 3).index_select(0, fm)
             p = (fr.rot.index_select(0, fm) @ rel[..., None]).squeeze(-1)
             hit = _local_hit(kind, p, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
-            out[hits.flat.index_select(0, ci)[hit]] = True
-    return out
+            on_object[ci[hit]] = True
+    return torch.cat(table_flats), on_object
 
 
 # ----------------------------------------------------------------------------- table
@@ -650,15 +651,14 @@ def render(
     color = torch.empty((3, B, N), device=dev)  # channel planes
     rcp = _table_color(state, size, color) if table else None
     hits = _first_hits(state, o, A, objs, fr, size, rcp)
-    shadowed = _shadows(state, o, objs, fr, hits, size, rcp) if shadows else None
+    tab, obj_shadowed = _shadows(state, o, objs, fr, hits, size, rcp) if shadows else (None, None)
 
     if table:
-        if shadowed is not None:  # shadowed table pixels keep only the ambient term
-            tab = torch.nonzero(shadowed & (hits.obj_dense < 0)).flatten()
+        if tab is not None and tab.numel():  # shadowed table pixels keep only the ambient term
             lit_shade = state.ambient + state.light_intensity * L[:, 2].clamp_min(0.0)
             ratio = (state.ambient / lit_shade).index_select(0, torch.div(tab, N, rounding_mode="floor"))
-            flat = color.view(3, -1)
-            flat[:, tab] = flat[:, tab] * ratio
+            flat = color.view(3, -1)  # repeated indices write the same value (read before any write)
+            flat.index_copy_(1, tab, flat.index_select(1, tab) * ratio)
     else:
         color.zero_()
 
@@ -667,14 +667,14 @@ def render(
         bw = torch.div(hits.flat, N, rounding_mode="floor")
         Lw = L.index_select(0, bw)
         ndl = (hits.normal * Lw).sum(-1).clamp_min(0.0)
-        if shadowed is not None:
-            ndl = ndl * ~shadowed.index_select(0, hits.flat)
+        if obj_shadowed is not None:
+            ndl = ndl * ~obj_shadowed
         hv = Lw - hits.ray
         hv = hv / hv.norm(dim=-1, keepdim=True).clamp_min(1e-9)
         spec = state.specular[bw] * (hits.normal * hv).sum(-1).clamp_min(0.0) ** state.shininess[bw] * (ndl > 0)
         base = objs.color.reshape(-1, 3).index_select(0, bw * objs.kind.shape[1] + hits.obj)
         col = base * (state.ambient[bw] + state.light_intensity[bw] * ndl)[:, None] + spec[:, None]
-        color.view(3, -1)[:, hits.flat] = col.t()
+        color.view(3, -1).index_copy_(1, hits.flat, col.t())
 
     color = color.clamp_(0.0, 1.0).view(3, B, size, size)
     if post:
