@@ -277,12 +277,14 @@ def enumerate_boxes(x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor, size: int) -
 
     Inputs B,M int64 (inclusive bounds). Returns (b, n, m) int64 index tensors, n = y * size + x.
     """
-    return _enumerate(x0, x1, y0, y1, size)[:3]
+    fm, b, m, flat, _, _ = _enumerate(x0, x1, y0, y1, size)
+    return b, flat - b * size * size, m
 
 
 def _enumerate(x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor, size: int
-               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """:func:`enumerate_boxes` plus the pixel-centre offsets (u, v) of every triple (float32)."""
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """:func:`enumerate_boxes` as (b * M + m, b, m, b * N + n, u, v) with the pixel-centre offsets (u, v)
+    of every triple (float32)."""
     B, M = x0.shape
     w = (x1 - x0 + 1).clamp_min(0).flatten()
     h = (y1 - y0 + 1).clamp_min(0).flatten()
@@ -291,7 +293,7 @@ def _enumerate(x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor, size: int
     dev = x0.device
     if total == 0:
         e = torch.zeros(0, dtype=torch.long, device=dev)
-        return e, e, e, e.float(), e.float()
+        return e, e, e, e, e.float(), e.float()
     owner = torch.repeat_interleave(torch.arange(B * M, device=dev), counts, output_size=total)
     start = torch.cumsum(counts, 0) - counts
     local = torch.arange(total, device=dev) - start[owner]
@@ -299,7 +301,8 @@ def _enumerate(x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor, size: int
     px = x0.flatten()[owner] + local % wo
     py = y0.flatten()[owner] + torch.div(local, wo, rounding_mode="floor")
     c = 0.5 - size / 2
-    return torch.div(owner, M, rounding_mode="floor"), py * size + px, owner % M, px.float() + c, py.float() + c
+    b = torch.div(owner, M, rounding_mode="floor")
+    return owner, b, owner - b * M, (b * size + py) * size + px, px.float() + c, py.float() + c
 
 
 # ----------------------------------------------------------------------------- visibility and shadows
@@ -450,13 +453,14 @@ def _first_hits(state: State, o: Tensor, A: Tensor, objs: Objects, fr: Frames, s
     :func:`screen_boxes`)."""
     B, N, M, dev = state.batch_size, size * size, fr.M, state.device
     x0, x1, y0, y1 = screen_boxes(state, objs, size)
+    # an object hit lies at z >= 0, hence in front of the table along a ray from a camera above it,
+    # unless some object reaches below the table plane: only then compare with the table distance
+    below = rcp is not None and bool((objs.active & (objs.centre[..., 2] - objs.half[..., 2] < 0)).any())
     parts = []
     for kind in PRIMITIVES:  # three primitive kinds, not scenes
-        bi, ni, mi, u, v = _enumerate(x0, _kind_boxes(objs, kind, x0, x1), y0, y1, size)
+        fm, bi, mi, flat, u, v = _enumerate(x0, _kind_boxes(objs, kind, x0, x1), y0, y1, size)
         if bi.numel() == 0:
             continue
-        fm = bi * M + mi
-        flat = bi * N + ni
         d = _apply(fr.Q.index_select(0, fm), u, v)
         if kind == KIND_BOX:  # slab test with the per-object bounds relative to the camera
             inv = d.reciprocal()
@@ -466,7 +470,7 @@ def _first_hits(state: State, o: Tensor, A: Tensor, objs: Objects, fr: Frames, s
             s = torch.where((tf >= tn) & (s > PRIMARY_EPS), s, torch.full_like(s, INF))
         else:
             s = _local_hit(kind, fr.cam.index_select(0, fm), d, fr.half.index_select(0, fm), PRIMARY_EPS)
-        sel = torch.nonzero(s < _table_param(o, rcp, bi, flat)).flatten()
+        sel = torch.nonzero(s < (_table_param(o, rcp, bi, flat) if below else INF)).flatten()
         if sel.numel() == 0:
             continue
         s, fm = s.index_select(0, sel), fm.index_select(0, sel)
@@ -518,15 +522,12 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
     if rcp is not None:
         x0, x1, y0, y1 = _hull_boxes(state, foot, objs.active, size)
         for kind in PRIMITIVES:  # three primitive kinds, not scenes
-            bi, ni, mi, u, v = _enumerate(x0, _kind_boxes(objs, kind, x0, x1), y0, y1, size)
+            fm, bi, mi, flat, u, v = _enumerate(x0, _kind_boxes(objs, kind, x0, x1), y0, y1, size)
             if bi.numel() == 0:
                 continue
-            flat = bi * N + ni
             s_tab = _table_param(o, rcp, bi, flat)
             sel = torch.nonzero((hits.obj_dense.index_select(0, flat) < 0) & (s_tab < INF)).flatten()
-            bi, mi, flat, s_tab = (x.index_select(0, sel) for x in (bi, mi, flat, s_tab))
-            u, v = u.index_select(0, sel), v.index_select(0, sel)
-            fm = bi * M + mi
+            fm, flat, s_tab, u, v = (x.index_select(0, sel) for x in (fm, flat, s_tab, u, v))
             if kind == KIND_BOX:  # slab test of the ray p + s L, p = cam + s_tab Q (u, v, 1), all over L
                 e = s_tab[:, None] * _apply(fr.Q_light.index_select(0, fm), u, v)
                 t1, t2 = fr.slab_lo.index_select(0, fm) - e, fr.slab_hi.index_select(0, fm) - e
@@ -536,14 +537,17 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
                 p = fr.cam.index_select(0, fm) + s_tab[:, None] * _apply(fr.Q.index_select(0, fm), u, v)
                 hit = _local_hit(kind, p, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
             table_flats.append(flat[hit])
-    if hits.flat.numel():
+    # object points facing the light (the others are unlit by n.L anyway)
+    facing = torch.nonzero((hits.normal * state.light_dir.index_select(0, hits.flat // N)).sum(-1) > 0).flatten()
+    if facing.numel():
         x0, x1, y0, y1 = _hull_boxes(state, torch.cat([corners, foot], 2), objs.active, size)
-        b = torch.div(hits.flat, N, rounding_mode="floor")
-        n = hits.flat - b * N
+        flat = hits.flat.index_select(0, facing)
+        b = torch.div(flat, N, rounding_mode="floor")
+        n = flat - b * N
         px, py = (n % size)[:, None], torch.div(n, size, rounding_mode="floor")[:, None]
         inside = ((x0.index_select(0, b) <= px) & (px <= x1.index_select(0, b))
                   & (y0.index_select(0, b) <= py) & (py <= y1.index_select(0, b)))
-        inside &= torch.arange(M, device=dev)[None, :] != hits.obj[:, None]  # C,M
+        inside &= torch.arange(M, device=dev)[None, :] != hits.obj.index_select(0, facing)[:, None]  # C,M
         ci_all, mi_all = torch.nonzero(inside, as_tuple=True)
         kinds = objs.kind.view(-1).index_select(0, b.index_select(0, ci_all) * M + mi_all)
         for kind in PRIMITIVES:
@@ -552,10 +556,12 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
                 continue
             ci, mi = ci_all.index_select(0, sel), mi_all.index_select(0, sel)
             fm = b.index_select(0, ci) * M + mi
-            rel = hits.point.index_select(0, ci) - objs.centre.view(-1, 3).index_select(0, fm)
-            p = (fr.rot.index_select(0, fm) @ rel[..., None]).squeeze(-1)
-            hit = _local_hit(kind, p, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
-            on_object[ci[hit]] = True
+            rel = hits.point.index_select(0, facing.index_select(0, ci)) - objs.centre.view(-1, 3).index_select(0, fm)
+            if kind == KIND_BOX:  # yawed: rotate into the box frame (spheres and cylinders are not rotated)
+                R3 = fr.rot.index_select(0, fm)
+                rel = R3[:, :, 0] * rel[:, :1] + R3[:, :, 1] * rel[:, 1:2] + R3[:, :, 2] * rel[:, 2:]
+            hit = _local_hit(kind, rel, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
+            on_object[facing.index_select(0, ci)[hit]] = True
     return torch.cat(table_flats), on_object
 
 
