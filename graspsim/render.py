@@ -78,19 +78,26 @@ class RenderOutput:
     """``rgb``: B,3,H,W uint8; ``mask``: B,H,W bool (target visible); ``alpha``: B,H,W bool (an object,
     not the table, is hit); ``color``: B,3,H,W float32 colour in [0, 1] before quantisation (after
     post-processing; a view of a channel-major buffer); ``depth``: B,H,W float32 (metres along the ray,
-    inf for background), computed on first access."""
+    inf for background). ``color`` and ``depth`` are computed on first access (the env needs neither)."""
 
-    def __init__(self, rgb: Tensor, mask: Tensor, alpha: Tensor, color: Tensor, depth_fn: Callable[[], Tensor]):
-        self.rgb, self.mask, self.alpha, self.color = rgb, mask, alpha, color
-        self._depth_fn: Callable[[], Tensor] | None = depth_fn
-        self._depth: Tensor | None = None
+    def __init__(self, rgb: Tensor, mask: Tensor, alpha: Tensor, depth_fn: Callable[[], Tensor],
+                 color_fn: Callable[[], Tensor]):
+        self.rgb, self.mask, self.alpha = rgb, mask, alpha
+        self._lazy: dict[str, Callable[[], Tensor]] = {"depth": depth_fn, "color": color_fn}
+        self._done: dict[str, Tensor] = {}
+
+    def _get(self, name: str) -> Tensor:
+        if name not in self._done:
+            self._done[name] = self._lazy.pop(name)()
+        return self._done[name]
 
     @property
     def depth(self) -> Tensor:
-        if self._depth is None:
-            self._depth = self._depth_fn()
-            self._depth_fn = None
-        return self._depth
+        return self._get("depth")
+
+    @property
+    def color(self) -> Tensor:
+        return self._get("color")
 
 
 @dataclass
@@ -682,12 +689,15 @@ def render(
         col = base * (state.ambient[bw] + state.light_intensity[bw] * ndl)[:, None] + spec[:, None]
         color.view(3, -1).index_copy_(1, hits.flat, col.t())
 
+    # quantisation levels: 255 * colour + 0.5 in [0.5, 255.5], truncated to uint8 (= rounding)
     color = color.clamp_(0.0, 1.0).view(3, B, size, size)
     if post:
-        color = _post(color.view(1, 3 * B, size, size), state.blur.repeat(3), state.image_noise.repeat(3),
-                      generator).view(3, B, size, size)
+        level = _post(color.view(1, 3 * B, size, size), state.blur.repeat(3), state.image_noise.repeat(3),
+                      generator, scale=255.0, offset=0.5).view(3, B, size, size)
+    else:
+        level = torch.add(torch.tensor(0.5, device=dev), color, alpha=255.0, out=color)
     rgb = torch.empty((B, 3, size, size), dtype=torch.uint8, device=dev)
-    rgb.permute(1, 0, 2, 3).copy_(torch.add(torch.tensor(0.5, device=dev), color, alpha=255.0))
+    rgb.permute(1, 0, 2, 3).copy_(level)
     mask = (hits.obj_dense == TARGET_ID).view(B, size, size)
     alpha = (hits.obj_dense >= 0).view(B, size, size)
 
@@ -700,7 +710,8 @@ def render(
         norm = torch.sqrt(r2[None] + (state.focal**2)[:, None])
         return (torch.minimum(hits.s_dense.view(B, N), s_tab) * norm).view(B, size, size)
 
-    return RenderOutput(rgb=rgb, mask=mask, alpha=alpha, color=color.permute(1, 0, 2, 3), depth_fn=depth)
+    return RenderOutput(rgb=rgb, mask=mask, alpha=alpha, depth_fn=depth,
+                        color_fn=lambda: ((level - 0.5) / 255.0).permute(1, 0, 2, 3))
 
 
 # ----------------------------------------------------------------------------- post-processing
@@ -717,8 +728,10 @@ def _noise_bank(device: torch.device) -> Tensor:
     return _NOISE[key]
 
 
-def _post(x: Tensor, blur: Tensor, noise: Tensor, generator: torch.Generator | None) -> Tensor:
-    """Blur blend and noise on ``x`` (1,G,H,W: G single-channel images); ``blur``, ``noise``: G.
+def _post(x: Tensor, blur: Tensor, noise: Tensor, generator: torch.Generator | None, scale: float = 1.0,
+          offset: float = 0.0) -> Tensor:
+    """Blur blend and noise on ``x`` (1,G,H,W: G single-channel images in [0, 1]); ``blur``, ``noise``: G.
+    Returns ``scale * result + offset``, clamped to [offset, scale + offset] (a new tensor).
 
     The blend ``(1 - w) x + w * gauss3x3(x)`` is one per-image 3x3 kernel (grouped convolution, replicate
     border). The noise of each image is a window of a fixed bank of standard normals starting at a random
@@ -729,14 +742,15 @@ def _post(x: Tensor, blur: Tensor, noise: Tensor, generator: torch.Generator | N
     gauss = _BLUR.to(dev)[:, None] * _BLUR.to(dev)[None, :]
     delta = torch.zeros((3, 3), device=dev)
     delta[1, 1] = 1.0
-    k = torch.lerp(delta.expand(G, 3, 3), gauss.expand(G, 3, 3), blur.view(G, 1, 1))
-    out = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), k[:, None], groups=G)
+    k = torch.lerp(delta.expand(G, 3, 3), gauss.expand(G, 3, 3), blur.view(G, 1, 1)) * scale
+    bias = torch.full((G,), offset, device=dev) if offset else None
+    out = F.conv2d(F.pad(x, (1, 1, 1, 1), mode="replicate"), k[:, None], bias, groups=G)
     bank = _noise_bank(dev)
     if H * W > bank.numel():
         raise ValueError(f"postprocess: images of {H}x{W} exceed the noise bank ({bank.numel()} samples)")
     start = torch.randint(0, bank.numel() - H * W + 1, (G,), generator=generator, device=dev)
-    out.view(G, H * W).addcmul_(bank.unfold(0, H * W, 1).index_select(0, start), noise.view(G, 1))
-    return out.clamp_(0.0, 1.0)
+    out.view(G, H * W).addcmul_(bank.unfold(0, H * W, 1).index_select(0, start), noise.view(G, 1) * scale)
+    return out.clamp_(offset, scale + offset)
 
 
 def postprocess(color: Tensor, blur: Tensor, noise: Tensor, generator: torch.Generator | None = None) -> Tensor:
