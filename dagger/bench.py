@@ -55,7 +55,7 @@ class BenchConfig:
     """Output folder for bench.json and fps_vs_batch.png (created; existing files are replaced atomically)."""
     image_size: int = 64
     """Wrist image size (pixels) for every measurement."""
-    batch_sizes: Tuple[int, ...] = (1, 4, 16, 64, 256, 1024)
+    batch_sizes: Tuple[int, ...] = (1, 4, 16, 64, 256, 512, 1024)
     """Torch simulator batch sizes."""
     bullet_configs: Tuple[Tuple[int, int], ...] = ((1, 0), (8, 0), (8, 2))
     """pybullet (num_envs, workers) pairs; workers = 0 runs every client in this process."""

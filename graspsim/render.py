@@ -637,6 +637,9 @@ def _table_color(state: State, size: int, out: Tensor) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- main entry
+CHUNK_PIXELS = 1 << 21  # scenes x pixels rendered per pass (512 scenes at 64x64)
+
+
 def render(
     state: State,
     cfg: SimConfig,
@@ -652,7 +655,25 @@ def render(
 
     ``table=False`` leaves the background black with ``alpha`` False there (for compositing onto real
     photos); ``post=False`` skips blur and noise; ``generator`` drives the pixel noise.
+
+    Large batches are rendered in passes of ``CHUNK_PIXELS`` scenes x pixels (in order, so the noise
+    stays seeded): each pass's float buffers then stay below glibc's 32 MB mmap threshold and are reused
+    from the heap instead of being page-faulted in again (see ``_tune_allocator``).
     """
+    kw = dict(table=table, fingers=fingers, distractors=distractors, shadows=shadows, post=post, generator=generator)
+    B, chunk = state.batch_size, max(1, CHUNK_PIXELS // cfg.image_size**2)
+    if B <= chunk:
+        return _render(state, cfg, **kw)
+    parts = [_render(state.index(slice(i, i + chunk)), cfg, **kw) for i in range(0, B, chunk)]
+    return RenderOutput(rgb=torch.cat([p.rgb for p in parts]), mask=torch.cat([p.mask for p in parts]),
+                        alpha=torch.cat([p.alpha for p in parts]),
+                        depth_fn=lambda: torch.cat([p.depth for p in parts]),
+                        color_fn=lambda: torch.cat([p.color for p in parts]))
+
+
+def _render(state: State, cfg: SimConfig, *, table: bool, fingers: bool, distractors: bool, shadows: bool | None,
+            post: bool, generator: torch.Generator | None) -> RenderOutput:
+    """One rendering pass over every scene of ``state`` (see :func:`render`)."""
     size = cfg.image_size
     B, dev, N = state.batch_size, state.device, cfg.image_size**2
     shadows = cfg.shadows if shadows is None else shadows

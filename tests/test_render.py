@@ -84,3 +84,15 @@ def test_depth_matches_table_distance_and_objects_are_closer():
     table = ~out.alpha
     assert torch.allclose(out.depth[table], t_table[table], rtol=1e-4)
     assert (out.depth[out.alpha] < t_table[out.alpha]).all()
+
+
+def test_chunked_render_equals_one_pass(monkeypatch):
+    """Batches above CHUNK_PIXELS are rendered in passes; the result is the same as one pass."""
+    import sys
+
+    cfg, s = _scene(size=16, n=5)
+    one = render(s, cfg, post=False)
+    monkeypatch.setattr(sys.modules["graspsim.render"], "CHUNK_PIXELS", 2 * 16 * 16)  # 2 scenes per pass
+    parts = render(s, cfg, post=False)
+    for name in ("rgb", "mask", "alpha", "depth", "color"):
+        assert torch.equal(getattr(one, name), getattr(parts, name)), name
