@@ -250,9 +250,9 @@ def _hull_boxes(state: State, points: Tensor, active: Tensor, size: int) -> tupl
 
 def _projected_bounds(cam: Tensor, valid: Tensor, f: Tensor, size: int) -> tuple[Tensor, Tensor]:
     """Pixel-coordinate bounds (lo, hi: R,2) of the ``valid`` camera-frame points ``cam`` (R,P,3)."""
-    pix = cam[..., :2] / cam[..., 2:3].clamp_min(NEAR) * f[:, None, None] + size / 2
-    lo = torch.where(valid[..., None], pix, torch.full_like(pix, INF)).amin(1)
-    hi = torch.where(valid[..., None], pix, torch.full_like(pix, -INF)).amax(1)
+    pix = (cam[..., :2] / cam[..., 2:3].clamp_min(NEAR) * f[:, None, None] + size / 2).transpose(1, 2)  # R,2,P
+    lo = torch.where(valid[:, None], pix, INF).amin(-1)
+    hi = torch.where(valid[:, None], pix, -INF).amax(-1)
     return lo, hi
 
 
@@ -303,13 +303,21 @@ def _enumerate(x0: Tensor, x1: Tensor, y0: Tensor, y1: Tensor, size: int
         return e, e, e, e, e.float(), e.float()
     owner = torch.repeat_interleave(torch.arange(B * M, device=dev), counts, output_size=total)
     start = torch.cumsum(counts, 0) - counts
-    local = torch.arange(total, device=dev) - start[owner]
-    wo = w[owner]
-    px = x0.flatten()[owner] + local % wo
-    py = y0.flatten()[owner] + torch.div(local, wo, rounding_mode="floor")
+    local = (torch.arange(total, device=dev) - start.index_select(0, owner)).float()
+    wo = w.float().index_select(0, owner)
+    # row and column inside the box without int64 division (slow): local < w * h <= size^2 and
+    # w <= size <= 512, so float32 (local + 0.5) / w is never within rounding error of an integer
+    row = torch.floor((local + 0.5) / wo)
+    col = local - row * wo
+    bm = torch.arange(B * M, device=dev)
+    b_of, m_of = torch.div(bm, M, rounding_mode="floor"), bm % M
+    x0f, y0f = x0.flatten(), y0.flatten()
+    base = ((b_of * size + y0f) * size + x0f).index_select(0, owner)
     c = 0.5 - size / 2
-    b = torch.div(owner, M, rounding_mode="floor")
-    return owner, b, owner - b * M, (b * size + py) * size + px, px.float() + c, py.float() + c
+    u = (x0f.float() + c).index_select(0, owner) + col
+    v = (y0f.float() + c).index_select(0, owner) + row
+    flat = base + row.long() * size + col.long()
+    return owner, b_of.index_select(0, owner), m_of.index_select(0, owner), flat, u, v
 
 
 # ----------------------------------------------------------------------------- visibility and shadows
@@ -375,8 +383,7 @@ def _local_hit(kind: int, p: Tensor, d: Tensor, h: Tensor, eps: float) -> Tensor
         inv = 1.0 / torch.where(d.abs() < 1e-12, torch.full_like(d, 1e-12), d)
         t1 = (-h - p) * inv
         t2 = (h - p) * inv
-        tn = torch.minimum(t1, t2).amax(-1)
-        tf = torch.maximum(t1, t2).amin(-1)
+        tn, tf = _max3(torch.minimum(t1, t2)), _min3(torch.maximum(t1, t2))
         s = torch.where(tn > eps, tn, tf)
         hit = (tf >= tn) & (s > eps)
     elif kind == KIND_CYLINDER:
@@ -404,6 +411,16 @@ def _local_hit(kind: int, p: Tensor, d: Tensor, h: Tensor, eps: float) -> Tensor
     return torch.where(hit, s, torch.full_like(s, INF))
 
 
+def _max3(x: Tensor) -> Tensor:
+    """Row maximum of C,3 (two elementwise ops beat a reduction over a size-3 axis)."""
+    return torch.maximum(torch.maximum(x[:, 0], x[:, 1]), x[:, 2])
+
+
+def _min3(x: Tensor) -> Tensor:
+    """Row minimum of C,3."""
+    return torch.minimum(torch.minimum(x[:, 0], x[:, 1]), x[:, 2])
+
+
 def _local_normal(kind: int, q: Tensor, h: Tensor) -> Tensor:
     """Outward unit normal (local frame) at surface points ``q`` (C,3) of primitives ``h`` (C,3): the face
     whose normalised coordinate is largest."""
@@ -419,12 +436,6 @@ def _local_normal(kind: int, q: Tensor, h: Tensor) -> Tensor:
     return torch.where((q[:, 2].abs() / h[:, 2] > radial / h[:, 0])[:, None], cap, side)
 
 
-def _pixel_uv(n: Tensor, size: int) -> tuple[Tensor, Tensor]:
-    """Pixel-centre offsets (u, v) from the principal point of row-major pixel indices ``n``."""
-    return ((n % size).float() + (0.5 - size / 2),
-            torch.div(n, size, rounding_mode="floor").float() + (0.5 - size / 2))
-
-
 def _apply(M3: Tensor, u: Tensor, v: Tensor) -> Tensor:
     """``M3 @ (u, v, 1)`` for C matrices ``M3`` (C,3,3)."""
     return M3[:, :, 0] * u[:, None] + M3[:, :, 1] * v[:, None] + M3[:, :, 2]
@@ -435,7 +446,8 @@ class Hits:
     """Object pixels: the closest hit per pixel, sparse. ``flat`` = b * N + n (C int64), ``obj`` object
     slot (C), ``normal`` world unit normal C,3, ``point`` world hit point C,3, ``ray`` unit view ray C,3.
     ``s_dense`` B*N: primary-ray parameter of the object hit (inf where the table or nothing is hit);
-    ``obj_dense`` B*N int8: object slot (-1 for table or background)."""
+    ``obj_dense`` B*N int8: object slot (-1 for table or background). ``b`` scene (C), ``u``, ``v`` pixel
+    offsets from the principal point (C)."""
 
     flat: Tensor
     obj: Tensor
@@ -444,6 +456,9 @@ class Hits:
     ray: Tensor
     s_dense: Tensor
     obj_dense: Tensor
+    b: Tensor
+    u: Tensor
+    v: Tensor
 
 
 def _table_param(o: Tensor, rcp: Tensor | None, b: Tensor, flat: Tensor) -> Tensor:
@@ -472,7 +487,7 @@ def _first_hits(state: State, o: Tensor, A: Tensor, objs: Objects, fr: Frames, s
         if kind == KIND_BOX:  # slab test with the per-object bounds relative to the camera
             inv = d.reciprocal()
             t1, t2 = fr.lo.index_select(0, fm) * inv, fr.hi.index_select(0, fm) * inv
-            tn, tf = torch.minimum(t1, t2).amax(-1), torch.maximum(t1, t2).amin(-1)
+            tn, tf = _max3(torch.minimum(t1, t2)), _min3(torch.maximum(t1, t2))
             s = torch.where(tn > PRIMARY_EPS, tn, tf)
             s = torch.where((tf >= tn) & (s > PRIMARY_EPS), s, torch.full_like(s, INF))
         else:
@@ -489,23 +504,22 @@ def _first_hits(state: State, o: Tensor, A: Tensor, objs: Objects, fr: Frames, s
             n_world = fr.rot.view(-1, 3).index_select(0, fm * 3 + ax) * sign
         else:  # spheres and cylinders are not rotated
             n_world = _local_normal(kind, q, h)
-        parts.append((flat.index_select(0, sel), mi.index_select(0, sel), s, n_world))
+        parts.append((flat.index_select(0, sel), mi.index_select(0, sel), s, n_world, bi.index_select(0, sel),
+                      u.index_select(0, sel), v.index_select(0, sel)))
     s_dense = torch.full((B * N,), INF, device=dev)
     obj_dense = torch.full((B * N,), -1, dtype=torch.int8, device=dev)
     if not parts:
         e = torch.zeros(0, dtype=torch.long, device=dev)
         z3 = torch.zeros((0, 3), device=dev)
-        return Hits(e, e, z3, z3, z3, s_dense, obj_dense)
-    flat, m, s, n = (torch.cat(x) for x in zip(*parts))
+        return Hits(e, e, z3, z3, z3, s_dense, obj_dense, e, e.float(), e.float())
+    flat, m, s, n, b, u, v = (torch.cat(x) for x in zip(*parts))
     s_dense.scatter_reduce_(0, flat, s, reduce="amin")
     win = torch.nonzero(s <= s_dense.index_select(0, flat)).flatten()
-    flat, m, s, n = (x.index_select(0, win) for x in (flat, m, s, n))
+    flat, m, s, n, b, u, v = (x.index_select(0, win) for x in (flat, m, s, n, b, u, v))
     obj_dense[flat] = m.to(torch.int8)
-    b = torch.div(flat, N, rounding_mode="floor")
-    u, v = _pixel_uv(flat - b * N, size)
     D = _apply(A.index_select(0, b), u, v)
     point = o.index_select(0, b) + s[:, None] * D
-    return Hits(flat, m, n, point, D / D.norm(dim=-1, keepdim=True), s_dense, obj_dense)
+    return Hits(flat, m, n, point, D / D.norm(dim=-1, keepdim=True), s_dense, obj_dense, b, u, v)
 
 
 def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, size: int,
@@ -538,22 +552,21 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
             if kind == KIND_BOX:  # slab test of the ray p + s L, p = cam + s_tab Q (u, v, 1), all over L
                 e = s_tab[:, None] * _apply(fr.Q_light.index_select(0, fm), u, v)
                 t1, t2 = fr.slab_lo.index_select(0, fm) - e, fr.slab_hi.index_select(0, fm) - e
-                tn, tf = torch.minimum(t1, t2).amax(-1), torch.maximum(t1, t2).amin(-1)
+                tn, tf = _max3(torch.minimum(t1, t2)), _min3(torch.maximum(t1, t2))
                 hit = (tf >= tn) & (tf > EPS)
             else:
                 p = fr.cam.index_select(0, fm) + s_tab[:, None] * _apply(fr.Q.index_select(0, fm), u, v)
                 hit = _local_hit(kind, p, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
             table_flats.append(flat[hit])
     # object points facing the light (the others are unlit by n.L anyway)
-    facing = torch.nonzero((hits.normal * state.light_dir.index_select(0, hits.flat // N)).sum(-1) > 0).flatten()
+    facing = torch.nonzero((hits.normal * state.light_dir.index_select(0, hits.b)).sum(-1) > 0).flatten()
     if facing.numel():
         x0, x1, y0, y1 = _hull_boxes(state, torch.cat([corners, foot], 2), objs.active, size)
-        flat = hits.flat.index_select(0, facing)
-        b = torch.div(flat, N, rounding_mode="floor")
-        n = flat - b * N
-        px, py = (n % size)[:, None], torch.div(n, size, rounding_mode="floor")[:, None]
-        inside = ((x0.index_select(0, b) <= px) & (px <= x1.index_select(0, b))
-                  & (y0.index_select(0, b) <= py) & (py <= y1.index_select(0, b)))
+        b = hits.b.index_select(0, facing)
+        px = (hits.u.index_select(0, facing) - (0.5 - size / 2))[:, None]  # pixel column (exact in float32)
+        py = (hits.v.index_select(0, facing) - (0.5 - size / 2))[:, None]
+        x0, x1, y0, y1 = (x.float().index_select(0, b) for x in (x0, x1, y0, y1))
+        inside = (x0 <= px) & (px <= x1) & (y0 <= py) & (py <= y1)
         inside &= torch.arange(M, device=dev)[None, :] != hits.obj.index_select(0, facing)[:, None]  # C,M
         ci_all, mi_all = torch.nonzero(inside, as_tuple=True)
         kinds = objs.kind.view(-1).index_select(0, b.index_select(0, ci_all) * M + mi_all)
@@ -698,7 +711,7 @@ def _render(state: State, cfg: SimConfig, *, table: bool, fingers: bool, distrac
 
     # object pixels (sparse): ambient + Lambert + Blinn-Phong
     if hits.flat.numel():
-        bw = torch.div(hits.flat, N, rounding_mode="floor")
+        bw = hits.b
         Lw = L.index_select(0, bw)
         ndl = (hits.normal * Lw).sum(-1).clamp_min(0.0)
         if obj_shadowed is not None:
