@@ -372,9 +372,8 @@ def _local_hit(kind: int, p: Tensor, d: Tensor, h: Tensor, eps: float) -> Tensor
     with a primitive of half-extents ``h`` (C,3) centred at the origin; inf for a miss."""
     if kind == KIND_SPHERE:
         r = h[:, 0]
-        a = (d * d).sum(-1)
-        b = (p * d).sum(-1)
-        disc = b * b - a * ((p * p).sum(-1) - r * r)
+        a, b = _dot(d, d), _dot(p, d)
+        disc = b * b - a * (_dot(p, p) - r * r)
         sq = torch.sqrt(disc.clamp_min(0.0))
         s0, s1 = (-b - sq) / a, (-b + sq) / a
         s = torch.where(s0 > eps, s0, s1)
@@ -411,6 +410,17 @@ def _local_hit(kind: int, p: Tensor, d: Tensor, h: Tensor, eps: float) -> Tensor
     return torch.where(hit, s, torch.full_like(s, INF))
 
 
+def _dot(a: Tensor, b: Tensor) -> Tensor:
+    """Row dot products of C,3 tensors (elementwise ops beat a reduction over a size-3 axis)."""
+    return a[:, 0] * b[:, 0] + a[:, 1] * b[:, 1] + a[:, 2] * b[:, 2]
+
+
+def _argmax3(x: Tensor) -> Tensor:
+    """Row argmax (int64, first of ties) of C,3."""
+    first = (x[:, 0] >= x[:, 1]) & (x[:, 0] >= x[:, 2])
+    return torch.where(first, 0, torch.where(x[:, 1] >= x[:, 2], 1, 2))
+
+
 def _max3(x: Tensor) -> Tensor:
     """Row maximum of C,3 (two elementwise ops beat a reduction over a size-3 axis)."""
     return torch.maximum(torch.maximum(x[:, 0], x[:, 1]), x[:, 2])
@@ -427,7 +437,7 @@ def _local_normal(kind: int, q: Tensor, h: Tensor) -> Tensor:
     if kind == KIND_SPHERE:
         return q / h[:, :1]
     if kind == KIND_BOX:
-        ax = (q.abs() / h).argmax(-1, keepdim=True)
+        ax = _argmax3(q.abs() / h)[:, None]
         return torch.zeros_like(q).scatter_(1, ax, torch.sign(q.gather(1, ax)))
     radial = torch.sqrt(q[:, 0] ** 2 + q[:, 1] ** 2)
     side = torch.stack([q[:, 0] / radial.clamp_min(1e-12), q[:, 1] / radial.clamp_min(1e-12), torch.zeros_like(radial)], -1)
@@ -499,7 +509,7 @@ def _first_hits(state: State, o: Tensor, A: Tensor, objs: Objects, fr: Frames, s
         h = fr.half.index_select(0, fm)
         q = fr.cam.index_select(0, fm) + s[:, None] * d.index_select(0, sel)
         if kind == KIND_BOX:  # the face normal is a (signed) row of the world-to-local rotation
-            ax = (q.abs() / h).argmax(-1)
+            ax = _argmax3(q.abs() / h)
             sign = torch.sign(q.gather(1, ax[:, None]))
             n_world = fr.rot.view(-1, 3).index_select(0, fm * 3 + ax) * sign
         else:  # spheres and cylinders are not rotated
@@ -519,7 +529,7 @@ def _first_hits(state: State, o: Tensor, A: Tensor, objs: Objects, fr: Frames, s
     obj_dense[flat] = m.to(torch.int8)
     D = _apply(A.index_select(0, b), u, v)
     point = o.index_select(0, b) + s[:, None] * D
-    return Hits(flat, m, n, point, D / D.norm(dim=-1, keepdim=True), s_dense, obj_dense, b, u, v)
+    return Hits(flat, m, n, point, D * torch.rsqrt(_dot(D, D))[:, None], s_dense, obj_dense, b, u, v)
 
 
 def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, size: int,
@@ -559,7 +569,7 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
                 hit = _local_hit(kind, p, fr.light.index_select(0, fm), fr.half.index_select(0, fm), EPS) < INF
             table_flats.append(flat[hit])
     # object points facing the light (the others are unlit by n.L anyway)
-    facing = torch.nonzero((hits.normal * state.light_dir.index_select(0, hits.b)).sum(-1) > 0).flatten()
+    facing = torch.nonzero(_dot(hits.normal, state.light_dir.index_select(0, hits.b)) > 0).flatten()
     if facing.numel():
         x0, x1, y0, y1 = _hull_boxes(state, torch.cat([corners, foot], 2), objs.active, size)
         b = hits.b.index_select(0, facing)
@@ -713,12 +723,12 @@ def _render(state: State, cfg: SimConfig, *, table: bool, fingers: bool, distrac
     if hits.flat.numel():
         bw = hits.b
         Lw = L.index_select(0, bw)
-        ndl = (hits.normal * Lw).sum(-1).clamp_min(0.0)
+        ndl = _dot(hits.normal, Lw).clamp_min(0.0)
         if obj_shadowed is not None:
             ndl = ndl * ~obj_shadowed
         hv = Lw - hits.ray
-        hv = hv / hv.norm(dim=-1, keepdim=True).clamp_min(1e-9)
-        spec = state.specular[bw] * (hits.normal * hv).sum(-1).clamp_min(0.0) ** state.shininess[bw] * (ndl > 0)
+        hv = hv * torch.rsqrt(_dot(hv, hv).clamp_min(1e-18))[:, None]
+        spec = state.specular[bw] * _dot(hits.normal, hv).clamp_min(0.0) ** state.shininess[bw] * (ndl > 0)
         base = objs.color.reshape(-1, 3).index_select(0, bw * objs.kind.shape[1] + hits.obj)
         col = base * (state.ambient[bw] + state.light_intensity[bw] * ndl)[:, None] + spec[:, None]
         color.view(3, -1).index_copy_(1, hits.flat, col.t())
