@@ -7,24 +7,28 @@ Shading: ambient + Lambert diffuse + Blinn-Phong specular (objects) from one dir
 exact hard shadows on every surface (see ``_shadows``); the table is matte. Post-processing (optional):
 3x3 Gaussian blur blend and additive Gaussian pixel noise, on RGB only (the mask stays exact).
 
-How it stays cheap (the work per pixel is what limits a CPU; see ``benchmarks/``):
+How it stays cheap (the work per pixel and per candidate is what limits a CPU; see ``benchmarks/``):
 
 * **Table, dense.** The table is a plane, so its image is a perspective warp of the texture: each
-  scene's texel coordinates are a homography of the pixel coordinates (``_table_texels``). Per pixel:
-  three multiply-adds of precomputed row and column terms, one reciprocal, integer wrap-around and one
-  texture gather per channel. No per-pixel ray directions, hit points or normals.
+  scene's texel coordinates are a homography of the pixel coordinates (``_table_color``). Per pixel:
+  three adds of precomputed row and column terms, one reciprocal, integer wrap-around and one texture
+  gather per channel. No per-pixel ray directions, hit points or normals.
 * **Objects, sparse.** The exact ray-primitive intersection runs only on the (scene, pixel, object)
-  candidates inside each object's projected bounding box, with each candidate's ray built on the fly.
-* **Shadows, sparse and exact.** A pixel can only be shadowed by object ``m`` if its surface point
-  lies in the convex hull of ``m`` and ``m``'s shadow on the table (its bounding-box corners pushed
-  along the light onto z = 0); only pixels inside that hull's screen box cast a shadow ray, and only
-  against ``m``.
-* **Post-processing** is one grouped convolution (blur and blend folded into a per-scene kernel)
-  and Gaussian noise read from a fixed bank of normal samples at per-image random offsets drawn from the
-  caller's generator (seeded, so the same seed gives the same images).
+  candidates inside each object's projected bounding box, in the object's local frame, where a
+  primary ray is the per-object camera position plus ``s Q (u, v, 1)`` (``Frames``).
+* **Shadows, sparse and exact.** A table point can only be shadowed by object ``m`` inside the screen
+  box of ``m``'s shadow on the table (its bounding-box corners pushed along the light onto z = 0); an
+  object point only inside the box of ``m``'s whole shadow volume. Only those cast a shadow ray, and
+  only against ``m`` (``_shadows``).
+* **Post-processing** is one grouped convolution (blur, blend and the 0..255 scale folded into a
+  per-image kernel) and Gaussian noise read from a fixed bank of normal samples at per-image random
+  offsets drawn from the caller's generator (seeded, so the same seed gives the same images).
+* **Memory.** Colour is built channel-major (``3,B,H,W``) so each texture channel is one contiguous
+  gather; ``rgb`` is written from it in one conversion. Batches are rendered in passes of at most
+  ``CHUNK_PIXELS`` and glibc is told to keep freed memory (``_tune_allocator``), so buffers are reused
+  instead of page-faulted in on every call. ``color`` and ``depth`` are computed only when read.
 
-Colour buffers are channel-major (``3,B,H,W``) inside the renderer so each texture channel is one
-contiguous gather; the outputs are ``B,3,H,W`` views. Nothing loops over scenes.
+Nothing loops over scenes (loops run over the three primitive kinds).
 """
 
 from __future__ import annotations
