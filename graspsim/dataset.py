@@ -212,6 +212,22 @@ def _fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def _replace_atomically(target: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``target``; when the block finishes, fsync it and rename it over
+    ``target`` (then fsync the folder). If the block raises, the temporary file is removed and ``target``
+    is untouched, so a reader sees either the old or the new file, never a half-written one."""
+    tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        yield tmp
+        _fsync_file(tmp)
+        os.replace(tmp, target)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_dir(target.parent)
+
+
 def _fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -420,18 +436,10 @@ class EpisodeWriter:
                 self._next_part += 1
                 where.update({n: base for n in embedded})
             part = self._part_name(self._next_part)
-            tmp = self.parts / f".{part}.{secrets.token_hex(4)}.tmp"
-            try:
-                with h5py.File(tmp, "w") as f:
-                    data = f.create_group(DATA)
-                    for name, ep in zip(names, episodes):
-                        _write_demo(data.create_group(name), ep, self.compression, self.compression_level)
-                _fsync_file(tmp)
-                os.replace(tmp, self.parts / part)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
-            _fsync_dir(self.parts)
+            with _replace_atomically(self.parts / part) as tmp, h5py.File(tmp, "w") as f:
+                data = f.create_group(DATA)
+                for name, ep in zip(names, episodes):
+                    _write_demo(data.create_group(name), ep, self.compression, self.compression_level)
             self._next_part += 1
             where.update({n: part for n in names})
             lengths = dict(self._lengths)
@@ -481,9 +489,6 @@ class EpisodeWriter:
     @staticmethod
     def _part_name(i: int) -> str:
         return f"part-{i:06d}.h5"
-
-    def _tmp_beside(self, target: Path) -> Path:
-        return target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
 
     def _lock(self) -> None:
         if fcntl is None:
@@ -589,8 +594,7 @@ class EpisodeWriter:
         old = self._demos
         incremental = (bool(old) and demos[: len(old)] == old and self.path.is_file()
                        and all(self._where[n] is not None for n in old))
-        tmp = self._tmp_beside(self.path)
-        try:
+        with _replace_atomically(self.path) as tmp:
             if incremental:
                 shutil.copyfile(self.path, tmp)
                 f = h5py.File(tmp, "a")
@@ -606,12 +610,6 @@ class EpisodeWriter:
                 data = f[DATA]
                 for n in new:
                     data[n] = h5py.ExternalLink(f"{self.parts.name}/{where[n]}", f"/{DATA}/{n}")
-            _fsync_file(tmp)
-            os.replace(tmp, self.path)
-        finally:
-            if tmp.exists():
-                tmp.unlink()
-        _fsync_dir(self.path.parent)
 
     def _write_header(self, f: h5py.File, total: int) -> None:
         from . import __version__
@@ -635,34 +633,24 @@ class EpisodeWriter:
         try:
             os.link(src, dst)
         except OSError:
-            tmp = dst.parent / f".{dst.name}.{secrets.token_hex(4)}.tmp"
-            shutil.copyfile(src, tmp)
-            _fsync_file(tmp)
-            os.replace(tmp, dst)
+            with _replace_atomically(dst) as tmp:
+                shutil.copyfile(src, tmp)
         _fsync_dir(dst.parent)
 
     def _consolidate(self) -> None:
         if not self._masks_dirty and not any(w is not None for w in self._where.values()):
             return  # already self-contained and up to date
-        tmp = self._tmp_beside(self.path)
         with _sigint_deferred():
-            try:
-                with h5py.File(tmp, "w") as f:
-                    self._write_header(f, self.num_steps)
-                    data = f[DATA]
-                    by_part: dict[str, list[str]] = {}
-                    for n in self._demos:
-                        by_part.setdefault(self._where[n], []).append(n)
-                    for part, names in sorted(by_part.items(), key=lambda kv: kv[0] or ""):
-                        with h5py.File(self.path if part is None else self.parts / part, "r") as src:
-                            for n in names:
-                                src.copy(src[f"{DATA}/{n}"], data, name=n)
-                _fsync_file(tmp)
-                os.replace(tmp, self.path)
-            finally:
-                if tmp.exists():
-                    tmp.unlink()
-            _fsync_dir(self.path.parent)
+            with _replace_atomically(self.path) as tmp, h5py.File(tmp, "w") as f:
+                self._write_header(f, self.num_steps)
+                data = f[DATA]
+                by_part: dict[str, list[str]] = {}
+                for n in self._demos:
+                    by_part.setdefault(self._where[n], []).append(n)
+                for part, names in sorted(by_part.items(), key=lambda kv: kv[0] or ""):
+                    with h5py.File(self.path if part is None else self.parts / part, "r") as src:
+                        for n in names:
+                            src.copy(src[f"{DATA}/{n}"], data, name=n)
             self._where = {n: None for n in self._demos}
             self._masks_dirty = False
         shutil.rmtree(self.parts, ignore_errors=True)
