@@ -65,7 +65,8 @@ class EvalRealConfig:
     device: str = "cpu"
     """Torch device."""
     precision: str = "auto"
-    """Inference precision: auto (bf16 when it matches fp32 on the checkpoint's probe images), fp32 or bf16."""
+    """Inference precision: auto (bf16 when the CPU has native bf16 and it matches fp32 on the checkpoint's probe
+    images), fp32 or bf16."""
     max_report_images: int = 500
     """At most this many frames are shown in report.html (all are scored and written)."""
 

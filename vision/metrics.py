@@ -122,13 +122,21 @@ class SegMetrics:
                 "iou": iou, "f1": f1, "false_positive_image_rate": fpr}
 
 
-def best_threshold(curve: dict[str, np.ndarray], max_fp_image_rate: float | None = None) -> float:
-    """Threshold with the highest pooled F1 (equivalently IoU); if ``max_fp_image_rate`` is given, only
-    thresholds meeting it are considered (falls back to all when none does)."""
+def best_threshold(curve: dict[str, np.ndarray], max_fp_image_rate: float | None = None,
+                   min_precision: float | None = None) -> float:
+    """Threshold with the highest pooled F1 (equivalently IoU) among those meeting the constraints: a
+    false-positive image rate of at most ``max_fp_image_rate`` and a precision of at least ``min_precision``
+    (each when given). When no threshold meets both, the precision constraint is dropped; when none meets
+    the false-positive constraint either, all thresholds are considered."""
     f1 = np.nan_to_num(curve["f1"], nan=-1.0)
+    ok = np.ones_like(f1, dtype=bool)
     if max_fp_image_rate is not None:
         ok = np.nan_to_num(curve["false_positive_image_rate"], nan=0.0) <= max_fp_image_rate
-        if ok.any():
-            f1 = np.where(ok, f1, -1.0)
+    if min_precision is not None:
+        both = ok & (np.nan_to_num(curve["precision"], nan=0.0) >= min_precision)
+        if both.any():
+            ok = both
+    if ok.any():
+        f1 = np.where(ok, f1, -1.0)
     t = float(curve["threshold"][int(np.argmax(f1))])
     return t if math.isfinite(t) else 0.5

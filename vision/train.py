@@ -52,7 +52,7 @@ class TrainVisionConfig:
     training and held-out validation photos; otherwise give --val-backgrounds."""
     val_backgrounds: Optional[Path] = None
     """Folder of held-out validation background photos (never used in training)."""
-    steps: int = 1500
+    steps: int = 1000
     """Optimizer steps."""
     batch_size: int = 48
     """Composites per step."""
@@ -66,7 +66,7 @@ class TrainVisionConfig:
     """BCE weight of target pixels (> 1 favours recall)."""
     tversky_beta: float = 0.5
     """Weight of false negatives in the Tversky term (0.5 = soft Dice; larger favours recall)."""
-    layer_reuse: int = 1
+    layer_reuse: int = 2
     """Each rendered batch of targets/fingers/distractors is composited onto fresh background crops (with
     fresh jitter, noise and a random left-right mirror) for this many steps; 1 renders every step."""
     seed: int = 0
@@ -75,7 +75,7 @@ class TrainVisionConfig:
     """Validate every this many steps (and at the end)."""
     ckpt_every: int = 250
     """Write checkpoint.pt every this many steps (and at the end)."""
-    n_val: int = 512
+    n_val: int = 1024
     """Validation composites (fixed seed), used for the loss curve and to choose the threshold."""
     n_test: int = 1024
     """Test composites (another fixed seed, same held-out backgrounds) for the final metrics."""
@@ -83,14 +83,17 @@ class TrainVisionConfig:
     """Seed of the validation composites."""
     test_seed: int = 2000
     """Seed of the test composites."""
-    max_fp_image_rate: float = 0.02
-    """Threshold choice: best F1 among thresholds whose validation false-positive image rate is at most this."""
+    max_fp_image_rate: float = 0.015
+    """Threshold choice: best F1 among thresholds whose validation false-positive image rate is at most this
+    (below the 2 % target as a margin: the validation estimate, ~460 target-free frames, is noisy) (and whose validation precision is at least --min-precision, when some threshold meets both)."""
+    min_precision: float = 0.95
+    """Threshold choice: validation precision must be at least this (dropped when no threshold meets it)."""
     min_pixels: int = 1
     """A target-free frame counts as a false-positive image when at least this many pixels are predicted."""
     hue_rotation_prob: float = 0.35
     """Chance that a training background crop gets a random hue rotation (validation crops never do), so that
     target-coloured backgrounds are common in training."""
-    camouflage_prob: float = 0.0
+    camouflage_prob: float = 0.3
     """Chance that a training background crop is hue-rotated so that its dominant hue falls in the target's
     hue band (``sim.randomization.target_hue``): target-coloured backgrounds, the main source of misses."""
     resume: bool = False
@@ -136,6 +139,8 @@ class TrainVisionConfig:
             raise ValueError(f"TrainVisionConfig.camouflage_prob must be in [0, 1]; got {self.camouflage_prob!r}")
         if not 0.0 <= self.hue_rotation_prob <= 1.0:
             raise ValueError(f"TrainVisionConfig.hue_rotation_prob must be in [0, 1]; got {self.hue_rotation_prob!r}")
+        if not 0.0 <= self.min_precision <= 1.0:
+            raise ValueError(f"TrainVisionConfig.min_precision must be in [0, 1]; got {self.min_precision!r}")
         if not 0.0 <= self.max_fp_image_rate <= 1.0:
             raise ValueError(f"TrainVisionConfig.max_fp_image_rate must be in [0, 1]; got {self.max_fp_image_rate!r}")
         if not isinstance(self.threads, int) or self.threads < 0:
@@ -340,7 +345,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
                                   cfg.pos_weight, cfg.tversky_beta))
         summ, curve = evaluate_set(probs, val_mask, 0.5, cfg.min_pixels)
         summ["loss"] = vloss
-        summ["best_threshold"] = best_threshold(curve, cfg.max_fp_image_rate)
+        summ["best_threshold"] = best_threshold(curve, cfg.max_fp_image_rate, cfg.min_precision)
         for k in ("loss", "iou", "precision", "recall", "false_positive_image_rate"):
             if math.isfinite(summ[k]):
                 writer.add_scalar(f"val/{k}", summ[k], step)
