@@ -44,11 +44,11 @@ from .train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dag
 log = logging.getLogger(__name__)
 
 PRESETS: dict[str, dict[str, int]] = {
-    "small": dict(collect_episodes=64, vision_steps=300, vision_batch=32, iterations=5, episodes_per_iter=96,
+    "small": dict(collect_episodes=64, vision_steps=600, vision_batch=48, iterations=5, episodes_per_iter=96,
                   train_steps=400, dagger_eval_episodes=64, eval_episodes=200, num_envs=96),
-    "medium": dict(collect_episodes=256, vision_steps=1500, vision_batch=48, iterations=6, episodes_per_iter=192,
+    "medium": dict(collect_episodes=256, vision_steps=1000, vision_batch=48, iterations=6, episodes_per_iter=192,
                    train_steps=600, dagger_eval_episodes=128, eval_episodes=1000, num_envs=128),
-    "full": dict(collect_episodes=1000, vision_steps=4000, vision_batch=48, iterations=10, episodes_per_iter=512,
+    "full": dict(collect_episodes=1000, vision_steps=2500, vision_batch=48, iterations=10, episodes_per_iter=512,
                  train_steps=1000, dagger_eval_episodes=256, eval_episodes=1000, num_envs=128),
 }
 """Stage budgets per preset (episodes, optimizer steps)."""
@@ -180,7 +180,7 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
     if "vision" not in summary:
         vcfg = TrainVisionConfig(out=vdir, steps=b["vision_steps"], batch_size=b["vision_batch"], seed=cfg.seed,
                                  val_every=max(1, b["vision_steps"] // 3), ckpt_every=max(1, b["vision_steps"] // 3),
-                                 n_val=256 if b["vision_steps"] >= 100 else 32,
+                                 n_val=512 if b["vision_steps"] >= 100 else 32,
                                  n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vckpt.exists(), sim=cfg.sim, **common)
         res = _stage(summary, "vision", lambda: train_vision(vcfg), out)
         summary["vision"] = {"test": res["test"], "threshold": res["threshold"], "steps": res["steps"]}
