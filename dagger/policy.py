@@ -14,6 +14,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from graspsim.env import GRIPPER_DIM
+
 from .model import ControlNet, ControlNetConfig, to_action
 
 KIND = "graspsim-control"
@@ -60,9 +62,15 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
 
 
 def model_from_checkpoint(ckpt: dict) -> ControlNet:
+    """Rebuild the ControlNet of a loaded checkpoint; ValueError if its weights do not fit this version's net
+    (for example a net from before the gripper observation gained its contact channel)."""
     cfg = ControlNetConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in ckpt["config"].items()})
     model = ControlNet(cfg)
-    model.load_state_dict(ckpt["model"])
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise ValueError(f"control checkpoint does not fit this version's ControlNet (inputs: mask + gripper "
+                         f"{GRIPPER_DIM} wide); retrain it with 'graspsim dagger' ({str(e).splitlines()[0]})") from e
     return model
 
 

@@ -126,6 +126,14 @@ def test_wrong_kind_missing_and_corrupt_checkpoints(tmp_path):
     (tmp_path / "bad.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="bad.pt"):
         MaskPolicy.from_checkpoint(tmp_path / "bad.pt")
+    # a net from before the contact channel: first head layer one input narrower
+    net = ControlNet(NET)
+    save_checkpoint(tmp_path / "old.pt", net, None, iteration=0)
+    ck = torch.load(tmp_path / "old.pt", weights_only=False)
+    ck["model"]["head.0.weight"] = ck["model"]["head.0.weight"][:, :-1]
+    torch.save(ck, tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="retrain"):
+        MaskPolicy.from_checkpoint(tmp_path / "old.pt")
 
 
 # ------------------------------------------------------------------------------------------ rollouts
