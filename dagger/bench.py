@@ -34,7 +34,6 @@ import json
 import logging
 import os
 import platform
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from graspsim import GraspEnv, SimConfig
+from graspsim.fileio import atomic_write_text, replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -418,11 +418,7 @@ def _render_functions(env, action, sim: SimConfig, reps: int = 2) -> dict:
 
 # ----------------------------------------------------------------------------- outputs
 def _write_json(path: Path, data: dict) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-    os.chmod(tmp, 0o644)  # mkstemp makes owner-only files
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=2, default=str))
 
 
 def plot_fps(result: dict, path: Path) -> None:
@@ -453,16 +449,11 @@ def plot_fps(result: dict, path: Path) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
-    os.close(fd)
     try:
-        fig.savefig(tmp, format="png")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        with replace_atomically(path) as tmp:
+            fig.savefig(tmp, format="png")
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def bench(cfg: BenchConfig) -> dict:

@@ -22,7 +22,6 @@ import dataclasses
 import json
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional, Tuple
@@ -31,6 +30,7 @@ import numpy as np
 import torch
 
 from graspsim import FAILURE_NAMES, SimConfig
+from graspsim.fileio import replace_atomically
 
 from .policy import MaskPolicy
 from .rollout import RolloutResult, episode_seeds, rollout
@@ -168,9 +168,8 @@ def write_gif(path: Path, rgb: list[np.ndarray], mask: list[np.ndarray], caption
         frames.append(canvas)
     if not frames:
         return
-    tmp = path.with_name(f".{path.stem}.tmp.gif")
-    frames[0].save(tmp, save_all=True, append_images=frames[1:], duration=100, loop=0)
-    tmp.replace(path)
+    with replace_atomically(path) as tmp:
+        frames[0].save(tmp, format="GIF", save_all=True, append_images=frames[1:], duration=100, loop=0)
 
 
 def _make_env(backend: str, sim: SimConfig, num_envs: int, device: str, seed: int):

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from graspsim.env import GRIPPER_DIM
+from graspsim.fileio import replace_atomically
 
 from .model import ControlNet, ControlNetConfig, to_action
 
@@ -33,13 +34,8 @@ def save_checkpoint(path: str | os.PathLike, model: ControlNet, optimizer: torch
         "iteration": int(iteration),
         **extra,
     }
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with replace_atomically(path) as tmp:
         torch.save(payload, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:

@@ -35,7 +35,6 @@ import io
 import json
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +46,7 @@ import torch.nn.functional as F
 
 from graspsim import GraspEnv, SimConfig
 from graspsim.config import from_dict
+from graspsim.fileio import atomic_write_text, replace_atomically
 
 from .data import Aggregate, iteration_file, write_iteration
 from .model import ControlNet, ControlNetConfig, count_parameters
@@ -247,16 +247,6 @@ def make_mask_fn(masks: str, vision: Optional[Path], device: torch.device):
     return segmenter_masks(Segmenter.from_checkpoint(vision, device))
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def write_metrics(out: Path, rows: list[dict]) -> None:
     """metrics.json (list of per-iteration rows) and metrics.csv, both atomically."""
     atomic_write_text(out / "metrics.json", json.dumps(rows, indent=2))
@@ -286,10 +276,9 @@ def plot_learning_curve(path: Path, curves: dict[str, list[dict]]) -> None:
         ax.grid(alpha=0.3)
         ax.legend()
     fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp.png")
-    fig.savefig(tmp, dpi=100)
+    with replace_atomically(path) as tmp:
+        fig.savefig(tmp, dpi=100, format="png")
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def _progress(enabled: bool):

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -19,6 +17,7 @@ import numpy as np
 import tyro
 
 from graspsim.dataset import Episode, describe, read_episodes
+from graspsim.fileio import replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -77,17 +76,12 @@ def _frames(ep: Episode, scale: int) -> list[np.ndarray]:
 
 
 def _save_atomic(img_or_frames, path: Path, **kwargs) -> None:
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
-    try:
+    with replace_atomically(path) as tmp:
         if isinstance(img_or_frames, list):
             img_or_frames[0].save(tmp, format=path.suffix[1:].upper(), save_all=True,
                                   append_images=img_or_frames[1:], **kwargs)
         else:
             img_or_frames.save(tmp, format=path.suffix[1:].upper(), **kwargs)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
 
 
 def contact_sheet(ep: Episode, n_frames: int = 16, scale: int = 2, title: str = "", columns: int = 4):

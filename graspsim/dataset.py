@@ -42,7 +42,6 @@ import logging
 import math
 import os
 import re
-import secrets
 import shutil
 import signal
 import threading
@@ -54,6 +53,8 @@ import h5py
 import numpy as np
 import torch
 from torch import Tensor
+
+from .fileio import fsync_dir, replace_atomically
 
 try:
     import fcntl
@@ -204,43 +205,6 @@ def _read_demo(g: h5py.Group, obs_keys: Collection[str] | None = None) -> Episod
 
 
 # ------------------------------------------------------------------------------------------ file utils
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def _replace_atomically(target: Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``target``; when the block finishes, fsync it and rename it over
-    ``target`` (then fsync the folder). If the block raises, the temporary file is removed and ``target``
-    is untouched, so a reader sees either the old or the new file, never a half-written one."""
-    tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"
-    try:
-        yield tmp
-        _fsync_file(tmp)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    _fsync_dir(target.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:  # platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 @contextlib.contextmanager
 def _sigint_deferred():
     """Hold back Ctrl-C (SIGINT) until the block ends, so a commit is never half-recorded in memory."""
@@ -436,7 +400,7 @@ class EpisodeWriter:
                 self._next_part += 1
                 where.update({n: base for n in embedded})
             part = self._part_name(self._next_part)
-            with _replace_atomically(self.parts / part) as tmp, h5py.File(tmp, "w") as f:
+            with replace_atomically(self.parts / part, durable=True) as tmp, h5py.File(tmp, "w") as f:
                 data = f.create_group(DATA)
                 for name, ep in zip(names, episodes):
                     _write_demo(data.create_group(name), ep, self.compression, self.compression_level)
@@ -594,7 +558,7 @@ class EpisodeWriter:
         old = self._demos
         incremental = (bool(old) and demos[: len(old)] == old and self.path.is_file()
                        and all(self._where[n] is not None for n in old))
-        with _replace_atomically(self.path) as tmp:
+        with replace_atomically(self.path, durable=True) as tmp:
             if incremental:
                 shutil.copyfile(self.path, tmp)
                 f = h5py.File(tmp, "a")
@@ -633,15 +597,15 @@ class EpisodeWriter:
         try:
             os.link(src, dst)
         except OSError:
-            with _replace_atomically(dst) as tmp:
+            with replace_atomically(dst, durable=True) as tmp:
                 shutil.copyfile(src, tmp)
-        _fsync_dir(dst.parent)
+        fsync_dir(dst.parent)
 
     def _consolidate(self) -> None:
         if not self._masks_dirty and not any(w is not None for w in self._where.values()):
             return  # already self-contained and up to date
         with _sigint_deferred():
-            with _replace_atomically(self.path) as tmp, h5py.File(tmp, "w") as f:
+            with replace_atomically(self.path, durable=True) as tmp, h5py.File(tmp, "w") as f:
                 self._write_header(f, self.num_steps)
                 data = f[DATA]
                 by_part: dict[str, list[str]] = {}

@@ -8,8 +8,6 @@ and the segmentation net will see.
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,6 +15,7 @@ import numpy as np
 import torch
 
 from .config import SimConfig
+from .fileio import replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -82,14 +81,8 @@ def save_png(path: Path, image: np.ndarray) -> None:
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        Image.fromarray(image).save(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with replace_atomically(path) as tmp:
+        Image.fromarray(image).save(tmp, format="PNG")
 
 
 def show(cfg: ShowConfig) -> Path:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from graspsim import dataset as ds
+from graspsim import fileio
 from graspsim.dataset import Episode, EpisodeRecorder, EpisodeWriter, describe, load_steps, read_episodes
 
 CONFIG = {"seed": 1, "episodes": 10, "sim": {"image_size": 8, "max_steps": 20}}
@@ -254,10 +255,10 @@ def _run_and_die(path, kill_at: int) -> None:
             return fn(*a, **k)
         return inner
 
-    ds.os = type("os_proxy", (), {"__getattr__": staticmethod(lambda n: getattr(os, n))})()
-    ds.os.replace = wrap_before(wrap(os.replace))  # die just before and just after each rename
-    ds._fsync_file = wrap(ds._fsync_file)
-    ds._fsync_dir = wrap(ds._fsync_dir)
+    fileio.os = type("os_proxy", (), {"__getattr__": staticmethod(lambda n: getattr(os, n))})()
+    fileio.os.replace = wrap_before(wrap(os.replace))  # die just before and just after each rename
+    fileio.fsync_file = wrap(fileio.fsync_file)
+    fileio.fsync_dir = ds.fsync_dir = wrap(fileio.fsync_dir)
     ds._write_demo = wrap(ds._write_demo)  # die in the middle of writing a part
     resume = path.exists()
     with EpisodeWriter(path, CONFIG, resume=resume) as w:

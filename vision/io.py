@@ -8,10 +8,11 @@ RGB or RGBA (alpha is dropped). Images come back as ``H,W,3 uint8`` RGB numpy ar
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from graspsim.fileio import atomic_write_bytes  # noqa: F401  (re-exported: vision writers use it)
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 
@@ -89,20 +90,6 @@ def read_mask(path: str | os.PathLike) -> np.ndarray:
     if m.ndim == 3:
         m = m[..., :3].max(axis=2)
     return m > 0 if m.max() <= 1 else m >= 128
-
-
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temporary file in the same folder and ``os.replace``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def write_png(path: str | os.PathLike, img: np.ndarray) -> None:
