@@ -13,11 +13,11 @@ correctly from *any* state a learner may have driven the scene into (DAgger need
 * ``GRASP``    - fingers open, touching the table (the gripper's contact sense, ``SimConfig.contact_height``)
                  and centred within ``CLOSE_TOL`` of the sphere (or already closing with the sphere between
                  the pads): close, hold position (tracking drift).
+* ``LIFT``     - the sphere is held: keep closed and go up.
 
 The grasp trigger uses only what a mask-driven learner can also perceive: contact is in
 ``obs["gripper"]``, and the centring tolerance is loose enough (a few millimetres, well inside the pads'
 capture window) that the learner's view of it (the target blob near the image centre) suffices.
-* ``LIFT``     - the sphere is held: keep closed and go up.
 
 All arithmetic is on ``B``-sized tensors; nothing loops over scenes.
 """
@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from graspsim.config import SimConfig
+from graspsim.env import table_contact
 
 PHASES = ("RESET", "APPROACH", "GRASP", "LIFT")
 RESET, APPROACH, GRASP, LIFT = range(4)
@@ -75,7 +76,7 @@ def expert_phase_and_action(priv: dict[str, Tensor], cfg: SimConfig) -> tuple[Te
     dist_xy = e_xy.norm(dim=1)
     h = tcp[:, 2]
     rel = sph - tcp
-    contact = h <= cfg.contact_height
+    contact = table_contact(tcp, cfg)
 
     # xy servo: close half the error per step, plus drift feed-forward
     v_xy = (0.5 * e_xy / dt + drift).clamp(-vmax, vmax)

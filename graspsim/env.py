@@ -46,8 +46,13 @@ def gripper_obs(state: State, cfg: SimConfig) -> Tensor:
     Contact is the fingertips at most ``cfg.contact_height`` above the table, the signal of a guarded move.
     It makes the grasp height observable: at 64x64 the target's image hardly changes over the last
     centimetre of descent, so without it a mask-only policy cannot tell when the fingers straddle the sphere."""
-    contact = (state.tcp_pos[:, 2] <= cfg.contact_height).float()
+    contact = table_contact(state.tcp_pos, cfg).float()
     return torch.stack([state.finger_width / cfg.open_width, state.close_cmd.float(), contact], -1)
+
+
+def table_contact(tcp_pos: Tensor, cfg: SimConfig) -> Tensor:
+    """B bool: the gripper's contact sense, fingertips (``tcp_pos`` B,3) within ``cfg.contact_height`` of the table."""
+    return tcp_pos[:, 2] <= cfg.contact_height
 
 
 def privileged(state: State) -> dict[str, Tensor]:
