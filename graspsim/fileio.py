@@ -38,8 +38,8 @@ def fsync_dir(path: str | os.PathLike) -> None:
 @contextlib.contextmanager
 def replace_atomically(target: str | os.PathLike, durable: bool = False) -> Iterator[Path]:
     """Yield a temporary path ``.<name>.<hex>.tmp`` beside ``target`` (writers that pick a format from the
-    suffix must be told the format); when the block finishes, rename it over ``target``. If the block raises, the temporary file is removed
-    and ``target`` is untouched. ``durable``: fsync the file before and the folder after the rename (for
+    suffix must be told the format); when the block finishes, rename it over ``target``. If the block
+    raises, the temporary file is removed and ``target`` is untouched. ``durable``: fsync the file before and the folder after the rename (for
     data that must survive a power cut, such as dataset commits)."""
     target = Path(target)
     tmp = target.parent / f".{target.name}.{secrets.token_hex(4)}.tmp"

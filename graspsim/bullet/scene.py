@@ -55,6 +55,8 @@ import numpy as np
 import pybullet as pb
 import pybullet_data
 
+from ..fileio import atomic_write_bytes, replace_atomically
+
 PHYSICS_HZ = 240.0
 IK_CHUNKS = 4
 BASE_POS = (-0.55, 0.0, 0.0)
@@ -98,13 +100,6 @@ def _cache_dir() -> Path:
     return d
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 def robot_urdf() -> Path:
     """A copy of pybullet_data's ``franka_panda/panda.urdf`` with absolute mesh paths and visual geometry
     kept only on the fingers (see module docstring). Written once to a cache folder, atomically."""
@@ -127,7 +122,7 @@ def robot_urdf() -> Path:
     text = re.sub(r"<link\b.*?</link>", strip_visuals, text, flags=re.S)
     out = _cache_dir() / "panda_fingers_visual.urdf"
     if not out.exists() or out.read_text() != text:
-        _atomic_write(out, text.encode())
+        atomic_write_bytes(out, text.encode())
     return out
 
 
@@ -142,10 +137,8 @@ def texture_files(size: int = 128) -> list[Path]:
     for name, img in zip(TEXTURE_NAMES, bank):
         path = _cache_dir() / f"table_{name}_{size}.png"
         if not path.exists():
-            fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
-            os.close(fd)
-            Image.fromarray(img).save(tmp)
-            os.replace(tmp, path)
+            with replace_atomically(path) as tmp:
+                Image.fromarray(img).save(tmp, format="PNG")
         paths.append(path)
     return paths
 
