@@ -6,8 +6,9 @@ holds one binary PNG per image with the same file stem (``images/frame_0001.jpg`
 A frame without the target has an all-zero mask (it must still be present).
 
 Each image is resized to the network's input size (``image_size`` in the checkpoint, INTER_AREA), the
-probability map is resized back (bilinear) and thresholded at the checkpoint's threshold (or
-``--threshold``), and metrics are computed at the original resolution (definitions in
+probability map is gated (frames whose highest probability is below the checkpoint's ``peak_threshold``,
+or ``--peak-threshold``, predict nothing), resized back (bilinear) and thresholded at the checkpoint's
+threshold (or ``--threshold``), and metrics are computed at the original resolution (definitions in
 :mod:`vision.metrics`).
 
 Writes to ``--out``: ``predictions/<stem>.png`` (binary masks), ``overlays/<stem>.png`` (image | prediction
@@ -54,6 +55,9 @@ class EvalRealConfig:
     """Folder of binary PNG masks with the same stems as the images (all-zero = no target in the frame)."""
     threshold: Optional[float] = None
     """Probability threshold (default: the one stored in the checkpoint, chosen on validation)."""
+    peak_threshold: Optional[float] = None
+    """Frame-level gate: a frame's mask is kept only when some pixel reaches this probability (default: the
+    checkpoint's, chosen on validation together with --threshold; 0 turns the gate off)."""
     min_pixels: int = 1
     """A target-free frame is a false-positive image when at least this many pixels are predicted."""
     skip_bad: bool = False
@@ -73,6 +77,8 @@ class EvalRealConfig:
     def __post_init__(self) -> None:
         if self.threshold is not None and not (isinstance(self.threshold, (int, float)) and 0.0 < self.threshold < 1.0):
             raise ValueError(f"EvalRealConfig.threshold must be in (0, 1); got {self.threshold!r}")
+        if self.peak_threshold is not None and not (isinstance(self.peak_threshold, (int, float)) and 0.0 <= self.peak_threshold < 1.0):
+            raise ValueError(f"EvalRealConfig.peak_threshold must be in [0, 1); got {self.peak_threshold!r}")
         for name in ("min_pixels", "batch_size", "max_report_images"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
@@ -227,6 +233,8 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
     images = list_images(cfg.images)
     seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.device, precision=cfg.precision)
     threshold = seg.threshold if cfg.threshold is None else float(cfg.threshold)
+    if cfg.peak_threshold is not None:
+        seg.peak_threshold = float(cfg.peak_threshold)
     masks = find_masks(images, Path(cfg.masks)) if cfg.masks is not None else None
     out = Path(cfg.out)
     existing = [n for n in OUTPUT_NAMES if (out / n).exists()]
@@ -298,6 +306,7 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
         raise ValueError(f"no readable images in {cfg.images} (skipped {len(skipped)})")
 
     base = {"num_images": len(rows), "num_skipped": len(skipped), "skipped": skipped, "threshold": threshold,
+            "peak_threshold": seg.peak_threshold,
             "checkpoint": str(cfg.vision), "images": str(cfg.images), "masks": str(cfg.masks) if cfg.masks else None,
             "inference_dtype": "bfloat16" if seg.bf16 else "float32", "model_input_size": S}
     pred_fields = ["file", "width", "height", "pred_pixels", "max_prob"]

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .checkpoint import load_checkpoint
+from .metrics import gate_frames
 from .model import SegNet, SegNetConfig, cpu_has_fast_bf16
 
 log = logging.getLogger(__name__)
@@ -24,21 +25,25 @@ PRECISIONS = ("auto", "fp32", "bf16")
 
 
 class Segmenter:
-    """Wraps a :class:`SegNet` in eval mode with a stored probability ``threshold``.
+    """Wraps a :class:`SegNet` in eval mode with a stored probability ``threshold`` and frame-gate
+    ``peak_threshold`` (0 = no gate).
 
     ``__call__(rgb)``: ``rgb`` B,3,H,W uint8 (H, W multiples of ``model.multiple``; the net was trained at
     ``image_size``) -> probabilities B,H,W float32 in [0, 1]. ``predict_mask(rgb, threshold=None)`` -> B,H,W bool.
     """
 
     def __init__(self, model: SegNet, threshold: float = 0.5, image_size: int = 64, device: torch.device | str = "cpu",
-                 precision: str = "auto", probe: Tensor | None = None):
+                 precision: str = "auto", probe: Tensor | None = None, peak_threshold: float = 0.0):
         if precision not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
         if not 0.0 < float(threshold) < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
+        if not 0.0 <= float(peak_threshold) < 1.0:
+            raise ValueError(f"peak_threshold must be in [0, 1); got {peak_threshold!r}")
         self.threshold = float(threshold)
+        self.peak_threshold = float(peak_threshold)
         self.image_size = int(image_size)
         self.bf16 = False
         self.bf16_disagreement: float | None = None
@@ -76,7 +81,7 @@ class Segmenter:
         model = SegNet(SegNetConfig(**ckpt["model_config"]))
         model.load_state_dict(ckpt["model"])
         return cls(model, threshold=ckpt["threshold"], image_size=ckpt["image_size"], device=device,
-                   precision=precision, probe=ckpt.get("probe_rgb"))
+                   precision=precision, probe=ckpt.get("probe_rgb"), peak_threshold=ckpt.get("peak_threshold", 0.0))
 
     def _check(self, rgb: Tensor) -> None:
         if not isinstance(rgb, torch.Tensor) or rgb.dim() != 4 or rgb.shape[1] != 3:
@@ -97,16 +102,23 @@ class Segmenter:
         return out.float().to(rgb.device)
 
     def __call__(self, rgb: Tensor) -> Tensor:
-        """``rgb`` B,3,H,W uint8 -> target probability B,H,W float32."""
-        return torch.sigmoid(self.logits(rgb))
+        """``rgb`` B,3,H,W uint8 -> target probability B,H,W float32, after the frame-level gate (frames whose
+        highest probability is below ``peak_threshold`` are all zero; :func:`vision.metrics.gate_frames`)."""
+        return gate_frames(torch.sigmoid(self.logits(rgb)), self.peak_threshold)
 
     def predict_mask(self, rgb: Tensor, threshold: float | None = None) -> Tensor:
-        """``rgb`` B,3,H,W uint8 -> B,H,W bool (prob >= threshold; default: the checkpoint's threshold)."""
+        """``rgb`` B,3,H,W uint8 -> B,H,W bool: prob >= threshold (default: the checkpoint's threshold) in
+        frames that pass the gate (some pixel >= ``peak_threshold``)."""
         t = self.threshold if threshold is None else float(threshold)
         if not 0.0 < t < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
         # prob >= t  <=>  logit >= log(t / (1 - t)); avoids the sigmoid pass
-        return self.logits(rgb) >= torch.logit(torch.tensor(t)).item()
+        logits = self.logits(rgb)
+        mask = logits >= torch.logit(torch.tensor(t)).item()
+        if self.peak_threshold > 0.0:
+            peak = torch.logit(torch.tensor(self.peak_threshold)).item()
+            mask &= (logits.flatten(1).amax(1) >= peak)[:, None, None]
+        return mask
 
 
 def throughput(seg: Segmenter, batch: int = 256, iters: int = 5, seed: int = 0) -> dict:

@@ -10,6 +10,9 @@ Definitions (``thr`` = probability threshold; a pixel is predicted target iff ``
 * **false_positive_image_rate**: fraction of target-free frames with at least ``min_pixels`` predicted
   pixels (default 1: any predicted pixel makes the frame a false-positive image).
 * The precision-recall curve sweeps ``thr`` over ``THRESHOLDS`` (histograms of 1000 probability bins).
+* An optional frame-level gate (:func:`gate_frames`, the checkpoint's ``peak_threshold``) zeroes frames
+  whose highest probability is below a peak threshold before the pixel threshold is applied; the metrics
+  are then those of the gated masks, which are what the control module receives.
 """
 
 from __future__ import annotations
@@ -22,6 +25,10 @@ from torch import Tensor
 
 BINS = 1000
 THRESHOLDS = np.round(np.arange(1, 100) / 100.0, 2)  # 0.01 .. 0.99
+# candidate peak thresholds of the frame-level gate (0 = no gate); the top ones matter because confident
+# false positives on target-free frames sit at probabilities above 0.99
+PEAKS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9995, 0.9999, 0.99995, 0.99999, 0.999995,
+         0.999999)
 
 
 def _div(a: float, b: float) -> float:
@@ -122,12 +129,8 @@ class SegMetrics:
                 "iou": iou, "f1": f1, "false_positive_image_rate": fpr}
 
 
-def best_threshold(curve: dict[str, np.ndarray], max_fp_image_rate: float | None = None,
-                   min_precision: float | None = None) -> float:
-    """Threshold with the highest pooled F1 (equivalently IoU) among those meeting the constraints: a
-    false-positive image rate of at most ``max_fp_image_rate`` and a precision of at least ``min_precision``
-    (each when given). When no threshold meets both, the precision constraint is dropped; when none meets
-    the false-positive constraint either, all thresholds are considered."""
+def _best_index(curve: dict[str, np.ndarray], max_fp_image_rate: float | None,
+                min_precision: float | None) -> int:
     f1 = np.nan_to_num(curve["f1"], nan=-1.0)
     ok = np.ones_like(f1, dtype=bool)
     if max_fp_image_rate is not None:
@@ -136,7 +139,79 @@ def best_threshold(curve: dict[str, np.ndarray], max_fp_image_rate: float | None
         both = ok & (np.nan_to_num(curve["precision"], nan=0.0) >= min_precision)
         if both.any():
             ok = both
+    if not ok.any() and max_fp_image_rate is not None:  # none meets it: stay as close to it as possible
+        fpr = np.nan_to_num(curve["false_positive_image_rate"], nan=np.inf)
+        ok = fpr <= fpr.min()
     if ok.any():
         f1 = np.where(ok, f1, -1.0)
-    t = float(curve["threshold"][int(np.argmax(f1))])
+    return int(np.argmax(f1))
+
+
+def best_threshold(curve: dict[str, np.ndarray], max_fp_image_rate: float | None = None,
+                   min_precision: float | None = None) -> float:
+    """Threshold with the highest pooled F1 (equivalently IoU) among those meeting the constraints: a
+    false-positive image rate of at most ``max_fp_image_rate`` and a precision of at least ``min_precision``
+    (each when given). When no threshold meets both, the precision constraint is dropped; when none meets
+    the false-positive constraint either, the best F1 among those with the lowest false-positive image rate
+    wins."""
+    t = float(curve["threshold"][_best_index(curve, max_fp_image_rate, min_precision)])
     return t if math.isfinite(t) else 0.5
+
+
+def gate_frames(prob: Tensor, peak: float) -> Tensor:
+    """Frame-level detection gate: frames whose highest probability is below ``peak`` become all-zero.
+
+    ``prob`` B,H,W in [0, 1] -> B,H,W. Thresholding the result at ``t`` predicts the pixels ``>= t`` of the
+    frames that hold at least one pixel ``>= peak`` (hysteresis thresholding). A target-free frame is then a
+    false-positive image only when the net is confident somewhere, while the pixel threshold ``t`` can stay low
+    enough to take the whole target. ``peak <= 0`` (or ``peak <= t``) leaves the single-threshold rule.
+    """
+    if peak <= 0.0:
+        return prob
+    keep = prob.flatten(1).amax(1) >= peak
+    return prob * keep[:, None, None].to(prob.dtype)
+
+
+def gated_curves(prob: Tensor, gt: Tensor, min_pixels: int = 1, peaks: tuple[float, ...] = PEAKS) -> dict[str, np.ndarray]:
+    """The :meth:`SegMetrics.curve` of ``gate_frames(prob, peak)`` for every peak in ``peaks``, concatenated
+    (``len(peaks) * len(THRESHOLDS)`` entries, with a ``peak`` column). ``prob`` N,H,W, ``gt`` N,H,W bool."""
+    prob, gt = prob.float().cpu(), gt.bool().cpu()
+    n = prob.shape[0]
+    has = gt.flatten(1).any(1)
+    peak_of = prob.flatten(1).amax(1)
+    # per-frame probability histograms of target and background pixels, so that each gate is a sum over frames
+    bins = (prob * BINS).long().clamp_(0, BINS - 1).flatten(1) + torch.arange(n)[:, None] * BINS
+    g = gt.flatten(1)
+    h_pos = torch.bincount(bins[g], minlength=n * BINS).view(n, BINS)
+    h_neg = torch.bincount(bins[~g], minlength=n * BINS).view(n, BINS)
+    k = min(min_pixels, prob[0].numel())
+    kth = prob.flatten(1).topk(k, dim=1).values[:, -1]
+    curves = []
+    for peak in peaks:
+        keep = peak_of >= peak if peak > 0.0 else torch.ones(n, dtype=torch.bool)
+        m = SegMetrics(0.5, min_pixels)
+        # gated-out frames predict nothing: their pixels all fall in the lowest bin
+        m.hist_pos = h_pos[has & keep].sum(0).numpy()
+        m.hist_pos[0] += int(h_pos[has & ~keep].sum())
+        m.hist_neg = h_neg[has & keep].sum(0).numpy()
+        m.hist_neg[0] += int(h_neg[has & ~keep].sum())
+        m.empty_kth = [torch.where(keep, kth, torch.zeros_like(kth))[~has].numpy()]
+        c = m.curve()
+        c["peak"] = np.full_like(c["threshold"], float(peak))
+        curves.append(c)
+    return {k: np.concatenate([c[k] for c in curves]) for k in curves[0]}
+
+
+def choose_thresholds(prob: Tensor, gt: Tensor, max_fp_image_rate: float | None = None,
+                      min_precision: float | None = None, min_pixels: int = 1,
+                      peaks: tuple[float, ...] = PEAKS) -> tuple[float, float]:
+    """(pixel threshold, peak threshold) for :func:`gate_frames`, chosen jointly on validation frames.
+
+    ``prob`` N,H,W, ``gt`` N,H,W bool. Every pair of a peak in ``peaks`` (0 = no gate) and a pixel threshold in
+    ``THRESHOLDS`` is scored (:func:`gated_curves`), and the pair with the best pooled F1 among those meeting
+    the constraints wins (same constraint rules as :func:`best_threshold`; ties go to the weaker gate).
+    """
+    table = gated_curves(prob, gt, min_pixels, peaks)
+    i = _best_index(table, max_fp_image_rate, min_precision)
+    t, peak = float(table["threshold"][i]), float(table["peak"][i])
+    return (t if math.isfinite(t) else 0.5), (peak if peak > t else 0.0)

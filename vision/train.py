@@ -33,7 +33,7 @@ from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
 from .compose import ComposeConfig, Composer
 from .io import atomic_write_bytes, list_images
-from .metrics import SegMetrics, best_threshold
+from .metrics import SegMetrics, best_threshold, choose_thresholds, gate_frames
 from .model import SegNet, SegNetConfig, count_parameters, cpu_has_fast_bf16
 
 log = logging.getLogger(__name__)
@@ -66,30 +66,45 @@ class TrainVisionConfig:
     """BCE weight of target pixels (> 1 favours recall)."""
     tversky_beta: float = 0.5
     """Weight of false negatives in the Tversky term (0.5 = soft Dice; larger favours recall)."""
-    layer_reuse: int = 2
+    layer_reuse: int = 1
     """Each rendered batch of targets/fingers/distractors is composited onto fresh background crops (with
     fresh jitter, noise and a random left-right mirror) for this many steps; 1 renders every step."""
+    patch: int = 32
+    """Train on square patches of this side (px; 0, or at least the image size, = whole frames). Each composite
+    gives ``patches_per_frame``
+    patches, so a step costs about ``batch_size * patches_per_frame * (patch / image_size)**2`` frames of compute.
+    The net is fully convolutional and is validated and used on whole frames."""
+    patches_per_frame: int = 4
+    """Patches cut from each composite when --patch is set."""
+    patch_target_prob: float = 0.5
+    """Chance that a patch is placed so that it contains the target's centre (when the target is visible);
+    otherwise the patch is placed uniformly."""
     seed: int = 0
     """Seed of model init and training data."""
-    val_every: int = 250
+    val_every: int = 500
     """Validate every this many steps (and at the end)."""
-    ckpt_every: int = 250
+    ckpt_every: int = 500
     """Write checkpoint.pt every this many steps (and at the end)."""
-    n_val: int = 1024
+    n_val: int = 2048
     """Validation composites (fixed seed), used for the loss curve and to choose the threshold."""
-    n_test: int = 1024
+    n_test: int = 2048
     """Test composites (another fixed seed, same held-out backgrounds) for the final metrics."""
     val_seed: int = 1000
     """Seed of the validation composites."""
     test_seed: int = 2000
     """Seed of the test composites."""
     max_fp_image_rate: float = 0.015
-    """Threshold choice: best F1 among thresholds whose validation false-positive image rate is at most this
-    (below the 2 % target as a margin: the validation estimate, ~460 target-free frames, is noisy) (and whose validation precision is at least --min-precision, when some threshold meets both)."""
+    """Threshold choice: best F1 among (threshold, frame gate) pairs whose validation false-positive image rate is
+    at most this (below the 2 % target as a margin: the estimate from ~900 target-free frames is noisy) and whose
+    validation precision is at least --min-precision (when some pair meets both)."""
     min_precision: float = 0.95
     """Threshold choice: validation precision must be at least this (dropped when no threshold meets it)."""
     min_pixels: int = 1
     """A target-free frame counts as a false-positive image when at least this many pixels are predicted."""
+    frame_gate: bool = True
+    """Choose a frame-level detection gate with the threshold (:func:`vision.metrics.gate_frames`): a frame's
+    mask is kept only when some pixel reaches the gate's peak threshold, so the pixel threshold can stay low
+    without confident false positives on target-free frames. The chosen pair is stored in the checkpoint."""
     hue_rotation_prob: float = 0.35
     """Chance that a training background crop gets a random hue rotation (validation crops never do), so that
     target-coloured backgrounds are common in training."""
@@ -133,6 +148,13 @@ class TrainVisionConfig:
                 raise ValueError(f"TrainVisionConfig.{name} must be a finite {'positive' if name == 'lr' else 'non-negative'} number; got {v!r}")
         if not 0.0 <= self.tversky_beta <= 1.0:
             raise ValueError(f"TrainVisionConfig.tversky_beta must be in [0, 1]; got {self.tversky_beta!r}")
+        if not isinstance(self.patch, int) or self.patch < 0 or (self.patch and self.patch % (2 ** self.model.depth)):
+            raise ValueError(f"TrainVisionConfig.patch must be 0 or a positive multiple of 2**model.depth = "
+                             f"{2 ** self.model.depth}; got {self.patch!r}")
+        if not isinstance(self.patches_per_frame, int) or self.patches_per_frame < 1:
+            raise ValueError(f"TrainVisionConfig.patches_per_frame must be a positive int; got {self.patches_per_frame!r}")
+        if not 0.0 <= self.patch_target_prob <= 1.0:
+            raise ValueError(f"TrainVisionConfig.patch_target_prob must be in [0, 1]; got {self.patch_target_prob!r}")
         if not 0.0 <= self.hdf5_fraction <= 1.0:
             raise ValueError(f"TrainVisionConfig.hdf5_fraction must be in [0, 1]; got {self.hdf5_fraction!r}")
         if not 0.0 <= self.camouflage_prob <= 1.0:
@@ -181,6 +203,44 @@ def seg_loss(logits: Tensor, target: Tensor, dice_weight: float, pos_weight: flo
     fn = y.sum() - tp
     tversky = 1.0 - (tp + 0.5) / (tp + (1 - tversky_beta) * fp + tversky_beta * fn + 0.5)
     return bce + dice_weight * tversky
+
+
+def random_patches(rgb: Tensor, mask: Tensor, side: int, per_frame: int, target_prob: float,
+                   g: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Cut ``per_frame`` square patches of ``side`` px from every frame.
+
+    ``rgb`` B,3,H,W, ``mask`` B,H,W bool -> (B*per_frame,3,side,side, B*per_frame,side,side), patches of frame
+    ``i`` at rows ``i*per_frame ...``. With probability ``target_prob`` a patch of a target-visible frame is
+    placed uniformly among the windows that contain the target's centre pixel; otherwise uniformly in the frame.
+    """
+    B, _, H, W = rgb.shape
+    dev = rgb.device
+    n = B * per_frame
+    frame = torch.arange(B, device=dev).repeat_interleave(per_frame)
+    m = mask[frame]
+    has = m.flatten(1).any(1)
+    ys = torch.arange(H, device=dev, dtype=torch.float32)
+    xs = torch.arange(W, device=dev, dtype=torch.float32)
+    area = m.sum((1, 2)).clamp_min(1).float()
+    cy = ((m.sum(2).float() * ys).sum(1) / area).round().long()
+    cx = ((m.sum(1).float() * xs).sum(1) / area).round().long()
+    u = torch.rand((n, 2), generator=g, device=dev)
+    # windows [o, o + side) containing c: o in [max(0, c - side + 1), min(c, H - side)]
+    lo_y, hi_y = (cy - side + 1).clamp_min(0), cy.clamp_max(H - side)
+    lo_x, hi_x = (cx - side + 1).clamp_min(0), cx.clamp_max(W - side)
+    ty = lo_y + (u[:, 0] * (hi_y - lo_y + 1)).long().clamp_max(hi_y - lo_y)
+    tx = lo_x + (u[:, 1] * (hi_x - lo_x + 1)).long().clamp_max(hi_x - lo_x)
+    v = torch.rand((n, 2), generator=g, device=dev)
+    ry = (v[:, 0] * (H - side + 1)).long().clamp_max(H - side)
+    rx = (v[:, 1] * (W - side + 1)).long().clamp_max(W - side)
+    aim = has & (torch.rand((n,), generator=g, device=dev) < target_prob)
+    oy, ox = torch.where(aim, ty, ry), torch.where(aim, tx, rx)
+    k = torch.arange(side, device=dev)
+    rows = (oy[:, None] + k)[:, :, None]  # n,side,1
+    cols = (ox[:, None] + k)[:, None, :]  # n,1,side
+    f = frame[:, None, None]
+    patch_rgb = rgb.permute(0, 2, 3, 1)[f, rows, cols].permute(0, 3, 1, 2)
+    return patch_rgb, mask[f, rows, cols]
 
 
 def _file_hashes(folder: Path) -> dict[str, str]:
@@ -329,11 +389,11 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
             log.info("checkpoint already at step %d >= --steps %d; only re-evaluating", start, cfg.steps)
     atomic_write_bytes(out / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
 
-    log.info("rendering %d validation and %d test composites", cfg.n_val, cfg.n_test)
+    log.info("rendering %d validation composites", cfg.n_val)
     val_rgb, val_mask = make_set(val_composer, cfg.n_val, cfg.val_seed)
     bf16 = cfg.bf16 and dev.type == "cpu" and cpu_has_fast_bf16()
     log.info("training precision: %s", "bf16 autocast" if bf16 else "float32")
-    probe = val_rgb[val_mask.flatten(1).any(1)][:24].cpu()
+    probe = val_rgb[val_mask.flatten(1).any(1)][:24].clone()  # clone: a slice would save the whole storage
     writer = SummaryWriter(str(out / "tb"))
     nparams = count_parameters(model)
     log.info("SegNet %s: %d parameters", dataclasses.asdict(cfg.model), nparams)
@@ -354,10 +414,11 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     def elapsed() -> float:
         return train_seconds + time.perf_counter() - t_start
 
-    def checkpoint(step: int, threshold: float, metrics: dict, seconds: float) -> None:
+    def checkpoint(step: int, threshold: float, metrics: dict, seconds: float, peak: float = 0.0) -> None:
         save_checkpoint(ckpt_path, {
             "model": model.state_dict(), "optimizer": opt.state_dict(), "model_config": dataclasses.asdict(cfg.model),
-            "config": cfg.to_dict(), "step": step, "threshold": threshold, "image_size": size, "metrics": metrics,
+            "config": cfg.to_dict(), "step": step, "threshold": threshold, "peak_threshold": peak, "image_size": size,
+            "metrics": metrics,
             "probe_rgb": probe, "generator_state": gen.get_state(), "train_seconds": seconds, "history": history,
         })
 
@@ -385,6 +446,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
             if n_hdf5:
                 hr, hm = hdf5.sample(n_hdf5, gen)
                 rgb, mask = torch.cat([rgb, hr.to(dev)]), torch.cat([mask, hm.to(dev)])
+            if 0 < cfg.patch < size:
+                rgb, mask = random_patches(rgb, mask, cfg.patch, cfg.patches_per_frame, cfg.patch_target_prob, gen)
             x = rgb.float().div_(255.0)
             if dev.type == "cpu":
                 x = x.contiguous(memory_format=torch.channels_last)
@@ -415,23 +478,27 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     train_seconds = elapsed()
     steps_done = max(start, cfg.steps)
 
-    # final: threshold from validation, metrics on the separate test draw
+    # final: thresholds (pixel and frame-level peak) from validation, metrics on the separate test draw
     if not val_summary:
         val_summary = validate(steps_done)
-    threshold = val_summary["best_threshold"]
-    log.info("rendering test composites; threshold %.2f chosen on validation", threshold)
+    threshold, peak = (choose_thresholds(predict_probs(model, val_rgb, bf16), val_mask, cfg.max_fp_image_rate,
+                                         cfg.min_precision, cfg.min_pixels) if cfg.frame_gate else (val_summary["best_threshold"], 0.0))
+    log.info("rendering test composites; threshold %.2f, frame gate %s chosen on validation", threshold,
+             f"{peak:g}" if peak else "off")
     test_rgb, test_mask = make_set(val_composer, cfg.n_test, cfg.test_seed)
-    test_summary, _ = evaluate_set(predict_probs(model, test_rgb, bf16), test_mask, threshold, cfg.min_pixels)
+    test_probs = gate_frames(predict_probs(model, test_rgb, bf16), peak)
+    test_summary, _ = evaluate_set(test_probs, test_mask, threshold, cfg.min_pixels)
+    test_summary["peak_threshold"] = peak
     for k in ("iou", "precision", "recall", "f1", "false_positive_image_rate"):
         if math.isfinite(test_summary[k]):
             writer.add_scalar(f"test/{k}", test_summary[k], steps_done)
     writer.close()
     result = {
-        "test": test_summary, "val": val_summary, "threshold": threshold, "steps": steps_done,
+        "test": test_summary, "val": val_summary, "threshold": threshold, "peak_threshold": peak, "steps": steps_done,
         "train_seconds": train_seconds, "num_parameters": nparams, "batch_size": cfg.batch_size,
         "train_backgrounds": train_bank.names, "val_backgrounds": val_bank.names, "history": history,
     }
-    checkpoint(steps_done, threshold, result, train_seconds)
+    checkpoint(steps_done, threshold, result, train_seconds, peak)
     atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
     log.info("test (held-out backgrounds, %d frames): iou %.3f precision %.3f recall %.3f fp-images %.3f",
              test_summary["num_images"], test_summary["iou"], test_summary["precision"], test_summary["recall"],
