@@ -32,7 +32,7 @@ import torch
 
 from .infer import PRECISIONS, Segmenter
 from .io import IMAGE_EXTENSIONS, atomic_write_bytes, list_images, read_image, read_mask, write_png
-from .metrics import SegMetrics
+from .metrics import SegMetrics, gate_frames
 
 log = logging.getLogger(__name__)
 
@@ -268,14 +268,16 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
             return
         x = np.stack([cv2.resize(img, (S, S), interpolation=cv2.INTER_AREA if max(img.shape[:2]) > S else cv2.INTER_LINEAR)
                       for _, img, _ in batch])
-        probs = seg(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous()).cpu().numpy()
-        for (path, img, gt), p in zip(batch, probs):
+        raw = torch.sigmoid(seg.logits(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous())).cpu()
+        peaks = raw.flatten(1).amax(1).tolist()  # before the frame gate, for the per-image table
+        probs = gate_frames(raw, seg.peak_threshold).numpy()
+        for (path, img, gt), p, peak in zip(batch, probs, peaks):
             h, w = img.shape[:2]
             prob = p if (h, w) == (S, S) else cv2.resize(p, (w, h), interpolation=cv2.INTER_LINEAR)
             prob_t = torch.from_numpy(np.clip(prob, 0.0, 1.0))[None]
             pred = prob >= threshold
             row = {"file": path.name, "stem": path.stem, "width": w, "height": h,
-                   "pred_pixels": int(pred.sum()), "max_prob": float(prob.max())}
+                   "pred_pixels": int(pred.sum()), "max_prob": peak}
             if gt is not None:
                 c = metrics.update(prob_t, torch.from_numpy(gt)[None])
                 tp, fp, fn, g = (int(c[k][0]) for k in ("tp", "fp", "fn", "gt_pixels"))
