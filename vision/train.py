@@ -218,13 +218,13 @@ def random_patches(rgb: Tensor, mask: Tensor, side: int, per_frame: int, target_
     dev = rgb.device
     n = B * per_frame
     frame = torch.arange(B, device=dev).repeat_interleave(per_frame)
-    m = mask[frame]
-    has = m.flatten(1).any(1)
+    # target centre pixel per frame, then one row per patch
     ys = torch.arange(H, device=dev, dtype=torch.float32)
     xs = torch.arange(W, device=dev, dtype=torch.float32)
-    area = m.sum((1, 2)).clamp_min(1).float()
-    cy = ((m.sum(2).float() * ys).sum(1) / area).round().long()
-    cx = ((m.sum(1).float() * xs).sum(1) / area).round().long()
+    area = mask.sum((1, 2)).clamp_min(1).float()
+    cy = ((mask.sum(2).float() * ys).sum(1) / area).round().long()[frame]
+    cx = ((mask.sum(1).float() * xs).sum(1) / area).round().long()[frame]
+    has = mask.flatten(1).any(1)[frame]
     u = torch.rand((n, 2), generator=g, device=dev)
     # windows [o, o + side) containing c: o in [max(0, c - side + 1), min(c, H - side)]
     lo_y, hi_y = (cy - side + 1).clamp_min(0), cy.clamp_max(H - side)
@@ -399,8 +399,11 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     nparams = count_parameters(model)
     log.info("SegNet %s: %d parameters", dataclasses.asdict(cfg.model), nparams)
 
+    last_val_probs: list[Tensor] = []  # the latest validation pass, reused for the final threshold choice
+
     def validate(step: int) -> dict:
         probs = predict_probs(model, val_rgb, bf16)
+        last_val_probs[:] = [probs]
         with torch.no_grad():
             vloss = float(seg_loss(torch.logit(probs.clamp(1e-6, 1 - 1e-6)), val_mask, cfg.dice_weight,
                                   cfg.pos_weight, cfg.tversky_beta))
@@ -482,7 +485,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     # final: thresholds (pixel and frame-level peak) from validation, metrics on the separate test draw
     if not val_summary:
         val_summary = validate(steps_done)
-    threshold, peak = (choose_thresholds(predict_probs(model, val_rgb, bf16), val_mask, cfg.max_fp_image_rate,
+    threshold, peak = (choose_thresholds(last_val_probs[0], val_mask, cfg.max_fp_image_rate,
                                          cfg.min_precision, cfg.min_pixels) if cfg.frame_gate else (val_summary["best_threshold"], 0.0))
     log.info("rendering test composites; threshold %.2f, frame gate %s chosen on validation", threshold,
              f"{peak:g}" if peak else "off")
