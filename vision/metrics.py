@@ -111,22 +111,30 @@ class SegMetrics:
 
     def curve(self, thresholds: np.ndarray = THRESHOLDS) -> dict[str, np.ndarray]:
         """Pooled precision, recall, F1, IoU and false-positive image rate per threshold (bin-resolution)."""
-        # pixels with bin >= t*BINS are predicted positive
-        cpos = np.cumsum(self.hist_pos[::-1])[::-1]
-        cneg = np.cumsum(self.hist_neg[::-1])[::-1]
-        idx = np.clip(np.round(np.asarray(thresholds) * BINS).astype(int), 0, BINS - 1)
-        tp = cpos[idx].astype(float)
-        fp = cneg[idx].astype(float)
-        fn = float(self.hist_pos.sum()) - tp
-        with np.errstate(invalid="ignore", divide="ignore"):
-            precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
-            recall = np.where(tp + fn > 0, tp / (tp + fn), np.nan)
-            iou = np.where(tp + fp + fn > 0, tp / (tp + fp + fn), np.nan)
-            f1 = np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), np.nan)
         kth = np.concatenate(self.empty_kth) if self.empty_kth else np.zeros(0)
-        fpr = np.array([(kth >= t).mean() if kth.size else np.nan for t in thresholds])
-        return {"threshold": np.asarray(thresholds, dtype=float), "precision": precision, "recall": recall,
-                "iou": iou, "f1": f1, "false_positive_image_rate": fpr}
+        return curve_from_histograms(self.hist_pos, self.hist_neg, kth, thresholds)
+
+
+def curve_from_histograms(hist_pos: np.ndarray, hist_neg: np.ndarray, empty_kth: np.ndarray,
+                          thresholds: np.ndarray = THRESHOLDS) -> dict[str, np.ndarray]:
+    """The PR curve from ``BINS``-bin probability histograms of target (``hist_pos``) and background
+    (``hist_neg``) pixels of target-visible frames, and each target-free frame's ``min_pixels``-th largest
+    probability (``empty_kth``)."""
+    # pixels with bin >= t*BINS are predicted positive
+    cpos = np.cumsum(hist_pos[::-1])[::-1]
+    cneg = np.cumsum(hist_neg[::-1])[::-1]
+    idx = np.clip(np.round(np.asarray(thresholds) * BINS).astype(int), 0, BINS - 1)
+    tp = cpos[idx].astype(float)
+    fp = cneg[idx].astype(float)
+    fn = float(hist_pos.sum()) - tp
+    with np.errstate(invalid="ignore", divide="ignore"):
+        precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
+        recall = np.where(tp + fn > 0, tp / (tp + fn), np.nan)
+        iou = np.where(tp + fp + fn > 0, tp / (tp + fp + fn), np.nan)
+        f1 = np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), np.nan)
+    fpr = np.array([(empty_kth >= t).mean() if empty_kth.size else np.nan for t in thresholds])
+    return {"threshold": np.asarray(thresholds, dtype=float), "precision": precision, "recall": recall,
+            "iou": iou, "f1": f1, "false_positive_image_rate": fpr}
 
 
 def _best_index(curve: dict[str, np.ndarray], max_fp_image_rate: float | None,
@@ -189,14 +197,12 @@ def gated_curves(prob: Tensor, gt: Tensor, min_pixels: int = 1, peaks: tuple[flo
     curves = []
     for peak in peaks:
         keep = peak_of >= peak if peak > 0.0 else torch.ones(n, dtype=torch.bool)
-        m = SegMetrics(0.5, min_pixels)
         # gated-out frames predict nothing: their pixels all fall in the lowest bin
-        m.hist_pos = h_pos[has & keep].sum(0).numpy()
-        m.hist_pos[0] += int(h_pos[has & ~keep].sum())
-        m.hist_neg = h_neg[has & keep].sum(0).numpy()
-        m.hist_neg[0] += int(h_neg[has & ~keep].sum())
-        m.empty_kth = [torch.where(keep, kth, torch.zeros_like(kth))[~has].numpy()]
-        c = m.curve()
+        pos = h_pos[has & keep].sum(0).numpy()
+        pos[0] += int(h_pos[has & ~keep].sum())
+        neg = h_neg[has & keep].sum(0).numpy()
+        neg[0] += int(h_neg[has & ~keep].sum())
+        c = curve_from_histograms(pos, neg, torch.where(keep, kth, torch.zeros_like(kth))[~has].numpy())
         c["peak"] = np.full_like(c["threshold"], float(peak))
         curves.append(c)
     return {k: np.concatenate([c[k] for c in curves]) for k in curves[0]}
