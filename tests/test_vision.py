@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -167,9 +168,7 @@ def test_compose_config_validation():
 
 # ----------------------------------------------------------------------------------------------- checkpoints
 def _ckpt(path: Path, model: SegNet, threshold: float = 0.5, probe=None) -> Path:
-    save_checkpoint(path, {"model": model.state_dict(), "model_config": {"base_channels": model.cfg.base_channels,
-                                                                         "max_channels": model.cfg.max_channels,
-                                                                         "depth": model.cfg.depth},
+    save_checkpoint(path, {"model": model.state_dict(), "model_config": dataclasses.asdict(model.cfg),
                            "config": {}, "step": 0, "threshold": threshold, "image_size": 64, "probe_rgb": probe})
     return path
 
@@ -183,6 +182,17 @@ def test_checkpoint_roundtrip_identical_parameters(tmp_path):
     assert ref.keys() == got.keys()
     assert all(torch.equal(ref[k], got[k]) for k in ref)
     assert load_checkpoint(tmp_path / "c.pt")["kind"] == KIND
+
+
+def test_bad_values_stored_in_a_checkpoint_name_the_file(tmp_path):
+    path = _ckpt(tmp_path / "good.pt", SegNet(TINY))
+    ck = load_checkpoint(path)
+    for key, bad, what in [("peak_threshold", 1.5, "peak_threshold"), ("threshold", 0.0, "threshold"),
+                           ("model_config", {"base_channels": 4, "max_channels": 8, "depth": 3}, "state_dict"),
+                           ("model_config", {"base_channels": 4, "widht": 8}, "widht")]:
+        save_checkpoint(tmp_path / "bad.pt", {**ck, key: bad})
+        with pytest.raises(ValueError, match=f"bad.pt.*{what}"):
+            Segmenter.from_checkpoint(tmp_path / "bad.pt")
 
 
 def test_missing_wrong_kind_and_garbage_checkpoints(tmp_path):

@@ -78,10 +78,18 @@ class Segmenter:
     def from_checkpoint(cls, path: str | os.PathLike, device: torch.device | str = "cpu", precision: str = "auto") -> "Segmenter":
         """Rebuild from a ``train-vision`` checkpoint (kind checked; see :mod:`vision.checkpoint`)."""
         ckpt = load_checkpoint(path, map_location="cpu")
-        model = SegNet(SegNetConfig(**ckpt["model_config"]))
-        model.load_state_dict(ckpt["model"])
-        return cls(model, threshold=ckpt["threshold"], image_size=ckpt["image_size"], device=device,
-                   precision=precision, probe=ckpt.get("probe_rgb"), peak_threshold=ckpt.get("peak_threshold", 0.0))
+        try:
+            model = SegNet(SegNetConfig(**ckpt["model_config"]))
+            model.load_state_dict(ckpt["model"])
+        except (TypeError, ValueError, RuntimeError) as e:  # a bad stored config, or weights that do not fit it
+            raise ValueError(f"vision checkpoint {path}: {e}") from None
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
+        try:
+            return cls(model, threshold=ckpt["threshold"], image_size=ckpt["image_size"], device=device,
+                       precision=precision, probe=ckpt.get("probe_rgb"), peak_threshold=ckpt.get("peak_threshold", 0.0))
+        except ValueError as e:  # a stored threshold out of range
+            raise ValueError(f"vision checkpoint {path}: {e}") from None
 
     def _check(self, rgb: Tensor) -> None:
         if not isinstance(rgb, torch.Tensor) or rgb.dim() != 4 or rgb.shape[1] != 3:
