@@ -121,6 +121,34 @@ def test_composites_invariants_and_determinism():
     assert bool(a.mask[a.kind == 1].flatten(1).any(1).all())  # held target is always visible
 
 
+def test_composites_record_their_background_photo_and_metrics_split_by_it():
+    from vision.train import make_set, per_background
+
+    red, blue = np.zeros((40, 40, 3), np.uint8), np.zeros((40, 40, 3), np.uint8)
+    red[..., 0], blue[..., 2] = 200, 200
+    bank = BackgroundBank([red, blue], ["red.png", "blue.png"], size=32)
+    comp = Composer(bank, SimConfig(image_size=32), ComposeConfig(sim_prob=0.25))
+    rgb, mask, bg = make_set(comp, 64, seed=5, with_background=True)
+    rgb2, mask2 = make_set(comp, 64, seed=5)  # the index costs no random draws: same frames
+    assert torch.equal(rgb, rgb2) and torch.equal(mask, mask2)
+    assert set(bg.tolist()) == {-1, 0, 1}
+    # background pixels (no rendered object) show the recorded photo's colour
+    layers = comp(64, torch.Generator().manual_seed(6))
+    free = ~layers.layer_alpha
+    for i in range(64):
+        if layers.background[i] < 0:
+            assert layers.kind[i] == 3  # sim frames have their own table
+            continue
+        px = layers.rgb[i].float().permute(1, 2, 0)[free[i]]
+        r, b = px[:, 0].mean(), px[:, 2].mean()
+        assert (r > b) if layers.background[i] == 0 else (b > r)
+    probs = mask.float()
+    split = per_background(probs, mask, bg, bank.names, 0.5, 1)
+    assert set(split) == {"red.png", "blue.png", "(sim scene)"}
+    assert sum(m["num_target_images"] + m["num_empty_images"] for m in split.values()) == 64
+    assert all(m["iou"] == 1.0 for m in split.values() if m["num_target_images"])
+
+
 def test_reused_layers_composite_consistently():
     comp = Composer(_bank64(), SimConfig(), ComposeConfig(sim_prob=0.3))
     a = comp(24, torch.Generator().manual_seed(4))

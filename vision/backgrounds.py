@@ -137,6 +137,10 @@ class BackgroundBank:
 
     def sample(self, n: int, seed: int) -> np.ndarray:
         """``n`` augmented crops as ``n,size,size,3 uint8``; deterministic given ``seed``."""
+        return self.sample_indexed(n, seed)[0]
+
+    def sample_indexed(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`sample`, plus each crop's photo index ``n int64`` into :attr:`names`."""
         if n <= 0:
             raise ValueError(f"BackgroundBank.sample: n must be positive; got {n}")
         rng = np.random.default_rng(seed)
@@ -150,13 +154,18 @@ class BackgroundBank:
             out[i] = self._aug(image=self.images[k])["image"]
             if camo[i]:
                 out[i] = _shift_hue_to(out[i], goal[i])
-        return out
+        return out, idx.astype(np.int64)
 
     def sample_tensor(self, n: int, generator: torch.Generator, device: torch.device | str = "cpu") -> Tensor:
         """``n`` crops as ``n,3,size,size float32`` in [0, 1] on ``device``; the seed is drawn from ``generator``."""
+        return self.sample_tensor_indexed(n, generator, device)[0]
+
+    def sample_tensor_indexed(self, n: int, generator: torch.Generator,
+                              device: torch.device | str = "cpu") -> tuple[Tensor, Tensor]:
+        """Like :meth:`sample_tensor`, plus each crop's photo index ``n int64`` (as :meth:`sample_indexed`)."""
         seed = int(torch.randint(0, 2**31 - 1, (1,), generator=generator, device=generator.device).item())
-        arr = self.sample(n, seed)
-        return torch.from_numpy(arr).to(device).permute(0, 3, 1, 2).float().div_(255.0)
+        arr, idx = self.sample_indexed(n, seed)
+        return torch.from_numpy(arr).to(device).permute(0, 3, 1, 2).float().div_(255.0), torch.from_numpy(idx).to(device)
 
 
 def resolve_split(backgrounds: str | os.PathLike, val_backgrounds: str | os.PathLike | None) -> tuple[Path, Path]:

@@ -73,12 +73,15 @@ class ComposeConfig:
 @dataclass
 class Composite:
     """``rgb``: B,3,H,W uint8; ``mask``: B,H,W bool (target visible); ``layer_alpha``: B,H,W bool (any
-    rendered object); ``kind``: B int64 (0 composite, 1 held-target composite, 2 empty composite, 3 sim frame)."""
+    rendered object); ``kind``: B int64 (0 composite, 1 held-target composite, 2 empty composite, 3 sim frame);
+    ``background``: B int64, index of the background photo in the bank's ``names`` (-1: a fully rendered sim
+    frame, which has no photo)."""
 
     rgb: Tensor
     mask: Tensor
     layer_alpha: Tensor
     kind: Tensor
+    background: Tensor
 
 
 @dataclass
@@ -209,14 +212,15 @@ class Composer:
             color = torch.where(flip[:, None, None, None], color.flip(-1), color)
             alpha = torch.where(flip[:, None, None], alpha.flip(-1), alpha)
             mask = torch.where(flip[:, None, None], mask.flip(-1), mask)
-        bg = self.bank.sample_tensor(n, g, dev)
+        bg, bg_index = self.bank.sample_tensor_indexed(n, g, dev)
+        bg_index = torch.where(layers.kind == 3, torch.full_like(bg_index, -1), bg_index)
         a = (alpha | (layers.kind == 3)[:, None, None])[:, None].float()  # sim frames keep their own table
         color = color * a + bg * (1.0 - a)
         gain = _u(*ccfg.gain, (n, 1, 1, 1), g, dev) * _u(*ccfg.channel_gain, (n, 3, 1, 1), g, dev)
         color = (color * gain).clamp(0.0, 1.0)
         color = postprocess(color, layers.blur, layers.noise, g)
         rgb = (color * 255.0 + 0.5).to(torch.uint8)
-        return Composite(rgb=rgb, mask=mask, layer_alpha=alpha, kind=layers.kind)
+        return Composite(rgb=rgb, mask=mask, layer_alpha=alpha, kind=layers.kind, background=bg_index)
 
 
 def compose_config_from_dict(d: dict) -> ComposeConfig:

@@ -255,14 +255,18 @@ def _check_disjoint(train_dir: Path, val_dir: Path) -> None:
         raise ValueError(f"validation backgrounds {val_dir} share identical files with training backgrounds {train_dir}: {names}")
 
 
-def make_set(composer: Composer, n: int, seed: int, chunk: int = 256) -> tuple[Tensor, Tensor]:
-    """A fixed set of ``n`` composites at ``seed``: (rgb n,3,H,W uint8, mask n,H,W bool)."""
+def make_set(composer: Composer, n: int, seed: int, chunk: int = 256, with_background: bool = False):
+    """A fixed set of ``n`` composites at ``seed``: (rgb n,3,H,W uint8, mask n,H,W bool), plus with
+    ``with_background`` each frame's background photo index n int64 (:attr:`Composite.background`)."""
     g = torch.Generator(device=composer.device).manual_seed(seed)
-    rgbs, masks = [], []
+    rgbs, masks, bgs = [], [], []
     for i in range(0, n, chunk):
         c = composer(min(chunk, n - i), g)
         rgbs.append(c.rgb)
         masks.append(c.mask)
+        bgs.append(c.background)
+    if with_background:
+        return torch.cat(rgbs), torch.cat(masks), torch.cat(bgs)
     return torch.cat(rgbs), torch.cat(masks)
 
 
@@ -279,6 +283,19 @@ def predict_probs(model: SegNet, rgb: Tensor, bf16: bool, chunk: int = 256) -> T
                 out.append(torch.sigmoid(model(x).float()))
     model.train(was_training)
     return torch.cat(out)
+
+
+def per_background(probs: Tensor, masks: Tensor, background: Tensor, names: list[str], threshold: float,
+                   min_pixels: int) -> dict[str, dict]:
+    """Metrics of each background photo's frames (``background`` n int64 indexes ``names``; -1 frames, the fully
+    rendered sim scenes, are reported as ``"(sim scene)"``)."""
+    out = {}
+    for b in sorted(set(background.tolist())):
+        keep = background == b
+        summ, _ = evaluate_set(probs[keep], masks[keep], threshold, min_pixels)
+        out[names[b] if b >= 0 else "(sim scene)"] = {k: summ[k] for k in (
+            "iou", "precision", "recall", "false_positive_image_rate", "num_target_images", "num_empty_images")}
+    return out
 
 
 def evaluate_set(probs: Tensor, masks: Tensor, threshold: float, min_pixels: int) -> tuple[dict, dict]:
@@ -489,10 +506,11 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
                                          cfg.min_precision, cfg.min_pixels) if cfg.frame_gate else (val_summary["best_threshold"], 0.0))
     log.info("rendering test composites; threshold %.2f, frame gate %s chosen on validation", threshold,
              f"{peak:g}" if peak else "off")
-    test_rgb, test_mask = make_set(val_composer, cfg.n_test, cfg.test_seed)
+    test_rgb, test_mask, test_bg = make_set(val_composer, cfg.n_test, cfg.test_seed, with_background=True)
     test_probs = gate_frames(predict_probs(model, test_rgb, bf16), peak)
     test_summary, _ = evaluate_set(test_probs, test_mask, threshold, cfg.min_pixels)
     test_summary["peak_threshold"] = peak
+    by_background = per_background(test_probs, test_mask, test_bg, val_bank.names, threshold, cfg.min_pixels)
     for k in ("iou", "precision", "recall", "f1", "false_positive_image_rate"):
         if math.isfinite(test_summary[k]):
             writer.add_scalar(f"test/{k}", test_summary[k], steps_done)
@@ -501,10 +519,15 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
         "test": test_summary, "val": val_summary, "threshold": threshold, "peak_threshold": peak, "steps": steps_done,
         "train_seconds": train_seconds, "num_parameters": nparams, "batch_size": cfg.batch_size,
         "train_backgrounds": train_bank.names, "val_backgrounds": val_bank.names, "history": history,
+        "test_by_background": by_background,
     }
     checkpoint(steps_done, threshold, result, train_seconds, peak)
     atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
     log.info("test (held-out backgrounds, %d frames): iou %.3f precision %.3f recall %.3f fp-images %.3f",
              test_summary["num_images"], test_summary["iou"], test_summary["precision"], test_summary["recall"],
              test_summary["false_positive_image_rate"])
+    for name, m in by_background.items():
+        log.info("  test on %-28s iou %.3f precision %.3f recall %.3f fp-images %.3f (%d target / %d empty frames)",
+                 name, m["iou"], m["precision"], m["recall"], m["false_positive_image_rate"], m["num_target_images"],
+                 m["num_empty_images"])
     return result
