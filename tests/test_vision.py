@@ -444,6 +444,15 @@ def test_seg_loss_tversky_and_pos_weight():
     # recall-favouring settings penalise missed target pixels more: all-background logits cost more
     low = torch.full((3, 8, 8), -3.0)
     assert seg_loss(low, y, 1.0, pos_weight=3.0, tversky_beta=0.8) > seg_loss(low, y, 1.0)
+    # frame-level term: BCE of each frame's highest logit against "the target is visible"
+    y[2] = False  # a target-free frame
+    frame = torch.nn.functional.binary_cross_entropy_with_logits(logits.flatten(1).amax(1), torch.tensor([1.0, 1.0, 0.0]))
+    assert torch.allclose(seg_loss(logits, y, 0.0, frame_weight=0.5), seg_loss(logits, y, 0.0) + 0.5 * frame, atol=1e-6)
+    # its gradient reaches only each frame's highest pixel, pushing it down on the target-free frame
+    x = logits.clone().requires_grad_()
+    (seg_loss(x, y, 0.0, frame_weight=1.0) - seg_loss(x, y, 0.0)).backward()
+    top = logits[2].flatten().argmax()
+    assert x.grad[2].flatten()[top] > 0 and int((x.grad[2] != 0).sum()) == 1
 
 
 def test_random_patches_are_exact_windows_and_aim_at_the_target():
