@@ -196,7 +196,8 @@ def seg_loss(logits: Tensor, target: Tensor, dice_weight: float, pos_weight: flo
              tversky_beta: float = 0.5, frame_weight: float = 0.0) -> Tensor:
     """Pixel BCE (target pixels weighted by ``pos_weight``) + ``dice_weight`` x soft Tversky loss pooled over
     the batch, ``1 - TP / (TP + (1 - beta) FP + beta FN)`` (``beta`` = 0.5 is soft Dice; larger favours
-    recall). ``logits`` B,H,W; ``target`` B,H,W bool."""
+    recall) + ``frame_weight`` x the BCE of each frame's highest logit against "the target is visible in this
+    frame". ``logits`` B,H,W; ``target`` B,H,W bool."""
     logits = logits.float()
     y = target.float()
     pw = None if pos_weight == 1.0 else torch.tensor(pos_weight, device=logits.device)
