@@ -24,6 +24,11 @@ BF16_TOLERANCE = 1e-3  # max fraction of probe pixels whose mask may differ betw
 PRECISIONS = ("auto", "fp32", "bf16")
 
 
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
+
+
 class Segmenter:
     """Wraps a :class:`SegNet` in eval mode with a stored probability ``threshold`` and frame-gate
     ``peak_threshold`` (0 = no gate).
@@ -34,8 +39,7 @@ class Segmenter:
 
     def __init__(self, model: SegNet, threshold: float = 0.5, image_size: int = 64, device: torch.device | str = "cpu",
                  precision: str = "auto", probe: Tensor | None = None, peak_threshold: float = 0.0):
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
+        _check_precision(precision)
         if not 0.0 < float(threshold) < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
         self.device = torch.device(device)
@@ -83,8 +87,7 @@ class Segmenter:
             model.load_state_dict(ckpt["model"])
         except (TypeError, ValueError, RuntimeError) as e:  # a bad stored config, or weights that do not fit it
             raise ValueError(f"vision checkpoint {path}: {e}") from None
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
+        _check_precision(precision)  # the caller's argument: checked here so its error does not name the checkpoint
         try:
             return cls(model, threshold=ckpt["threshold"], image_size=ckpt["image_size"], device=device,
                        precision=precision, probe=ckpt.get("probe_rgb"), peak_threshold=ckpt.get("peak_threshold", 0.0))
