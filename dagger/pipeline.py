@@ -184,7 +184,8 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
                                  n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vckpt.exists(), sim=cfg.sim, **common)
         res = _stage(summary, "vision", lambda: train_vision(vcfg), out)
         summary["vision"] = {"test": res["test"], "threshold": res["threshold"],
-                             "peak_threshold": res.get("peak_threshold", 0.0), "steps": res["steps"]}
+                             "peak_threshold": res.get("peak_threshold", 0.0),
+                             "mirror_tta": res.get("mirror_tta", False), "steps": res["steps"]}
 
     # 3. DAgger and the BC baseline (same loop and budget, beta = 1 throughout)
     runs = {"dagger": {}, "bc": dict(schedule="constant", beta_start=1.0)} if cfg.bc_baseline else {"dagger": {}}
@@ -284,7 +285,7 @@ Stage budgets: <code>{e(json.dumps(s['budgets']))}</code>. Total stage time {s.g
 <p>Expert demonstrations: {col.get('episodes', 'n/a')} episodes, success {_pct(col.get('success_rate', float('nan')))}.
 Vision net on held-out-background composites: IoU {vis.get('iou', float('nan')):.3f}, precision {vis.get('precision', float('nan')):.3f},
 recall {vis.get('recall', float('nan')):.3f}, false-positive image rate {vis.get('false_positive_image_rate', float('nan')):.3f}
-(threshold {s.get('vision', {}).get('threshold', float('nan')):.2f}, frame gate {s.get('vision', {}).get('peak_threshold', 0.0):g}).</p>
+(threshold {s.get('vision', {}).get('threshold', float('nan')):.2f}, frame gate {s.get('vision', {}).get('peak_threshold', 0.0):g}, mirror averaging {'on' if s.get('vision', {}).get('mirror_tta') else 'off'}).</p>
 <h2>Example rollouts</h2><p>Left: wrist RGB; right: the mask the policy saw.</p>{''.join(gifs)}
 <h2>Stage wall-clock</h2><table>{secs}</table>
 <p>Resolved configuration: <a href="config.json">config.json</a>; numbers: <a href="summary.json">summary.json</a>.</p>

@@ -20,6 +20,7 @@ from vision.infer import Segmenter
 from vision.io import read_image
 from vision.metrics import SegMetrics
 from vision.model import SegNet, SegNetConfig, cpu_has_fast_bf16
+from vision.train import TrainVisionConfig
 
 torch.set_num_threads(2)
 TINY = SegNetConfig(base_channels=4, max_channels=8, depth=2)
@@ -221,6 +222,34 @@ def test_bad_values_stored_in_a_checkpoint_name_the_file(tmp_path):
         save_checkpoint(tmp_path / "bad.pt", {**ck, key: bad})
         with pytest.raises(ValueError, match=f"bad.pt.*{what}"):
             Segmenter.from_checkpoint(tmp_path / "bad.pt")
+
+
+def test_mirror_averaging_is_the_mean_of_the_two_views_and_follows_the_checkpoint(tmp_path):
+    torch.manual_seed(3)
+    model = SegNet(TINY).eval()
+    x = torch.rand(3, 3, 64, 64)
+    with torch.no_grad():
+        got = model.mirror_averaged(x)
+        ref = 0.5 * (model(x) + model(x.flip(-1)).flip(-1))
+        assert torch.allclose(got, ref, atol=1e-5)
+        # a mirrored input gives the mirrored output: the averaged net is exactly left-right equivariant
+        assert torch.allclose(model.mirror_averaged(x.flip(-1)), got.flip(-1), atol=1e-5)
+        assert not torch.allclose(model(x.flip(-1)), model(x).flip(-1), atol=1e-3)  # the plain net is not
+    rgb = (x * 255).to(torch.uint8)
+    ck = load_checkpoint(_ckpt(tmp_path / "c.pt", model))
+    assert not Segmenter.from_checkpoint(tmp_path / "c.pt", "cpu").mirror_tta  # older checkpoints: no key, off
+    save_checkpoint(tmp_path / "m.pt", {**ck, "mirror_tta": True})
+    seg = Segmenter.from_checkpoint(tmp_path / "m.pt", "cpu", precision="fp32")
+    assert seg.mirror_tta
+    with torch.no_grad():
+        ref = model.mirror_averaged(rgb.float().div(255.0))
+    assert torch.allclose(seg.logits(rgb), ref, atol=1e-4)
+    assert torch.equal(seg.predict_mask(rgb, 0.3), seg(rgb) >= 0.3)
+    save_checkpoint(tmp_path / "bad.pt", {**ck, "mirror_tta": "yes"})
+    with pytest.raises(ValueError, match="bad.pt.*mirror_tta"):
+        Segmenter.from_checkpoint(tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match="mirror_tta"):
+        TrainVisionConfig(out=Path("x"), mirror_tta=1)
 
 
 def test_missing_wrong_kind_and_garbage_checkpoints(tmp_path):
@@ -500,7 +529,7 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
     assert m["steps"] == 30 and 0.0 < m["threshold"] < 1.0 and "iou" in m["test"]
     assert any((tmp_path / "run" / "tb").iterdir())
     seg = Segmenter.from_checkpoint(tmp_path / "run" / "checkpoint.pt")
-    assert seg.threshold == m["threshold"]
+    assert seg.threshold == m["threshold"] and seg.mirror_tta and m["mirror_tta"]  # the default is on
 
 
 @pytest.mark.slow

@@ -6,7 +6,7 @@ holds one binary PNG per image with the same file stem (``images/frame_0001.jpg`
 A frame without the target has an all-zero mask (it must still be present).
 
 Each image is resized to the network's input size (``image_size`` in the checkpoint, INTER_AREA), the
-probability map is gated (frames whose highest probability is below the checkpoint's ``peak_threshold``,
+probability map (averaged with the left-right mirror's when the checkpoint was trained with ``mirror_tta``) is gated (frames whose highest probability is below the checkpoint's ``peak_threshold``,
 or ``--peak-threshold``, predict nothing), resized back (bilinear) and thresholded at the checkpoint's
 threshold (or ``--threshold``), and metrics are computed at the original resolution (definitions in
 :mod:`vision.metrics`).
@@ -308,7 +308,7 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
         raise ValueError(f"no readable images in {cfg.images} (skipped {len(skipped)})")
 
     base = {"num_images": len(rows), "num_skipped": len(skipped), "skipped": skipped, "threshold": threshold,
-            "peak_threshold": seg.peak_threshold,
+            "peak_threshold": seg.peak_threshold, "mirror_tta": seg.mirror_tta,
             "checkpoint": str(cfg.vision), "images": str(cfg.images), "masks": str(cfg.masks) if cfg.masks else None,
             "inference_dtype": "bfloat16" if seg.bf16 else "float32", "model_input_size": S}
     pred_fields = ["file", "width", "height", "pred_pixels", "max_prob"]

@@ -31,14 +31,17 @@ def _check_precision(precision: str) -> None:
 
 class Segmenter:
     """Wraps a :class:`SegNet` in eval mode with a stored probability ``threshold`` and frame-gate
-    ``peak_threshold`` (0 = no gate).
+    ``peak_threshold`` (0 = no gate). With ``mirror_tta`` the logits are averaged with those of the left-right
+    mirrored frame (:meth:`SegNet.mirror_averaged`, about 2x the cost); checkpoints store whether their thresholds
+    were chosen that way, and :meth:`from_checkpoint` follows them.
 
     ``__call__(rgb)``: ``rgb`` B,3,H,W uint8 (H, W multiples of ``model.multiple``; the net was trained at
     ``image_size``) -> probabilities B,H,W float32 in [0, 1]. ``predict_mask(rgb, threshold=None)`` -> B,H,W bool.
     """
 
     def __init__(self, model: SegNet, threshold: float = 0.5, image_size: int = 64, device: torch.device | str = "cpu",
-                 precision: str = "auto", probe: Tensor | None = None, peak_threshold: float = 0.0):
+                 precision: str = "auto", probe: Tensor | None = None, peak_threshold: float = 0.0,
+                 mirror_tta: bool = False):
         _check_precision(precision)
         if not 0.0 < float(threshold) < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
@@ -46,8 +49,11 @@ class Segmenter:
         self.model = model.to(self.device).eval()
         if not 0.0 <= float(peak_threshold) < 1.0:
             raise ValueError(f"peak_threshold must be in [0, 1); got {peak_threshold!r}")
+        if not isinstance(mirror_tta, bool):
+            raise ValueError(f"mirror_tta must be true or false; got {mirror_tta!r}")
         self.threshold = float(threshold)
         self.peak_threshold = float(peak_threshold)
+        self.mirror_tta = mirror_tta
         self.image_size = int(image_size)
         self.bf16 = False
         self.bf16_disagreement: float | None = None
@@ -90,8 +96,9 @@ class Segmenter:
         _check_precision(precision)  # the caller's argument: checked here so its error does not name the checkpoint
         try:
             return cls(model, threshold=ckpt["threshold"], image_size=ckpt["image_size"], device=device,
-                       precision=precision, probe=ckpt.get("probe_rgb"), peak_threshold=ckpt.get("peak_threshold", 0.0))
-        except ValueError as e:  # a stored threshold out of range
+                       precision=precision, probe=ckpt.get("probe_rgb"), peak_threshold=ckpt.get("peak_threshold", 0.0),
+                       mirror_tta=ckpt.get("mirror_tta", False))
+        except ValueError as e:  # a stored threshold or mirror_tta flag out of range
             raise ValueError(f"vision checkpoint {path}: {e}") from None
 
     def _check(self, rgb: Tensor) -> None:
@@ -109,7 +116,7 @@ class Segmenter:
         if self.device.type == "cpu":
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            out = self.model(x)
+            out = self.model.mirror_averaged(x) if self.mirror_tta else self.model(x)
         return out.float().to(rgb.device)
 
     def __call__(self, rgb: Tensor) -> Tensor:
@@ -145,10 +152,10 @@ def throughput(seg: Segmenter, batch: int = 256, iters: int = 5, seed: int = 0) 
         seg.predict_mask(rgb)
     dt = time.perf_counter() - t
     return {"img_per_s": batch * iters / dt, "batch": batch, "dtype": "bfloat16" if seg.bf16 else "float32",
-            "threads": torch.get_num_threads()}
+            "mirror_tta": seg.mirror_tta, "threads": torch.get_num_threads()}
 
 
-if __name__ == "__main__":  # python -m vision.infer CKPT [batch]: inference throughput
+if __name__ == "__main__":  # python -m vision.infer CKPT [batch]: inference throughput (also without mirror averaging)
     import json
     import sys
 
@@ -157,4 +164,7 @@ if __name__ == "__main__":  # python -m vision.infer CKPT [batch]: inference thr
     s = Segmenter.from_checkpoint(sys.argv[1])
     res = throughput(s, int(sys.argv[2]) if len(sys.argv) > 2 else 256)
     fp32 = throughput(Segmenter.from_checkpoint(sys.argv[1], precision="fp32"), res["batch"])
-    print(json.dumps({"auto": res, "fp32": fp32, "bf16_disagreement": s.bf16_disagreement}, indent=2))
+    single = Segmenter.from_checkpoint(sys.argv[1], precision="fp32")
+    single.mirror_tta = False  # one pass per frame, for comparison with the checkpoint's mirror averaging
+    print(json.dumps({"auto": res, "fp32": fp32, "fp32_no_mirror": throughput(single, res["batch"]),
+                      "bf16_disagreement": s.bf16_disagreement}, indent=2))

@@ -82,6 +82,14 @@ class SegNet(nn.Module):
             x = blk(torch.cat([x, s], 1))
         return self.head(x)[:, 0]
 
+    def mirror_averaged(self, x: Tensor) -> Tensor:
+        """Test-time augmentation: logits B,H,W averaged over ``x`` (B,3,H,W in [0, 1]) and its left-right mirror
+        (whose logits are flipped back). One forward pass of twice the batch, so it costs about 2x
+        :meth:`forward`. The scenes are left-right symmetric in distribution, so the mirror is a second, equally
+        valid view. On the default net, averaging the two raised held-out IoU by about 0.02 (docs/vision.md)."""
+        a, b = self(torch.cat([x, x.flip(-1)])).chunk(2)
+        return 0.5 * (a + b.flip(-1))
+
 
 def cpu_has_fast_bf16() -> bool:
     """True when this CPU has native bfloat16 matrix instructions (AMX-BF16 or AVX512-BF16).

@@ -107,6 +107,10 @@ class TrainVisionConfig:
     precision 0.946-0.948 in 3 of 10 runs; 0.96 gave >= 0.950 in all 10)."""
     min_pixels: int = 1
     """A target-free frame counts as a false-positive image when at least this many pixels are predicted."""
+    mirror_tta: bool = True
+    """Test-time mirror averaging (:meth:`vision.model.SegNet.mirror_averaged`): validation, the test set and every
+    later use of the checkpoint (it is stored there) average the logits of each frame and of its left-right
+    mirror. About 2x the inference cost; +0.02 held-out IoU and recall on the default net."""
     frame_gate: bool = True
     """Choose a frame-level detection gate with the threshold (:func:`vision.metrics.gate_frames`): a frame's
     mask is kept only when some pixel reaches the gate's peak threshold, so the pixel threshold can stay low
@@ -171,6 +175,9 @@ class TrainVisionConfig:
             raise ValueError(f"TrainVisionConfig.min_precision must be in [0, 1]; got {self.min_precision!r}")
         if not 0.0 <= self.max_fp_image_rate <= 1.0:
             raise ValueError(f"TrainVisionConfig.max_fp_image_rate must be in [0, 1]; got {self.max_fp_image_rate!r}")
+        for name in ("mirror_tta", "frame_gate", "bf16", "progress", "resume", "skip_bad"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"TrainVisionConfig.{name} must be true or false; got {getattr(self, name)!r}")
         if not isinstance(self.threads, int) or self.threads < 0:
             raise ValueError(f"TrainVisionConfig.threads must be a non-negative int; got {self.threads!r}")
         if self.sim.image_size % (2 ** self.model.depth):
@@ -279,8 +286,9 @@ def make_set(composer: Composer, n: int, seed: int, chunk: int = 256, with_backg
     return torch.cat(rgbs), torch.cat(masks)
 
 
-def predict_probs(model: SegNet, rgb: Tensor, bf16: bool, chunk: int = 256) -> Tensor:
-    """Probabilities n,H,W float32 for ``rgb`` n,3,H,W uint8 (eval mode, no grad)."""
+def predict_probs(model: SegNet, rgb: Tensor, bf16: bool, chunk: int = 256, mirror: bool = False) -> Tensor:
+    """Probabilities n,H,W float32 for ``rgb`` n,3,H,W uint8 (eval mode, no grad); with ``mirror``, from the logits
+    averaged with the left-right mirror's (:meth:`SegNet.mirror_averaged`)."""
     was_training = model.training
     model.eval()
     dev = next(model.parameters()).device
@@ -289,7 +297,7 @@ def predict_probs(model: SegNet, rgb: Tensor, bf16: bool, chunk: int = 256) -> T
         for i in range(0, rgb.shape[0], chunk):
             x = rgb[i:i + chunk].to(dev).float().div_(255.0).contiguous(memory_format=torch.channels_last)
             with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
-                out.append(torch.sigmoid(model(x).float()))
+                out.append(torch.sigmoid((model.mirror_averaged(x) if mirror else model(x)).float()))
     model.train(was_training)
     return torch.cat(out)
 
@@ -428,7 +436,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     last_val_probs: list[Tensor] = []  # the latest validation pass, reused for the final threshold choice
 
     def validate(step: int) -> dict:
-        probs = predict_probs(model, val_rgb, bf16)
+        probs = predict_probs(model, val_rgb, bf16, mirror=cfg.mirror_tta)
         last_val_probs[:] = [probs]
         with torch.no_grad():
             vloss = float(seg_loss(torch.logit(probs.clamp(1e-6, 1 - 1e-6)), val_mask, cfg.dice_weight,
@@ -448,6 +456,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
         save_checkpoint(ckpt_path, {
             "model": model.state_dict(), "optimizer": opt.state_dict(), "model_config": dataclasses.asdict(cfg.model),
             "config": cfg.to_dict(), "step": step, "threshold": threshold, "peak_threshold": peak, "image_size": size,
+            "mirror_tta": cfg.mirror_tta,
             "metrics": metrics,
             "probe_rgb": probe, "generator_state": gen.get_state(), "train_seconds": seconds, "history": history,
         })
@@ -513,10 +522,10 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
         val_summary = validate(steps_done)
     threshold, peak = (choose_thresholds(last_val_probs[0], val_mask, cfg.max_fp_image_rate,
                                          cfg.min_precision, cfg.min_pixels) if cfg.frame_gate else (val_summary["best_threshold"], 0.0))
-    log.info("rendering test composites; threshold %.2f, frame gate %s chosen on validation", threshold,
-             f"{peak:g}" if peak else "off")
+    log.info("rendering test composites; threshold %.2f, frame gate %s chosen on validation; mirror averaging %s",
+             threshold, f"{peak:g}" if peak else "off", "on" if cfg.mirror_tta else "off")
     test_rgb, test_mask, test_bg = make_set(val_composer, cfg.n_test, cfg.test_seed, with_background=True)
-    test_probs = gate_frames(predict_probs(model, test_rgb, bf16), peak)
+    test_probs = gate_frames(predict_probs(model, test_rgb, bf16, mirror=cfg.mirror_tta), peak)
     test_summary, _ = evaluate_set(test_probs, test_mask, threshold, cfg.min_pixels)
     test_summary["peak_threshold"] = peak
     by_background = per_background(test_probs, test_mask, test_bg, val_bank.names, threshold, cfg.min_pixels)
@@ -525,7 +534,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
             writer.add_scalar(f"test/{k}", test_summary[k], steps_done)
     writer.close()
     result = {
-        "test": test_summary, "val": val_summary, "threshold": threshold, "peak_threshold": peak, "steps": steps_done,
+        "test": test_summary, "val": val_summary, "threshold": threshold, "peak_threshold": peak,
+        "mirror_tta": cfg.mirror_tta, "steps": steps_done,
         "train_seconds": train_seconds, "num_parameters": nparams, "batch_size": cfg.batch_size,
         "train_backgrounds": train_bank.names, "val_backgrounds": val_bank.names, "history": history,
         "test_by_background": by_background,
