@@ -188,6 +188,37 @@ def test_all_empty_frames_have_empty_masks():
     assert not bool(c.mask.any())
 
 
+def test_color_matched_camouflage_moves_the_crop_mean_to_the_target_colour():
+    from vision.compose import match_target_color
+
+    g = torch.Generator().manual_seed(0)
+    n = 6
+    bg = 0.45 + 0.1 * torch.rand(n, 3, 16, 16, generator=g)  # low contrast: nothing is clamped below
+    color = torch.zeros(n, 3, 16, 16)
+    mask = torch.zeros(n, 16, 16, dtype=torch.bool)
+    tcols = torch.tensor([[0.5, 0.2, 0.15], [0.45, 0.3, 0.2], [0.4, 0.25, 0.15]])
+    for i in range(3):  # frames 0-2 hold a target of one colour; 3-4 are target-free; 5 is a sim frame
+        mask[i, 4:8, 4:8] = True
+        color[i, :, 4:8, 4:8] = tcols[i][:, None, None]
+    mask[5, 0, 0] = True
+    color[5, :, 0, 0] = tcols[0]
+    kind = torch.tensor([0, 0, 1, 2, 2, 3])
+    out = match_target_color(bg, color, mask, kind, 1.0, torch.Generator().manual_seed(1))
+    mean = out.mean((2, 3))
+    for i in range(3):  # the frame's own target colour, within the +-15 % per-channel jitter; texture kept
+        assert bool(((mean[i] / tcols[i] - 1).abs() <= 0.15 + 1e-5).all())
+        assert torch.allclose(out[i] - mean[i][:, None, None], bg[i] - bg[i].mean((1, 2), keepdim=True), atol=1e-5)
+    for i in (3, 4):  # target-free frames take some target frame's colour
+        assert any(bool(((mean[i] / t - 1).abs() <= 0.15 + 1e-5).all()) for t in tcols)
+    assert torch.equal(out[5], bg[5])  # sim frames keep their own table
+    assert torch.equal(match_target_color(bg, color, mask, kind, 0.0, torch.Generator().manual_seed(1)), bg)
+    assert torch.equal(match_target_color(bg, color, torch.zeros_like(mask), kind, 1.0, g), bg)  # no target at all
+    with pytest.raises(ValueError, match="Composer.color_match_prob"):
+        Composer(_bank64(), color_match_prob=1.5)
+    with pytest.raises(ValueError, match="color_match_prob"):
+        TrainVisionConfig(out=Path("x"), color_match_prob=-0.1)
+
+
 def test_compose_config_validation():
     with pytest.raises(ValueError, match="empty_prob"):
         ComposeConfig(empty_prob=1.5)

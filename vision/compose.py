@@ -24,9 +24,9 @@ from .backgrounds import BackgroundBank
 Range = Tuple[float, float]
 
 
-def _check_prob(name: str, v) -> None:
+def _check_prob(name: str, v, owner: str = "ComposeConfig") -> None:
     if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
-        raise ValueError(f"ComposeConfig.{name} must be in [0, 1]; got {v!r}")
+        raise ValueError(f"{owner}.{name} must be in [0, 1]; got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -158,14 +158,45 @@ def place_camera(state, cfg: SimConfig, ccfg: ComposeConfig, g: torch.Generator)
     return state.replace(tcp_pos=tcp, finger_width=width, sphere_pos=sphere, dist_pos=dist_pos), kind
 
 
+def match_target_color(bg: Tensor, color: Tensor, mask: Tensor, kind: Tensor, prob: float,
+                       g: torch.Generator) -> Tensor:
+    """Colour-matched camouflage (a training augmentation). ``bg`` n,3,H,W background crops in [0, 1]; ``color``
+    n,3,H,W the rendered layers; ``mask`` n,H,W bool the visible target; ``kind`` n as in :class:`Composite`.
+
+    With probability ``prob`` a frame's crop is shifted so that its mean colour becomes the mean rendered colour
+    of the frame's target times a per-channel factor in [0.85, 1.15]; its texture and contrast are kept (values
+    clamped to [0, 1]). A target-free frame takes the target colour of a random target frame of the batch, so a
+    target-coloured background is not by itself a sign of a target. Fully rendered sim frames (kind 3) are left
+    alone. Returns the new n,3,H,W crops; a batch without any visible target is returned unchanged.
+    """
+    n, dev = bg.shape[0], bg.device
+    m = mask.float()
+    cnt = m.sum((1, 2))
+    has = cnt > 0
+    if not bool(has.any()):
+        return bg
+    tcol = (color * m[:, None]).sum((2, 3)) / cnt.clamp_min(1)[:, None]  # n,3 mean target colour
+    src = torch.nonzero(has).flatten()
+    pick = src[torch.randint(0, len(src), (n,), generator=g, device=dev)]
+    tcol = torch.where(has[:, None], tcol, tcol[pick])
+    sel = (torch.rand((n,), generator=g, device=dev) < prob) & (kind != 3)
+    jitter = 1.0 + 0.15 * (torch.rand((n, 3, 1, 1), generator=g, device=dev) * 2 - 1)
+    matched = (bg - bg.mean((2, 3), keepdim=True) + tcol[:, :, None, None] * jitter).clamp(0, 1)
+    return torch.where(sel[:, None, None, None], matched, bg)
+
+
 class Composer:
     """Draws batches of composites: ``Composer(bank, sim_cfg, compose_cfg, device)(n, generator)``.
 
-    ``bank`` provides real background crops of size ``sim_cfg.image_size``.
+    ``bank`` provides real background crops of size ``sim_cfg.image_size``. ``color_match_prob``: chance that a
+    frame's crop gets colour-matched camouflage (:func:`match_target_color`); a training augmentation, keep it 0
+    for validation and test composites.
     """
 
     def __init__(self, bank: BackgroundBank, sim_cfg: SimConfig | None = None, cfg: ComposeConfig | None = None,
-                 device: torch.device | str = "cpu"):
+                 device: torch.device | str = "cpu", color_match_prob: float = 0.0):
+        _check_prob("color_match_prob", color_match_prob, "Composer")
+        self.color_match_prob = float(color_match_prob)
         self.sim_cfg = sim_cfg or SimConfig()
         self.cfg = cfg or ComposeConfig()
         self.device = torch.device(device)
@@ -213,6 +244,8 @@ class Composer:
             alpha = torch.where(flip[:, None, None], alpha.flip(-1), alpha)
             mask = torch.where(flip[:, None, None], mask.flip(-1), mask)
         bg, bg_index = self.bank.sample_tensor_indexed(n, g, dev)
+        if self.color_match_prob > 0:
+            bg = match_target_color(bg, color, mask, layers.kind, self.color_match_prob, g)
         bg_index = torch.where(layers.kind == 3, torch.full_like(bg_index, -1), bg_index)
         a = (alpha | (layers.kind == 3)[:, None, None])[:, None].float()  # sim frames keep their own table
         color = color * a + bg * (1.0 - a)

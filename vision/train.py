@@ -121,6 +121,10 @@ class TrainVisionConfig:
     camouflage_prob: float = 0.7
     """Chance that a training background crop is hue-rotated so that its dominant hue falls in the target's
     hue band (``sim.randomization.target_hue``): target-coloured backgrounds, the main source of misses."""
+    color_match_prob: float = 0.15
+    """Chance that a training frame's background crop is shifted to the mean colour of the frame's own target
+    (target-free frames: of another frame's target), keeping its texture (:func:`vision.compose.match_target_color`):
+    the hardest camouflage, aimed at the misses on warm held-out photos. Validation and test crops never get it."""
     resume: bool = False
     """Continue from out/checkpoint.pt up to --steps."""
     hdf5: Optional[Path] = None
@@ -169,6 +173,8 @@ class TrainVisionConfig:
             raise ValueError(f"TrainVisionConfig.hdf5_fraction must be in [0, 1]; got {self.hdf5_fraction!r}")
         if not 0.0 <= self.camouflage_prob <= 1.0:
             raise ValueError(f"TrainVisionConfig.camouflage_prob must be in [0, 1]; got {self.camouflage_prob!r}")
+        if not isinstance(self.color_match_prob, (int, float)) or not 0.0 <= self.color_match_prob <= 1.0:
+            raise ValueError(f"TrainVisionConfig.color_match_prob must be in [0, 1]; got {self.color_match_prob!r}")
         if not 0.0 <= self.hue_rotation_prob <= 1.0:
             raise ValueError(f"TrainVisionConfig.hue_rotation_prob must be in [0, 1]; got {self.hue_rotation_prob!r}")
         if not 0.0 <= self.min_precision <= 1.0:
@@ -397,7 +403,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     val_bank = BackgroundBank.from_folder(val_dir, size=size, skip_bad=cfg.skip_bad)
     log.info("training backgrounds (%d) from %s: %s", len(train_bank), train_dir, ", ".join(train_bank.names))
     log.info("held-out validation backgrounds (%d) from %s: %s", len(val_bank), val_dir, ", ".join(val_bank.names))
-    composer = Composer(train_bank, cfg.sim, cfg.compose, dev)
+    composer = Composer(train_bank, cfg.sim, cfg.compose, dev, color_match_prob=cfg.color_match_prob)
     val_composer = Composer(val_bank, cfg.sim, cfg.compose, dev)
     hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
     n_hdf5 = int(round(cfg.batch_size * cfg.hdf5_fraction)) if hdf5 is not None else 0
