@@ -45,13 +45,15 @@ log = logging.getLogger(__name__)
 
 PRESETS: dict[str, dict[str, int]] = {
     "small": dict(collect_episodes=64, vision_steps=600, vision_batch=48, iterations=5, episodes_per_iter=96,
-                  train_steps=400, dagger_eval_episodes=64, eval_episodes=200, num_envs=96),
+                  train_steps=400, dagger_eval_episodes=64, eval_episodes=200, num_envs=96, vision_mirror=0),
     "medium": dict(collect_episodes=256, vision_steps=1000, vision_batch=48, iterations=6, episodes_per_iter=192,
-                   train_steps=600, dagger_eval_episodes=128, eval_episodes=1000, num_envs=128),
+                   train_steps=600, dagger_eval_episodes=128, eval_episodes=1000, num_envs=128, vision_mirror=1),
     "full": dict(collect_episodes=1000, vision_steps=2500, vision_batch=48, iterations=10, episodes_per_iter=512,
-                 train_steps=1000, dagger_eval_episodes=256, eval_episodes=1000, num_envs=128),
+                 train_steps=1000, dagger_eval_episodes=256, eval_episodes=1000, num_envs=128, vision_mirror=1),
 }
-"""Stage budgets per preset (episodes, optimizer steps)."""
+"""Stage budgets per preset (episodes, optimizer steps). ``vision_mirror``: train and use the vision net with
+test-time mirror averaging (``TrainVisionConfig.mirror_tta``); off in ``small``, where the doubled segmentation
+cost of every DAgger, BC and evaluation rollout would not fit the preset's time budget."""
 OVERRIDES = ("collect_episodes", "vision_steps", "iterations", "episodes_per_iter", "train_steps",
              "dagger_eval_episodes", "eval_episodes", "num_envs")
 
@@ -181,7 +183,8 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
         vcfg = TrainVisionConfig(out=vdir, steps=b["vision_steps"], batch_size=b["vision_batch"], seed=cfg.seed,
                                  val_every=max(1, b["vision_steps"] // 3), ckpt_every=max(1, b["vision_steps"] // 3),
                                  n_val=(1024 if b["vision_steps"] >= 1000 else 512) if b["vision_steps"] >= 100 else 32,
-                                 n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vckpt.exists(), sim=cfg.sim, **common)
+                                 n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vckpt.exists(), sim=cfg.sim,
+                                 mirror_tta=bool(b["vision_mirror"]), **common)
         res = _stage(summary, "vision", lambda: train_vision(vcfg), out)
         summary["vision"] = {"test": res["test"], "threshold": res["threshold"],
                              "peak_threshold": res.get("peak_threshold", 0.0),
