@@ -5,11 +5,11 @@ holds one binary PNG per image with the same file stem (``images/frame_0001.jpg`
 ``masks/frame_0001.png``), same width and height, target pixels nonzero (255 or 1), everything else 0.
 A frame without the target has an all-zero mask (it must still be present).
 
-Each image is resized to the network's input size (``image_size`` in the checkpoint, INTER_AREA), the
-probability map (averaged with the left-right mirror's when the checkpoint was trained with ``mirror_tta``) is gated (frames whose highest probability is below the checkpoint's ``peak_threshold``,
-or ``--peak-threshold``, predict nothing), resized back (bilinear) and thresholded at the checkpoint's
-threshold (or ``--threshold``), and metrics are computed at the original resolution (definitions in
-:mod:`vision.metrics`).
+Each image is resized to the network's input size (``image_size`` in the checkpoint, INTER_AREA). The
+probability map (averaged with the left-right mirror's when the checkpoint was trained with ``mirror_tta``) is
+gated (frames whose highest probability is below the checkpoint's ``peak_threshold``, or
+``--peak-threshold``, predict nothing), resized back (bilinear) and thresholded at the checkpoint's threshold
+(or ``--threshold``), and metrics are computed at the original resolution (definitions in :mod:`vision.metrics`).
 
 Writes to ``--out``: ``predictions/<stem>.png`` (binary masks), ``overlays/<stem>.png`` (image | prediction
 | ground truth), ``report.html``, ``per_image.csv``; with masks also ``metrics.json`` and ``pr_curve.png``.

@@ -84,9 +84,10 @@ class SegNet(nn.Module):
 
     def mirror_averaged(self, x: Tensor) -> Tensor:
         """Test-time augmentation: logits B,H,W averaged over ``x`` (B,3,H,W in [0, 1]) and its left-right mirror
-        (whose logits are flipped back). Two forward passes, so it costs about 2x :meth:`forward` (one pass over
-        the concatenated batch measured 1.5x slower than two on CPU). The scenes are left-right symmetric in distribution, so the mirror is a second, equally
-        valid view. On the default net, averaging the two raised held-out IoU by about 0.02 (docs/vision.md)."""
+        (whose logits are flipped back). Two forward passes, so it costs about 2x :meth:`forward`; one pass over
+        the concatenated batch measured 1.5x slower than two on CPU. The scenes are left-right symmetric in
+        distribution, so the mirror is a second, equally valid view. On the default net, averaging the two raised
+        held-out IoU by about 0.02 (docs/vision.md)."""
         mirrored = x.flip(-1)
         if x.is_contiguous(memory_format=torch.channels_last):
             mirrored = mirrored.contiguous(memory_format=torch.channels_last)
