@@ -24,7 +24,8 @@ from .backgrounds import BackgroundBank
 Range = Tuple[float, float]
 
 
-def _check_prob(name: str, v, owner: str = "ComposeConfig") -> None:
+def check_prob(name: str, v, owner: str = "ComposeConfig") -> None:
+    """Raise ValueError naming ``owner.name`` unless ``v`` is a number in [0, 1]."""
     if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
         raise ValueError(f"{owner}.{name} must be in [0, 1]; got {v!r}")
 
@@ -61,7 +62,7 @@ class ComposeConfig:
         if not 0.0 <= self.view_margin <= 1.0:
             raise ValueError(f"ComposeConfig.view_margin must be in [0, 1]; got {self.view_margin!r}")
         for n in ("empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob"):
-            _check_prob(n, getattr(self, n))
+            check_prob(n, getattr(self, n))
         if self.empty_prob + self.held_prob > 1.0:
             raise ValueError("ComposeConfig.empty_prob + held_prob must be <= 1")
         for n in ("gain", "channel_gain"):
@@ -195,7 +196,7 @@ class Composer:
 
     def __init__(self, bank: BackgroundBank, sim_cfg: SimConfig | None = None, cfg: ComposeConfig | None = None,
                  device: torch.device | str = "cpu", color_match_prob: float = 0.0):
-        _check_prob("color_match_prob", color_match_prob, "Composer")
+        check_prob("color_match_prob", color_match_prob, "Composer")
         self.color_match_prob = float(color_match_prob)
         self.sim_cfg = sim_cfg or SimConfig()
         self.cfg = cfg or ComposeConfig()

@@ -163,8 +163,8 @@ if __name__ == "__main__":  # python -m vision.infer CKPT [batch]: inference thr
         raise SystemExit("usage: python -m vision.infer CHECKPOINT [BATCH]")
     s = Segmenter.from_checkpoint(sys.argv[1])
     res = throughput(s, int(sys.argv[2]) if len(sys.argv) > 2 else 256)
-    fp32 = throughput(Segmenter.from_checkpoint(sys.argv[1], precision="fp32"), res["batch"])
-    single = Segmenter.from_checkpoint(sys.argv[1], precision="fp32")
-    single.mirror_tta = False  # one pass per frame, for comparison with the checkpoint's mirror averaging
-    print(json.dumps({"auto": res, "fp32": fp32, "fp32_no_mirror": throughput(single, res["batch"]),
+    seg32 = Segmenter.from_checkpoint(sys.argv[1], precision="fp32")
+    fp32 = throughput(seg32, res["batch"])
+    seg32.mirror_tta = False  # one pass per frame, for comparison with the checkpoint's mirror averaging
+    print(json.dumps({"auto": res, "fp32": fp32, "fp32_no_mirror": throughput(seg32, res["batch"]),
                       "bf16_disagreement": s.bf16_disagreement}, indent=2))

@@ -31,7 +31,7 @@ from graspsim import SimConfig
 
 from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
-from .compose import ComposeConfig, Composer
+from .compose import ComposeConfig, Composer, check_prob
 from .io import atomic_write_bytes, list_images
 from .metrics import SegMetrics, best_threshold, choose_thresholds, gate_frames
 from .model import SegNet, SegNetConfig, count_parameters, cpu_has_fast_bf16
@@ -167,20 +167,9 @@ class TrainVisionConfig:
                              f"{2 ** self.model.depth}; got {self.patch!r}")
         if not isinstance(self.patches_per_frame, int) or self.patches_per_frame < 1:
             raise ValueError(f"TrainVisionConfig.patches_per_frame must be a positive int; got {self.patches_per_frame!r}")
-        if not 0.0 <= self.patch_target_prob <= 1.0:
-            raise ValueError(f"TrainVisionConfig.patch_target_prob must be in [0, 1]; got {self.patch_target_prob!r}")
-        if not 0.0 <= self.hdf5_fraction <= 1.0:
-            raise ValueError(f"TrainVisionConfig.hdf5_fraction must be in [0, 1]; got {self.hdf5_fraction!r}")
-        if not 0.0 <= self.camouflage_prob <= 1.0:
-            raise ValueError(f"TrainVisionConfig.camouflage_prob must be in [0, 1]; got {self.camouflage_prob!r}")
-        if not isinstance(self.color_match_prob, (int, float)) or not 0.0 <= self.color_match_prob <= 1.0:
-            raise ValueError(f"TrainVisionConfig.color_match_prob must be in [0, 1]; got {self.color_match_prob!r}")
-        if not 0.0 <= self.hue_rotation_prob <= 1.0:
-            raise ValueError(f"TrainVisionConfig.hue_rotation_prob must be in [0, 1]; got {self.hue_rotation_prob!r}")
-        if not 0.0 <= self.min_precision <= 1.0:
-            raise ValueError(f"TrainVisionConfig.min_precision must be in [0, 1]; got {self.min_precision!r}")
-        if not 0.0 <= self.max_fp_image_rate <= 1.0:
-            raise ValueError(f"TrainVisionConfig.max_fp_image_rate must be in [0, 1]; got {self.max_fp_image_rate!r}")
+        for name in ("patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
+                     "min_precision", "max_fp_image_rate"):
+            check_prob(name, getattr(self, name), "TrainVisionConfig")
         for name in ("mirror_tta", "frame_gate", "bf16", "progress", "resume", "skip_bad"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"TrainVisionConfig.{name} must be true or false; got {getattr(self, name)!r}")
