@@ -564,10 +564,10 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason="issue-4 recall target not yet met: measured test IoU 0.816, precision 0.961, recall "
-                   "0.843, false-positive images 0.6% on 2048 composites at the default 1000 steps (see docs/vision.md)")
 def test_default_training_meets_targets(tmp_path):
-    """Full default budget: held-out-background composites reach the issue's targets."""
+    """Full default budget (3000 steps, about 17 minutes on 2 cores): held-out-background composites reach the
+    issue's accuracy targets. Measured: IoU 0.882, precision 0.971, recall 0.906, 1.4 % false-positive images
+    (docs/vision.md). The 5-minute time target is not tested here (timings belong in benchmarks) and is not met."""
     from vision.train import TrainVisionConfig, train_vision
 
     r = train_vision(TrainVisionConfig(out=tmp_path / "run", threads=2, progress=False))

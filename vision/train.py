@@ -52,8 +52,9 @@ class TrainVisionConfig:
     training and held-out validation photos; otherwise give --val-backgrounds."""
     val_backgrounds: Optional[Path] = None
     """Folder of held-out validation background photos (never used in training)."""
-    steps: int = 1000
-    """Optimizer steps."""
+    steps: int = 3000
+    """Optimizer steps. The default is the budget that met the issue-4 accuracy targets (docs/vision.md, round 6);
+    1000 steps take a third of the time for about 0.05 less recall."""
     batch_size: int = 48
     """Composites per step."""
     lr: float = 3e-3
@@ -85,7 +86,7 @@ class TrainVisionConfig:
     frames are pushed down and the chosen gate can be lower (0 turns it off)."""
     seed: int = 0
     """Seed of model init and training data."""
-    val_every: int = 500
+    val_every: int = 1000
     """Validate every this many steps (and at the end)."""
     ckpt_every: int = 500
     """Write checkpoint.pt every this many steps (and at the end)."""
@@ -97,10 +98,11 @@ class TrainVisionConfig:
     """Seed of the validation composites."""
     test_seed: int = 2000
     """Seed of the test composites."""
-    max_fp_image_rate: float = 0.015
+    max_fp_image_rate: float = 0.01
     """Threshold choice: best F1 among (threshold, frame gate) pairs whose validation false-positive image rate is
-    at most this (below the 2 % target as a margin: the estimate from ~900 target-free frames is noisy) and whose
-    validation precision is at least --min-precision (when some pair meets both)."""
+    at most this and whose validation precision is at least --min-precision (when some pair meets both). The 1 %
+    is a margin under the 2 % target: each estimate from ~950 target-free frames has a standard error of about
+    0.4 points, so validation and test can differ by a point (a 1.5 % limit gave 2.2 % on test once)."""
     min_precision: float = 0.96
     """Threshold choice: validation precision must be at least this (dropped when no pair meets it). A margin over the
     0.95 target: test precision read up to 0.009 below validation precision at the chosen pair (0.955 gave test
