@@ -19,6 +19,12 @@ from torch import Tensor
 
 from .io import list_images, read_image
 
+
+def check_prob(name: str, v, owner: str) -> None:
+    """Raise ValueError naming ``owner.name`` unless ``v`` is a number in [0, 1] (shared by the vision configs)."""
+    if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
+        raise ValueError(f"{owner}.{name} must be in [0, 1]; got {v!r}")
+
 log = logging.getLogger(__name__)
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
@@ -89,11 +95,9 @@ class BackgroundBank:
         self.names = list(names)
         self.size = size
         self.skipped = list(skipped or [])
-        if not 0.0 <= hue_rotation_prob <= 1.0:
-            raise ValueError(f"BackgroundBank.hue_rotation_prob must be in [0, 1]; got {hue_rotation_prob!r}")
+        check_prob("hue_rotation_prob", hue_rotation_prob, "BackgroundBank")
+        check_prob("camouflage_prob", camouflage_prob, "BackgroundBank")
         self.hue_rotation_prob = hue_rotation_prob
-        if not 0.0 <= camouflage_prob <= 1.0:
-            raise ValueError(f"BackgroundBank.camouflage_prob must be in [0, 1]; got {camouflage_prob!r}")
         self.camouflage_prob = camouflage_prob
         self.camouflage_hue = (float(camouflage_hue[0]), float(camouflage_hue[1]))
         self._aug = _pipeline(size, hue_rotation_prob)

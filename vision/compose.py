@@ -19,15 +19,9 @@ from torch import Tensor
 from graspsim import SimConfig, render, sample_scenes
 from graspsim.render import postprocess
 
-from .backgrounds import BackgroundBank
+from .backgrounds import BackgroundBank, check_prob
 
 Range = Tuple[float, float]
-
-
-def check_prob(name: str, v, owner: str = "ComposeConfig") -> None:
-    """Raise ValueError naming ``owner.name`` unless ``v`` is a number in [0, 1]."""
-    if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
-        raise ValueError(f"{owner}.{name} must be in [0, 1]; got {v!r}")
 
 
 @dataclass(frozen=True)
@@ -59,10 +53,8 @@ class ComposeConfig:
         lo, hi = self.height
         if not (0.0 <= lo <= hi <= 0.35):
             raise ValueError(f"ComposeConfig.height must satisfy 0 <= low <= high <= 0.35; got {self.height!r}")
-        if not 0.0 <= self.view_margin <= 1.0:
-            raise ValueError(f"ComposeConfig.view_margin must be in [0, 1]; got {self.view_margin!r}")
-        for n in ("empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob"):
-            check_prob(n, getattr(self, n))
+        for n in ("view_margin", "empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob"):
+            check_prob(n, getattr(self, n), "ComposeConfig")
         if self.empty_prob + self.held_prob > 1.0:
             raise ValueError("ComposeConfig.empty_prob + held_prob must be <= 1")
         for n in ("gain", "channel_gain"):

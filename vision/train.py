@@ -29,9 +29,9 @@ from torch import Tensor
 
 from graspsim import SimConfig
 
-from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, resolve_split
+from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, check_prob, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
-from .compose import ComposeConfig, Composer, check_prob
+from .compose import ComposeConfig, Composer
 from .io import atomic_write_bytes, list_images
 from .metrics import SegMetrics, best_threshold, choose_thresholds, gate_frames
 from .model import SegNet, SegNetConfig, count_parameters, cpu_has_fast_bf16
@@ -162,14 +162,12 @@ class TrainVisionConfig:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (name == "lr" and v == 0):
                 raise ValueError(f"TrainVisionConfig.{name} must be a finite {'positive' if name == 'lr' else 'non-negative'} number; got {v!r}")
-        if not 0.0 <= self.tversky_beta <= 1.0:
-            raise ValueError(f"TrainVisionConfig.tversky_beta must be in [0, 1]; got {self.tversky_beta!r}")
         if not isinstance(self.patch, int) or self.patch < 0 or (self.patch and self.patch % (2 ** self.model.depth)):
             raise ValueError(f"TrainVisionConfig.patch must be 0 or a positive multiple of 2**model.depth = "
                              f"{2 ** self.model.depth}; got {self.patch!r}")
         if not isinstance(self.patches_per_frame, int) or self.patches_per_frame < 1:
             raise ValueError(f"TrainVisionConfig.patches_per_frame must be a positive int; got {self.patches_per_frame!r}")
-        for name in ("patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
+        for name in ("tversky_beta", "patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
                      "min_precision", "max_fp_image_rate"):
             check_prob(name, getattr(self, name), "TrainVisionConfig")
         for name in ("mirror_tta", "frame_gate", "bf16", "progress", "resume", "skip_bad"):
