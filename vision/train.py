@@ -31,7 +31,7 @@ from graspsim import SimConfig
 
 from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, check_prob, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
-from .compose import ComposeConfig, Composer
+from .compose import ComposeConfig, Composer, Layers
 from .io import atomic_write_bytes, list_images
 from .metrics import SegMetrics, best_threshold, choose_thresholds, gate_frames
 from .model import SegNet, SegNetConfig, count_parameters, cpu_has_fast_bf16
@@ -255,6 +255,43 @@ def random_patches(rgb: Tensor, mask: Tensor, side: int, per_frame: int, target_
     return patch_rgb, mask[f, rows, cols]
 
 
+def training_batch(composer: Composer, cfg: TrainVisionConfig, gen: torch.Generator, hdf5: "HDF5Frames | None" = None,
+                   layers: Optional[Layers] = None) -> tuple[Tensor, Tensor]:
+    """One step's training input: ``x`` N,3,S,S float32 in [0, 1] (channels-last on CPU) and ``mask`` N,S,S bool.
+
+    Draws ``cfg.batch_size`` composites (a ``cfg.hdf5_fraction`` share from ``hdf5`` when given; with ``layers``,
+    those rendered layers on fresh background crops instead of new renders) and cuts them into
+    ``cfg.patches_per_frame`` patches of ``cfg.patch`` px (N = batch * patches; S = patch), or keeps whole frames
+    (N = batch, S = image size) when ``cfg.patch`` is 0 or not smaller than the image."""
+    n_hdf5 = int(round(cfg.batch_size * cfg.hdf5_fraction)) if hdf5 is not None else 0
+    comp = composer(cfg.batch_size - n_hdf5, gen) if layers is None else composer.composite(layers, gen, hflip=True)
+    rgb, mask = comp.rgb, comp.mask
+    if n_hdf5:
+        hr, hm = hdf5.sample(n_hdf5, gen)
+        rgb, mask = torch.cat([rgb, hr.to(rgb.device)]), torch.cat([mask, hm.to(rgb.device)])
+    if 0 < cfg.patch < rgb.shape[-1]:
+        rgb, mask = random_patches(rgb, mask, cfg.patch, cfg.patches_per_frame, cfg.patch_target_prob, gen)
+    x = rgb.float().div_(255.0)
+    if x.device.type == "cpu":
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x, mask
+
+
+def train_step(model: SegNet, opt: torch.optim.Optimizer, x: Tensor, mask: Tensor, cfg: TrainVisionConfig, bf16: bool,
+               step: int) -> Tensor:
+    """One optimizer step on ``x`` N,3,S,S / ``mask`` N,S,S (:func:`training_batch`); returns the detached loss.
+    Raises FloatingPointError (naming ``step``) before touching the weights if the loss is not finite."""
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(x)
+    loss = seg_loss(logits, mask, cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta, cfg.frame_loss_weight)
+    if not torch.isfinite(loss):
+        raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower --lr")
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss.detach()
+
+
 def _file_hashes(folder: Path) -> dict[str, str]:
     return {hashlib.sha1(p.read_bytes()).hexdigest(): p.name for p in list_images(folder)}
 
@@ -366,6 +403,24 @@ def _progress(enabled: bool):
                     TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled, transient=False)
 
 
+def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
+    """The training composer (training photos with the configured hue rotation, camouflage and colour matching) and
+    the validation/test composer (held-out photos, real colours), on ``cfg.device``. Refuses photo folders that
+    share an identical file."""
+    train_dir, val_dir = resolve_split(cfg.backgrounds, cfg.val_backgrounds)
+    _check_disjoint(train_dir, val_dir)
+    size = cfg.sim.image_size
+    train_bank = BackgroundBank.from_folder(train_dir, size=size, skip_bad=cfg.skip_bad,
+                                            hue_rotation_prob=cfg.hue_rotation_prob, camouflage_prob=cfg.camouflage_prob,
+                                            camouflage_hue=cfg.sim.randomization.target_hue)
+    val_bank = BackgroundBank.from_folder(val_dir, size=size, skip_bad=cfg.skip_bad)
+    log.info("training backgrounds (%d) from %s: %s", len(train_bank), train_dir, ", ".join(train_bank.names))
+    log.info("held-out validation backgrounds (%d) from %s: %s", len(val_bank), val_dir, ", ".join(val_bank.names))
+    dev = torch.device(cfg.device)
+    return (Composer(train_bank, cfg.sim, cfg.compose, dev, color_match_prob=cfg.color_match_prob),
+            Composer(val_bank, cfg.sim, cfg.compose, dev))
+
+
 # ----------------------------------------------------------------------------------------------- main
 def train_vision(cfg: TrainVisionConfig) -> dict:
     """Train (or resume) and return the final metrics dict (``test`` metrics at the chosen threshold,
@@ -384,16 +439,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     out.mkdir(parents=True, exist_ok=True)
 
     size = cfg.sim.image_size
-    train_dir, val_dir = resolve_split(cfg.backgrounds, cfg.val_backgrounds)
-    _check_disjoint(train_dir, val_dir)
-    train_bank = BackgroundBank.from_folder(train_dir, size=size, skip_bad=cfg.skip_bad,
-                                            hue_rotation_prob=cfg.hue_rotation_prob, camouflage_prob=cfg.camouflage_prob,
-                                            camouflage_hue=cfg.sim.randomization.target_hue)
-    val_bank = BackgroundBank.from_folder(val_dir, size=size, skip_bad=cfg.skip_bad)
-    log.info("training backgrounds (%d) from %s: %s", len(train_bank), train_dir, ", ".join(train_bank.names))
-    log.info("held-out validation backgrounds (%d) from %s: %s", len(val_bank), val_dir, ", ".join(val_bank.names))
-    composer = Composer(train_bank, cfg.sim, cfg.compose, dev, color_match_prob=cfg.color_match_prob)
-    val_composer = Composer(val_bank, cfg.sim, cfg.compose, dev)
+    composer, val_composer = build_composers(cfg)
+    train_bank, val_bank = composer.bank, val_composer.bank
     hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
     n_hdf5 = int(round(cfg.batch_size * cfg.hdf5_fraction)) if hdf5 is not None else 0
 
@@ -470,29 +517,10 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
         for step in range(start, cfg.steps):
             for grp in opt.param_groups:
                 grp["lr"] = lr_at(step, cfg)
-            if cfg.layer_reuse == 1:
-                comp = composer(cfg.batch_size - n_hdf5, gen)
-            else:
-                if layers is None or (step - start) % cfg.layer_reuse == 0:
-                    layers = composer.render_layers(cfg.batch_size - n_hdf5, gen)
-                comp = composer.composite(layers, gen, hflip=True)
-            rgb, mask = comp.rgb, comp.mask
-            if n_hdf5:
-                hr, hm = hdf5.sample(n_hdf5, gen)
-                rgb, mask = torch.cat([rgb, hr.to(dev)]), torch.cat([mask, hm.to(dev)])
-            if 0 < cfg.patch < size:
-                rgb, mask = random_patches(rgb, mask, cfg.patch, cfg.patches_per_frame, cfg.patch_target_prob, gen)
-            x = rgb.float().div_(255.0)
-            if dev.type == "cpu":
-                x = x.contiguous(memory_format=torch.channels_last)
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
-                logits = model(x)
-            loss = seg_loss(logits, mask, cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta, cfg.frame_loss_weight)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower --lr")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            if cfg.layer_reuse > 1 and (layers is None or (step - start) % cfg.layer_reuse == 0):
+                layers = composer.render_layers(cfg.batch_size - n_hdf5, gen)
+            x, mask = training_batch(composer, cfg, gen, hdf5, layers)
+            loss = train_step(model, opt, x, mask, cfg, bf16, step)
             done = step + 1
             if done % 10 == 0 or done == cfg.steps:
                 writer.add_scalar("loss/train", float(loss.detach()), done)

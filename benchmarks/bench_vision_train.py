@@ -1,0 +1,196 @@
+"""Time budget of ``graspsim train-vision``, measured: per-step cost of the default recipe and of variants, side by
+side in one run, and each one's projected wall time against the 5-minute target of issue 4.
+
+    .venv/bin/python benchmarks/bench_vision_train.py                       # all variants, 2 threads (~3 min)
+    .venv/bin/python benchmarks/bench_vision_train.py --variants default batch-16 --threads 1
+
+For every variant it times, over interleaved rounds (so a change in machine load hits all variants alike), the two
+halves of a training step as ``vision.train`` runs them: drawing the batch (:func:`vision.train.training_batch`:
+render, composite, cut patches) and the optimizer step (:func:`vision.train.train_step`: forward, loss, backward,
+AdamW). It also times one validation pass (mirror averaging as configured) and rendering the fixed sets, on
+``--n-eval`` frames scaled to the configured set sizes. The projection is
+
+    loop  = steps x (batch + step) + validations inside the loop x pass
+    total = loop + validation at step 0 + rendering the validation and test sets + the test pass
+
+It leaves out process start-up, loading photos and writing checkpoints (a few seconds). The medians per variant, the
+ratios to ``default`` and the ratio to the 300 s budget are printed. Accuracy is not measured here: docs/vision.md
+has what each variant reached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+import tyro  # noqa: E402
+
+from vision.model import SegNet, cpu_has_fast_bf16  # noqa: E402
+from vision.train import (TrainVisionConfig, build_composers, make_set, predict_probs, train_step,  # noqa: E402
+                          training_batch)
+
+BUDGET_S = 300.0
+
+VARIANTS: dict[str, dict] = {
+    "default": {},
+    "steps-1000": {"steps": 1000},
+    "patch-24": {"patch": 24, "steps": 4500},
+    "batch-16": {"batch_size": 16},
+}
+"""Overrides of :class:`TrainVisionConfig` per variant. ``patch-24`` keeps the default's training time per pixel
+seen roughly equal (round 6); ``batch-16`` is a third of the frames per step at the same step count (round 7)."""
+
+
+@dataclass(frozen=True)
+class BenchVisionConfig:
+    """Measure the training budget of train-vision variants side by side."""
+
+    variants: tuple[str, ...] = tuple(VARIANTS)
+    """Variants to time (names in VARIANTS)."""
+    threads: int = 2
+    """torch.set_num_threads for the whole run."""
+    rounds: int = 3
+    """Interleaved timing rounds; the median round per variant is reported."""
+    steps_per_round: int = 10
+    """Timed training steps per variant and round (after --warmup untimed ones)."""
+    warmup: int = 3
+    """Untimed steps per variant before the first round."""
+    n_eval: int = 512
+    """Frames rendered and scored to time the fixed sets and a validation pass (scaled to n_val / n_test)."""
+    seed: int = 0
+    """Seed of the models and the drawn batches."""
+    out: Optional[Path] = None
+    """Write the results as JSON here (atomically), when given."""
+
+    def __post_init__(self) -> None:
+        unknown = [v for v in self.variants if v not in VARIANTS]
+        if unknown or not self.variants:
+            raise ValueError(f"--variants: unknown {unknown or 'empty list'}; choose from {sorted(VARIANTS)}")
+        for name in ("threads", "rounds", "steps_per_round", "n_eval"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be a positive int; got {v!r}")
+        if self.warmup < 0:
+            raise ValueError(f"--warmup must be >= 0; got {self.warmup!r}")
+
+
+@dataclass
+class _Runner:
+    """One variant's training state and its timings (seconds)."""
+
+    name: str
+    cfg: TrainVisionConfig
+    batch_s: list[float] = field(default_factory=list)
+    step_s: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        torch.manual_seed(self.cfg.seed)
+        self.composer, self.val_composer = build_composers(self.cfg)
+        self.model = SegNet(self.cfg.model).to(memory_format=torch.channels_last)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.gen = torch.Generator().manual_seed(self.cfg.seed)
+        self.step = 0
+        self.bf16 = self.cfg.bf16 and cpu_has_fast_bf16()  # as train_vision decides it on CPU
+
+    def run(self, n: int, record: bool) -> None:
+        batch = step = 0.0
+        for _ in range(n):
+            t0 = time.perf_counter()
+            x, mask = training_batch(self.composer, self.cfg, self.gen)
+            t1 = time.perf_counter()
+            train_step(self.model, self.opt, x, mask, self.cfg, self.bf16, self.step)
+            t2 = time.perf_counter()
+            batch, step, self.step = batch + t1 - t0, step + t2 - t1, self.step + 1
+        if record:
+            self.batch_s.append(batch / n)
+            self.step_s.append(step / n)
+
+    def fixed_costs(self, n_eval: int) -> dict:
+        """Rendering ``n_eval`` held-out composites and one validation pass over them, scaled to the set sizes."""
+        t0 = time.perf_counter()
+        rgb, _ = make_set(self.val_composer, n_eval, self.cfg.val_seed)
+        t1 = time.perf_counter()
+        predict_probs(self.model, rgb, self.bf16, mirror=self.cfg.mirror_tta)
+        t2 = time.perf_counter()
+        render, pass_ = (t1 - t0) / n_eval, (t2 - t1) / n_eval
+        return {"render_val_s": render * self.cfg.n_val, "render_test_s": render * self.cfg.n_test,
+                "val_pass_s": pass_ * self.cfg.n_val, "test_pass_s": pass_ * self.cfg.n_test}
+
+
+def project(cfg: TrainVisionConfig, batch_s: float, step_s: float, fixed: dict) -> dict:
+    """Projected wall time (s) of ``train_vision(cfg)`` from the measured per-step and fixed costs."""
+    in_loop_vals = len({*range(cfg.val_every, cfg.steps + 1, cfg.val_every), cfg.steps})
+    loop = cfg.steps * (batch_s + step_s) + in_loop_vals * fixed["val_pass_s"]
+    total = loop + fixed["val_pass_s"] + fixed["render_val_s"] + fixed["render_test_s"] + fixed["test_pass_s"]
+    return {"loop_s": loop, "total_s": total, "validations_in_loop": in_loop_vals}
+
+
+def bench_vision(cfg: BenchVisionConfig) -> dict:
+    torch.set_num_threads(cfg.threads)
+    out_dir = tempfile.mkdtemp(prefix="bench_vision_")
+    runners = [_Runner(v, dataclasses.replace(TrainVisionConfig(out=Path(out_dir), seed=cfg.seed, progress=False),
+                                              **VARIANTS[v])) for v in cfg.variants]
+    for r in runners:
+        r.run(cfg.warmup, record=False)
+    for k in range(cfg.rounds):
+        for r in runners:
+            r.run(cfg.steps_per_round, record=True)
+        logging.info("round %d of %d timed", k + 1, cfg.rounds)
+    results = {}
+    for r in runners:
+        batch_s, step_s = statistics.median(r.batch_s), statistics.median(r.step_s)
+        fixed = r.fixed_costs(cfg.n_eval)
+        results[r.name] = {"overrides": VARIANTS[r.name], "steps": r.cfg.steps, "batch_size": r.cfg.batch_size,
+                           "patch": r.cfg.patch, "batch_s": batch_s, "step_s": step_s, **fixed,
+                           **project(r.cfg, batch_s, step_s, fixed)}
+    base = results.get("default")
+    for res in results.values():
+        res["ratio_to_budget"] = res["total_s"] / BUDGET_S
+        if base is not None:
+            res["step_ratio_to_default"] = (res["batch_s"] + res["step_s"]) / (base["batch_s"] + base["step_s"])
+            res["total_ratio_to_default"] = res["total_s"] / base["total_s"]
+    return {"threads": cfg.threads, "rounds": cfg.rounds, "steps_per_round": cfg.steps_per_round,
+            "torch": torch.__version__, "budget_s": BUDGET_S, "variants": results}
+
+
+def table(result: dict) -> str:
+    """Text table of :func:`bench_vision`'s result."""
+    head = (f"{'variant':<11} {'steps':>5} {'batch s':>8} {'step s':>7} {'val pass s':>10} {'loop s':>7} "
+            f"{'total s':>8} {'x default':>9} {'x budget':>8}")
+    lines = [f"train-vision time budget, {result['threads']} threads, torch {result['torch']} "
+             f"(median of {result['rounds']} rounds of {result['steps_per_round']} steps)", head]
+    for name, r in result["variants"].items():
+        ratio = r.get("total_ratio_to_default", math.nan)
+        lines.append(f"{name:<11} {r['steps']:>5} {r['batch_s']:>8.3f} {r['step_s']:>7.3f} {r['val_pass_s']:>10.1f} "
+                     f"{r['loop_s']:>7.0f} {r['total_s']:>8.0f} {ratio:>8.2f}x {r['ratio_to_budget']:>7.2f}x")
+    lines.append(f"budget: {result['budget_s']:.0f} s for the whole command (issue 4); 'x budget' > 1 means over it. "
+                 "Start-up, photo loading and checkpoints are not included.")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = tyro.cli(BenchVisionConfig, description=__doc__.splitlines()[0])
+    result = bench_vision(cfg)
+    print(table(result))
+    if cfg.out is not None:
+        cfg.out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cfg.out.with_name(cfg.out.name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=2))
+        tmp.replace(cfg.out)
+
+
+if __name__ == "__main__":
+    main()
