@@ -50,7 +50,8 @@ VARIANTS: dict[str, dict] = {
     "batch-16": {"batch_size": 16},
 }
 """Overrides of :class:`TrainVisionConfig` per variant. ``patch-24`` keeps the default's training time per pixel
-seen roughly equal (round 6); ``batch-16`` is a third of the frames per step at the same step count (round 7)."""
+seen roughly equal (round 6); ``batch-16`` is a third of the frames per step at the same step count (round 7). A
+variant may override ``model`` with a :class:`vision.model.SegNetConfig`."""
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,8 @@ def bench_vision(cfg: BenchVisionConfig) -> dict:
     for r in runners:
         batch_s, step_s = statistics.median(r.batch_s), statistics.median(r.step_s)
         fixed = r.fixed_costs(cfg.n_eval)
-        results[r.name] = {"overrides": VARIANTS[r.name], "steps": r.cfg.steps, "batch_size": r.cfg.batch_size,
+        overrides = {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in VARIANTS[r.name].items()}
+        results[r.name] = {"overrides": overrides, "steps": r.cfg.steps, "batch_size": r.cfg.batch_size,
                            "patch": r.cfg.patch, "batch_s": batch_s, "step_s": step_s, **fixed,
                            **project(r.cfg, batch_s, step_s, fixed)}
     base = results.get("default")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from vision.model import SegNetConfig
 from vision.train import TrainVisionConfig
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_vision_train.py"
@@ -38,7 +39,8 @@ def test_config_rejects_unknown_variants_and_bad_counts():
 
 
 def test_one_step_smoke_run_writes_consistent_results(tmp_path, monkeypatch):
-    monkeypatch.setitem(bv.VARIANTS, "tiny", {"batch_size": 4, "steps": 10, "n_val": 16, "n_test": 16})
+    monkeypatch.setitem(bv.VARIANTS, "tiny", {"batch_size": 4, "steps": 10, "n_val": 16, "n_test": 16,
+                                              "model": SegNetConfig(base_channels=4, max_channels=8)})
     cfg = bv.BenchVisionConfig(variants=("tiny",), threads=1, rounds=1, steps_per_round=1, warmup=0, n_eval=8)
     result = bv.bench_vision(cfg)
     r = result["variants"]["tiny"]
@@ -47,4 +49,4 @@ def test_one_step_smoke_run_writes_consistent_results(tmp_path, monkeypatch):
     assert r["ratio_to_budget"] == pytest.approx(r["total_s"] / 300.0)
     assert "step_ratio_to_default" not in r  # no default variant in this run
     assert "tiny" in bv.table(result)
-    json.dumps(result)  # the --out file is plain JSON
+    assert json.loads(json.dumps(result))["variants"]["tiny"]["overrides"]["model"]["base_channels"] == 4  # --out is JSON
