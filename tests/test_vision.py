@@ -597,3 +597,14 @@ def test_hdf5_frames_load_and_errors(tmp_path):
         HDF5Frames(path, 32, max_frames=10)
     with pytest.raises(FileNotFoundError):
         HDF5Frames(tmp_path / "none.h5", 64, 10)
+    # mixed into a training batch: the last hdf5_fraction of the frames are HDF5 frames, then patches are cut
+    from vision.train import build_composers, training_batch
+
+    cfg = TrainVisionConfig(out=tmp_path / "run", batch_size=8, hdf5_fraction=0.25, patch=0)
+    composer, _ = build_composers(cfg)
+    x, mask = training_batch(composer, cfg, torch.Generator().manual_seed(0), fr)
+    assert x.shape == (8, 3, 64, 64) and mask.shape == (8, 64, 64)
+    assert torch.allclose(x[6:], torch.full_like(x[6:], 7 / 255)) and bool(mask[6:, 3, 4].all())
+    assert int(mask[6:].sum()) == 2
+    x, mask = training_batch(composer, dataclasses.replace(cfg, patch=32), torch.Generator().manual_seed(0), fr)
+    assert x.shape == (32, 3, 32, 32) and mask.shape == (32, 32, 32)

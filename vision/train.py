@@ -255,6 +255,11 @@ def random_patches(rgb: Tensor, mask: Tensor, side: int, per_frame: int, target_
     return patch_rgb, mask[f, rows, cols]
 
 
+def _hdf5_share(cfg: TrainVisionConfig, hdf5: "HDF5Frames | None") -> int:
+    """Frames of each training batch taken from ``hdf5`` (0 without it)."""
+    return int(round(cfg.batch_size * cfg.hdf5_fraction)) if hdf5 is not None else 0
+
+
 def training_batch(composer: Composer, cfg: TrainVisionConfig, gen: torch.Generator, hdf5: "HDF5Frames | None" = None,
                    layers: Optional[Layers] = None) -> tuple[Tensor, Tensor]:
     """One step's training input: ``x`` N,3,S,S float32 in [0, 1] (channels-last on CPU) and ``mask`` N,S,S bool.
@@ -263,7 +268,7 @@ def training_batch(composer: Composer, cfg: TrainVisionConfig, gen: torch.Genera
     those rendered layers on fresh background crops instead of new renders) and cuts them into
     ``cfg.patches_per_frame`` patches of ``cfg.patch`` px (N = batch * patches; S = patch), or keeps whole frames
     (N = batch, S = image size) when ``cfg.patch`` is 0 or not smaller than the image."""
-    n_hdf5 = int(round(cfg.batch_size * cfg.hdf5_fraction)) if hdf5 is not None else 0
+    n_hdf5 = _hdf5_share(cfg, hdf5)
     comp = composer(cfg.batch_size - n_hdf5, gen) if layers is None else composer.composite(layers, gen, hflip=True)
     rgb, mask = comp.rgb, comp.mask
     if n_hdf5:
@@ -442,7 +447,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     composer, val_composer = build_composers(cfg)
     train_bank, val_bank = composer.bank, val_composer.bank
     hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
-    n_hdf5 = int(round(cfg.batch_size * cfg.hdf5_fraction)) if hdf5 is not None else 0
+    n_hdf5 = _hdf5_share(cfg, hdf5)
 
     torch.manual_seed(cfg.seed)
     model = SegNet(cfg.model).to(dev)
