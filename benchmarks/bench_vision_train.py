@@ -39,9 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import tyro  # noqa: E402
 
-from vision.model import SegNet, cpu_has_fast_bf16  # noqa: E402
-from vision.train import (TrainVisionConfig, build_composers, make_set, predict_probs, train_step,  # noqa: E402
-                          training_batch)
+from vision.io import atomic_write_bytes  # noqa: E402
+from vision.train import (TrainVisionConfig, build_composers, make_set, new_training_state, predict_probs,  # noqa: E402
+                          train_step, training_batch)
 
 BUDGET_S = 300.0
 
@@ -99,13 +99,9 @@ class _Runner:
     step_s: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        torch.manual_seed(self.cfg.seed)
         self.composer, self.val_composer = build_composers(self.cfg)
-        self.model = SegNet(self.cfg.model).to(memory_format=torch.channels_last)
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
-        self.gen = torch.Generator().manual_seed(self.cfg.seed)
+        self.model, self.opt, self.gen, self.bf16 = new_training_state(self.cfg)
         self.step = 0
-        self.bf16 = self.cfg.bf16 and cpu_has_fast_bf16()  # as train_vision decides it on CPU
 
     def run(self, n: int, record: bool) -> None:
         batch = step = 0.0
@@ -191,9 +187,7 @@ def main() -> None:
     print(table(result))
     if cfg.out is not None:
         cfg.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cfg.out.with_name(cfg.out.name + ".tmp")
-        tmp.write_text(json.dumps(result, indent=2))
-        tmp.replace(cfg.out)
+        atomic_write_bytes(cfg.out, json.dumps(result, indent=2).encode())
 
 
 if __name__ == "__main__":

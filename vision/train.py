@@ -426,6 +426,20 @@ def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
             Composer(val_bank, cfg.sim, cfg.compose, dev))
 
 
+def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Optimizer, torch.Generator, bool]:
+    """A freshly initialised model (seeded by ``cfg.seed``; channels-last on CPU), its AdamW optimizer, the data
+    generator (seeded by ``cfg.seed``) on ``cfg.device``, and whether to train under bf16 autocast (only on CPUs with
+    native bf16, :func:`vision.model.cpu_has_fast_bf16`)."""
+    dev = torch.device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    model = SegNet(cfg.model).to(dev)
+    if dev.type == "cpu":
+        model = model.to(memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+    return model, opt, gen, cfg.bf16 and dev.type == "cpu" and cpu_has_fast_bf16()
+
+
 # ----------------------------------------------------------------------------------------------- main
 def train_vision(cfg: TrainVisionConfig) -> dict:
     """Train (or resume) and return the final metrics dict (``test`` metrics at the chosen threshold,
@@ -449,12 +463,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
     n_hdf5 = _hdf5_share(cfg, hdf5)
 
-    torch.manual_seed(cfg.seed)
-    model = SegNet(cfg.model).to(dev)
-    if dev.type == "cpu":
-        model = model.to(memory_format=torch.channels_last)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+    model, opt, gen, bf16 = new_training_state(cfg)
     start, train_seconds = 0, 0.0
     if cfg.resume:
         ckpt = load_checkpoint(ckpt_path, map_location=dev)
@@ -473,7 +482,6 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
 
     log.info("rendering %d validation composites", cfg.n_val)
     val_rgb, val_mask = make_set(val_composer, cfg.n_val, cfg.val_seed)
-    bf16 = cfg.bf16 and dev.type == "cpu" and cpu_has_fast_bf16()
     log.info("training precision: %s", "bf16 autocast" if bf16 else "float32")
     probe = val_rgb[val_mask.flatten(1).any(1)][:24].clone()  # clone: a slice would save the whole storage
     writer = SummaryWriter(str(out / "tb"))
