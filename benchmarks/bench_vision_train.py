@@ -40,6 +40,7 @@ import torch  # noqa: E402
 import tyro  # noqa: E402
 
 from vision.io import atomic_write_bytes  # noqa: E402
+from vision.model import SegNetConfig  # noqa: E402
 from vision.train import (TrainVisionConfig, build_composers, make_set, new_training_state, predict_probs,  # noqa: E402
                           train_step, training_batch)
 
@@ -50,10 +51,12 @@ VARIANTS: dict[str, dict] = {
     "steps-1000": {"steps": 1000},
     "patch-24": {"patch": 24, "steps": 4500},
     "batch-16": {"batch_size": 16},
+    "channels-4": {"model": SegNetConfig(base_channels=4, max_channels=32)},
 }
 """Overrides of :class:`TrainVisionConfig` per variant. ``patch-24`` keeps the default's training time per pixel
-seen roughly equal (round 6); ``batch-16`` is a third of the frames per step at the same step count (round 7). A
-variant may override ``model`` with a :class:`vision.model.SegNetConfig`."""
+seen roughly equal (round 6); ``batch-16`` is a third of the frames per step at the same step count (round 7);
+``channels-4`` is the net with a quarter of the parameters (4/8/16/32 channels, round 8). A variant may override
+``model`` with a :class:`vision.model.SegNetConfig`."""
 
 
 @dataclass(frozen=True)
