@@ -50,3 +50,10 @@ def test_one_step_smoke_run_writes_consistent_results(tmp_path, monkeypatch):
     assert "step_ratio_to_default" not in r  # no default variant in this run
     assert "tiny" in bv.table(result)
     assert json.loads(json.dumps(result))["variants"]["tiny"]["overrides"]["model"]["base_channels"] == 4  # --out is JSON
+
+
+@pytest.mark.parametrize("name", sorted(bv.VARIANTS))
+def test_every_shipped_variant_is_a_valid_training_config(name, tmp_path):
+    cfg = bv.dataclasses.replace(TrainVisionConfig(out=tmp_path), **bv.VARIANTS[name])  # runs __post_init__ checks
+    for key, value in bv.VARIANTS[name].items():
+        assert getattr(cfg, key) == value
