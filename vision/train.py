@@ -536,13 +536,13 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
             loss = train_step(model, opt, x, mask, cfg, bf16, step)
             done = step + 1
             if done % 10 == 0 or done == cfg.steps:
-                writer.add_scalar("loss/train", float(loss.detach()), done)
+                writer.add_scalar("loss/train", float(loss), done)
                 writer.add_scalar("charts/lr", opt.param_groups[0]["lr"], done)
             if done % cfg.val_every == 0 or done == cfg.steps:
                 val_summary = validate(done)
                 threshold = val_summary["best_threshold"]
                 history.append({"step": done, **{k: val_summary[k] for k in ("loss", "iou", "precision", "recall")}})
-                bar.update(task, info=f"loss {float(loss.detach()):.3f} val iou@0.5 {val_summary['iou']:.3f}")
+                bar.update(task, info=f"loss {float(loss):.3f} val iou@0.5 {val_summary['iou']:.3f}")
                 log.info("step %d: val loss %.4f iou@0.5 %.3f precision %.3f recall %.3f fp-images %.3f", done,
                          val_summary["loss"], val_summary["iou"], val_summary["precision"], val_summary["recall"],
                          val_summary["false_positive_image_rate"])
