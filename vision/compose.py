@@ -19,6 +19,7 @@ from torch import Tensor
 from graspsim import SimConfig, render, sample_scenes
 from graspsim.render import postprocess
 
+from .augment import AugmentConfig, augment_frame, augment_layer, jpeg_frames, scale_targets
 from .backgrounds import BackgroundBank, check_prob
 
 Range = Tuple[float, float]
@@ -183,12 +184,14 @@ class Composer:
 
     ``bank`` provides real background crops of size ``sim_cfg.image_size``. ``color_match_prob``: chance that a
     frame's crop gets colour-matched camouflage (:func:`match_target_color`); a training augmentation, keep it 0
-    for validation and test composites.
+    for validation and test composites. ``augment``: training-only appearance randomization
+    (:mod:`vision.augment`); None (validation and test composites) draws them as the renderer does.
     """
 
     def __init__(self, bank: BackgroundBank, sim_cfg: SimConfig | None = None, cfg: ComposeConfig | None = None,
-                 device: torch.device | str = "cpu", color_match_prob: float = 0.0):
+                 device: torch.device | str = "cpu", color_match_prob: float = 0.0, augment: AugmentConfig | None = None):
         check_prob("color_match_prob", color_match_prob, "Composer")
+        self.augment = augment
         self.color_match_prob = float(color_match_prob)
         self.sim_cfg = sim_cfg or SimConfig()
         self.cfg = cfg or ComposeConfig()
@@ -205,6 +208,8 @@ class Composer:
         """Render ``n`` object layers (the expensive part); :meth:`composite` puts them on backgrounds."""
         cfg, ccfg, dev, g = self.sim_cfg, self.cfg, self.device, generator
         state = sample_scenes(cfg, n, g, dev)
+        if self.augment is not None:
+            state = scale_targets(state, self.augment, g)
         state, kind = place_camera(state, cfg, ccfg, g)
         use_fingers = torch.rand((n,), generator=g, device=dev) < ccfg.fingers_prob
         use_sim = torch.rand((n,), generator=g, device=dev) < ccfg.sim_prob
@@ -240,12 +245,19 @@ class Composer:
         if self.color_match_prob > 0:
             bg = match_target_color(bg, color, mask, layers.kind, self.color_match_prob, g)
         bg_index = torch.where(layers.kind == 3, torch.full_like(bg_index, -1), bg_index)
-        a = (alpha | (layers.kind == 3)[:, None, None])[:, None].float()  # sim frames keep their own table
+        if self.augment is not None:
+            color, a, bg = augment_layer(color, alpha, mask, bg, layers.kind, self.augment, g)
+        else:
+            a = (alpha | (layers.kind == 3)[:, None, None])[:, None].float()  # sim frames keep their own table
         color = color * a + bg * (1.0 - a)
         gain = _u(*ccfg.gain, (n, 1, 1, 1), g, dev) * _u(*ccfg.channel_gain, (n, 3, 1, 1), g, dev)
         color = (color * gain).clamp(0.0, 1.0)
+        if self.augment is not None:
+            color, mask = augment_frame(color, mask, self.augment, g)
         color = postprocess(color, layers.blur, layers.noise, g)
         rgb = (color * 255.0 + 0.5).to(torch.uint8)
+        if self.augment is not None:
+            rgb = jpeg_frames(rgb, self.augment, g)
         return Composite(rgb=rgb, mask=mask, layer_alpha=alpha, kind=layers.kind, background=bg_index)
 
 

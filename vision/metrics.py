@@ -18,6 +18,8 @@ Definitions (``thr`` = probability threshold; a pixel is predicted target iff ``
 from __future__ import annotations
 
 import math
+import warnings
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -217,7 +219,27 @@ def choose_thresholds(prob: Tensor, gt: Tensor, max_fp_image_rate: float | None 
     ``THRESHOLDS`` is scored (:func:`gated_curves`), and the pair with the best pooled F1 among those meeting
     the constraints wins (same constraint rules as :func:`best_threshold`; ties go to the weaker gate).
     """
-    table = gated_curves(prob, gt, min_pixels, peaks)
+    return choose_thresholds_on([(prob, gt)], max_fp_image_rate, min_precision, min_pixels, peaks)
+
+
+def choose_thresholds_on(sets: Sequence[tuple[Tensor, Tensor]], max_fp_image_rate: float | None = None,
+                         min_precision: float | None = None, min_pixels: int = 1,
+                         peaks: tuple[float, ...] = PEAKS) -> tuple[float, float]:
+    """Like :func:`choose_thresholds`, on several validation sets at once (``sets``: (prob N,H,W, gt N,H,W bool)
+    pairs, e.g. composites and frames drawn by another renderer). A pair must meet the constraints on **every**
+    set (its worst precision and worst false-positive image rate count), and among those the best mean F1 over
+    the sets wins, so the operating point holds on each distribution rather than on their pooled average."""
+    if not sets:
+        raise ValueError("choose_thresholds_on needs at least one (prob, gt) set")
+    tables = [gated_curves(p, g, min_pixels, peaks) for p, g in sets]
+    table = dict(tables[0])
+    if len(tables) > 1:
+        stack = {k: np.stack([t[k] for t in tables]) for k in ("precision", "false_positive_image_rate", "f1")}
+        with warnings.catch_warnings():  # a column that is NaN on every set stays NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            table["precision"] = np.nanmin(stack["precision"], 0)
+            table["false_positive_image_rate"] = np.nanmax(stack["false_positive_image_rate"], 0)
+            table["f1"] = np.nanmean(stack["f1"], 0)
     i = _best_index(table, max_fp_image_rate, min_precision)
     t, peak = float(table["threshold"][i]), float(table["peak"][i])
     return (t if math.isfinite(t) else 0.5), (peak if peak > t else 0.0)
