@@ -1,0 +1,582 @@
+"""Foreign-render transfer frames: the target drawn by pybullet's TinyRenderer over real photos.
+
+The segmentation net is trained on composites drawn by our own torch ray-caster (``graspsim.render``).
+This module draws the same kind of scene with a renderer that no training or validation code uses,
+pybullet's CPU rasterizer (``ER_TINY_RENDERER``, DIRECT mode), so a net that only learned our
+renderer's look shows it here. Each frame is a wrist-camera view (square, 64x64, horizontal FOV 60-75
+degrees, looking 50-85 degrees below the horizon) of a table plane textured with a real photo, with
+
+- the target: a sphere 1.25-1.5 cm across, 2.5-8 px across in the image, red to orange (HSV hue in
+  [-0.04, 0.06], saturation 0.6-1, value 0.45-1), matte to glossy, under a random, mildly tinted
+  directional light with shadows on most frames;
+- 0-4 distractors (spheres, boxes, cylinders) of other hues (outside [-0.12, 0.14]) or grey/black/white;
+- sometimes one or two grey/black fingers entering from the top, some covering part of the target;
+- some targets partly out of frame;
+- 25% target-free frames (every 4th index), half of them with distractors and half without.
+
+The scene is rendered at 4x (256x256) and area-downsampled; the mask is the target's coverage of
+pybullet's segmentation buffer, kept where it is at least 0.5. Sensor noise and a slight blur are added
+afterwards in numpy with their own random stream. Frame ``k`` of seed ``s`` depends only on (s, k), so a
+set of N frames is the first N frames of any longer set.
+
+TinyRenderer facts that shaped this code (pybullet 3.2.x):
+
+- shadows come from a depth map rendered from ``lightDirection * lightDistance`` towards the world
+  origin with the camera's own projection matrix, and a point counts as shadowed only if the occluder is
+  more than about ``0.05 - near`` (world units) closer to the light. With a near plane of a few
+  centimetres that bias swallows the shadow of a 1.4 cm sphere. So the scene is centred on the origin
+  (the target sits there), the light distance is the smallest that lets the shadow map cover the visible
+  table, and the near plane is set per frame to 0.05 minus a bias of 2-8 mm, just above the depth step of
+  one shadow texel on the table (smaller biases gave striped self-shadowing). Where the light would have
+  to be farther than 0.6 (coarse shadow texels; shallow views of a far table) the frame has no shadows.
+  A shadow only scales the diffuse and specular part by 0.8, so TinyRenderer shadows are low-contrast.
+- the specular term has a fixed exponent and is multiplied by the surface colour, so glossy frames get a
+  broad, colour-tinted brightening towards the light rather than a white pin-point; ``changeVisualShape``'s
+  ``specularColor`` is set as the material's intent but TinyRenderer does not read it.
+- the table texture is built per frame in image space (the photo warped through the table-to-image
+  homography of a random placement: scale, rotation, offset, mirrored tiling) on a fine mesh whose
+  texture coordinates stay inside [0, 1] (TinyRenderer leaves seams where coordinates wrap).
+
+Command line::
+
+    python -m vision.foreign_render --split val --n 1024 --seed 11 --out data/transfer/val
+    python -m vision.foreign_render --split test --n 1024 --seed 23 --out data/transfer/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .io import atomic_write_bytes, list_images, read_image
+
+IMAGE_SIZE = 64
+SUPERSAMPLE = 4
+RENDER_SIZE = IMAGE_SIZE * SUPERSAMPLE
+TARGET_HUE = (-0.04, 0.06)  # HSV hue band of the target (mod 1): red to orange
+DISTRACTOR_HUE_GAP = (-0.12, 0.14)  # distractor hues stay outside this band
+DIAMETER_PX = (2.5, 8.0)  # apparent target diameter at 64x64
+TARGET_RADIUS_M = (0.00625, 0.0075)
+HFOV_DEG = (60.0, 75.0)
+PITCH_DEG = (50.0, 85.0)
+MAX_LIGHT_DISTANCE = 0.6  # farther lights make shadow texels too coarse: such frames get no shadows
+SHADOW_BIAS_MAX = 0.008
+FAR = 100.0
+TARGET_FREE_EVERY = 4  # index % 4 == 3 is target-free: exactly 25%
+META_FIELDS = (
+    "name", "photo", "has_target", "diameter_px", "target_u", "target_v", "visible_px", "truncated", "occluded",
+    "fingers", "n_distractors", "glossiness", "shadows",
+)
+
+
+@dataclass
+class FrameMeta:
+    name: str
+    photo: str
+    has_target: bool
+    diameter_px: float  # apparent diameter the target would have unoccluded (0 when target-free)
+    target_u: float  # image position of the target centre in 64x64 pixels (x right, y down; 0 when target-free)
+    target_v: float
+    visible_px: int  # target pixels in the 64x64 mask
+    truncated: bool  # part of the target's disc lies outside the image
+    occluded: bool  # a finger covers part of the target's disc
+    fingers: int
+    n_distractors: int
+    glossiness: float  # 0 = matte .. 1 = glossy; the frame's TinyRenderer specular coefficient is 1.2 x this
+    shadows: bool
+
+
+def _hsv_to_rgb(h: float, s: float, v: float) -> list[float]:
+    import colorsys
+
+    return list(colorsys.hsv_to_rgb(h % 1.0, s, v))
+
+
+def _quat_from_matrix(m: np.ndarray) -> list[float]:
+    """(x, y, z, w) quaternion of a 3x3 rotation matrix whose columns are the body axes in world."""
+    t = m[0, 0] + m[1, 1] + m[2, 2]
+    if t > 0:
+        s = math.sqrt(t + 1.0) * 2
+        w, x, y, z = 0.25 * s, (m[2, 1] - m[1, 2]) / s, (m[0, 2] - m[2, 0]) / s, (m[1, 0] - m[0, 1]) / s
+    elif m[0, 0] > m[1, 1] and m[0, 0] > m[2, 2]:
+        s = math.sqrt(1.0 + m[0, 0] - m[1, 1] - m[2, 2]) * 2
+        w, x, y, z = (m[2, 1] - m[1, 2]) / s, 0.25 * s, (m[0, 1] + m[1, 0]) / s, (m[0, 2] + m[2, 0]) / s
+    elif m[1, 1] > m[2, 2]:
+        s = math.sqrt(1.0 + m[1, 1] - m[0, 0] - m[2, 2]) * 2
+        w, x, y, z = (m[0, 2] - m[2, 0]) / s, (m[0, 1] + m[1, 0]) / s, 0.25 * s, (m[1, 2] + m[2, 1]) / s
+    else:
+        s = math.sqrt(1.0 + m[2, 2] - m[0, 0] - m[1, 1]) * 2
+        w, x, y, z = (m[1, 0] - m[0, 1]) / s, (m[0, 2] + m[2, 0]) / s, (m[1, 2] + m[2, 1]) / s, 0.25 * s
+    return [x, y, z, w]
+
+
+class _Camera:
+    """Pinhole camera looking down at the table; pixel coordinates are in the 64x64 image (u right, v down)."""
+
+    def __init__(self, hfov_deg: float, pitch_deg: float, yaw: float):
+        self.hfov = hfov_deg
+        self.f = (IMAGE_SIZE / 2) / math.tan(math.radians(hfov_deg) / 2)
+        p = math.radians(pitch_deg)
+        self.fwd = np.array([math.cos(p) * math.cos(yaw), math.cos(p) * math.sin(yaw), -math.sin(p)])
+        right = np.cross(self.fwd, [0.0, 0.0, 1.0])
+        self.right = right / np.linalg.norm(right)
+        self.up = np.cross(self.right, self.fwd)
+        self.eye = np.zeros(3)
+
+    def ray(self, u, v) -> np.ndarray:
+        """Unit ray directions (..., 3) through image points (u, v)."""
+        u = np.asarray(u, dtype=np.float64)
+        v = np.asarray(v, dtype=np.float64)
+        c = IMAGE_SIZE / 2
+        d = self.fwd + ((u - c) / self.f)[..., None] * self.right - ((v - c) / self.f)[..., None] * self.up
+        return d / np.linalg.norm(d, axis=-1, keepdims=True)
+
+    def table_point(self, u, v, z: float = 0.0) -> np.ndarray:
+        """Where the rays through (u, v) meet the horizontal plane at height z."""
+        d = self.ray(u, v)
+        t = (z - self.eye[2]) / d[..., 2]
+        return self.eye + t[..., None] * d
+
+    def project(self, pts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Image (u, v) and depth along the view axis of world points (..., 3)."""
+        rel = pts - self.eye
+        z = rel @ self.fwd
+        c = IMAGE_SIZE / 2
+        return c + self.f * (rel @ self.right) / z, c - self.f * (rel @ self.up) / z, z
+
+
+class ForeignRenderer:
+    """Seeded TinyRenderer frame generator over the photos of one folder.
+
+    ``frame(k)`` returns ``(rgb H,W,3 uint8, mask H,W bool, FrameMeta)`` and depends only on
+    (``seed``, ``k``). Use as a context manager or call ``close()``.
+    """
+
+    def __init__(self, photo_dir: str | os.PathLike, seed: int):
+        import pybullet as p
+
+        self.p = p
+        self.seed = int(seed)
+        self.photo_paths = list_images(photo_dir)
+        self.photos = [read_image(f) for f in self.photo_paths]
+        self.client = p.connect(p.DIRECT)
+        self._tmp = tempfile.mkdtemp(prefix="foreign_render_")
+        self._frames_since_connect = 0
+        self._tex_count = 0
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.p.disconnect(physicsClientId=self.client)
+            self.client = None
+        shutil.rmtree(self._tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ----------------------------------------------------------------- one frame
+    def frame(self, index: int) -> tuple[np.ndarray, np.ndarray, FrameMeta]:
+        has_target = index % TARGET_FREE_EVERY != TARGET_FREE_EVERY - 1
+        free_with_distractors = (index // TARGET_FREE_EVERY) % 2 == 0
+        for attempt in range(50):
+            rng = np.random.default_rng([self.seed, index, attempt])
+            out = self._render(rng, index, has_target, free_with_distractors)
+            if out is not None:
+                break
+        else:  # pragma: no cover - 50 failed draws would be a bug in the sampler
+            raise RuntimeError(f"frame {index}: no frame with a visible target after 50 draws")
+        rgb, mask, meta = out
+        return self._camera_effects(rgb, np.random.default_rng([self.seed, index, 1_000_003])), mask, meta
+
+    def _camera_effects(self, rgb: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        import cv2
+
+        img = rgb.astype(np.float32)
+        if rng.random() < 0.25:
+            img = cv2.GaussianBlur(img, (0, 0), float(rng.uniform(0.35, 0.75)))
+        sigma = 0.03 * float(rng.uniform(0.0, 1.0)) ** 2 * 255.0  # 0-3% of full scale, mostly low
+        img = img + rng.normal(0.0, 1.0, img.shape).astype(np.float32) * sigma
+        return np.clip(np.rint(img), 0, 255).astype(np.uint8)
+
+    def _render(self, rng, index, has_target, free_with_distractors):
+        import cv2
+
+        p, cid = self.p, self.client
+        # a fresh connection now and then returns the memory of the per-frame textures
+        if self._frames_since_connect >= 64:
+            p.disconnect(physicsClientId=cid)
+            self.client = cid = p.connect(p.DIRECT)
+            self._frames_since_connect = 0
+        self._frames_since_connect += 1
+        p.resetSimulation(physicsClientId=cid)
+
+        # camera: place it so that the ray through the target's image point meets the target centre
+        cam = _Camera(rng.uniform(*HFOV_DEG), rng.uniform(*PITCH_DEG), rng.uniform(0, 2 * math.pi))
+        radius = rng.uniform(*TARGET_RADIUS_M)
+        diam = rng.uniform(*DIAMETER_PX)
+        dist = radius / math.sin(math.atan(diam / (2 * cam.f)))
+        truncated_wanted = has_target and rng.random() < 0.15
+        if truncated_wanted:
+            side = rng.integers(4)
+            along = rng.uniform(4, IMAGE_SIZE - 4)
+            across = rng.uniform(-0.3, 0.3) * diam  # centre from just outside to just inside the edge
+            u, v = [(across, along), (IMAGE_SIZE - across, along), (along, across), (along, IMAGE_SIZE - across)][side]
+        else:
+            m = diam / 2 + 1
+            u, v = rng.uniform(m, IMAGE_SIZE - m), rng.uniform(m, IMAGE_SIZE - m)
+        centre = np.array([0.0, 0.0, radius])
+        cam.eye = centre - dist * cam.ray(u, v)
+
+        # light direction, shadow map and near plane. The shadow map looks at the origin with the
+        # camera's field of view: the light is the nearest that covers the visible table. The near
+        # plane sets TinyRenderer's shadow bias (about 0.05 - near): a bit more than the depth step of
+        # one shadow texel on the table, so that there is no striped self-shadowing.
+        el = math.radians(rng.uniform(35, 85))
+        az = rng.uniform(0, 2 * math.pi)
+        light_dir = [math.cos(el) * math.cos(az), math.cos(el) * math.sin(az), math.sin(el)]
+        shadows = bool(rng.random() < 0.95)
+        tan_half = math.tan(math.radians(cam.hfov) / 2)
+        corners = cam.table_point(
+            np.array([0.0, IMAGE_SIZE, 0.0, IMAGE_SIZE, 32.0]), np.array([0.0, 0.0, IMAGE_SIZE, IMAGE_SIZE, 0.0])
+        )
+        reach = float(np.hypot(corners[:, 0], corners[:, 1]).max())
+        light_distance = max(0.2, 1.25 * reach / tan_half)
+        if light_distance > MAX_LIGHT_DISTANCE:
+            shadows, light_distance = False, MAX_LIGHT_DISTANCE
+        texel = 2 * light_distance * tan_half / RENDER_SIZE
+        bias = min(SHADOW_BIAS_MAX, max(0.002, 1.6 * texel / math.tan(el)))
+        self._near = 0.05 - bias
+
+        photo_i = int(rng.integers(len(self.photos)))
+        if not self._table(rng, cam, self.photos[photo_i], dist):
+            return None
+
+        target_id = None
+        if has_target:
+            hue = rng.uniform(*TARGET_HUE)
+            color = _hsv_to_rgb(hue, rng.uniform(0.6, 1.0), rng.uniform(0.45, 1.0))
+            vis = p.createVisualShape(p.GEOM_SPHERE, radius=radius, rgbaColor=color + [1.0], physicsClientId=cid)
+            target_id = p.createMultiBody(0, -1, vis, centre.tolist(), physicsClientId=cid)
+
+        glossiness = float(rng.uniform(0.0, 1.0) ** 1.5)
+        if target_id is not None:
+            spec = 0.1 + 0.9 * glossiness
+            p.changeVisualShape(target_id, -1, specularColor=[spec] * 3, physicsClientId=cid)
+
+        # distractors
+        if has_target:
+            n_dis = int(rng.integers(0, 5))
+        else:
+            n_dis = int(rng.integers(1, 5)) if free_with_distractors else 0
+        placed = [(0.0, 0.0, radius)] if has_target else []
+        n_placed = 0
+        for _ in range(n_dis):
+            n_placed += self._distractor(rng, cam, radius, placed)
+
+        # fingers
+        finger_ids = []
+        if rng.random() < 0.35:
+            finger_ids = self._fingers(rng, cam, u, v, diam, dist, has_target)
+
+        # light colour and coefficients
+        tint = np.clip(1.0 + rng.uniform(-0.12, 0.12, 3), 0.0, 1.0)
+        tint = (tint / tint.max()).tolist()
+        ka = rng.uniform(0.25, 0.55)
+        kd = rng.uniform(0.45, 0.9)
+        ks = 1.2 * glossiness
+        # exposure of the table: the plane's brightness under this light is uniform, so the texture was
+        # pre-scaled to show the photo at a random exposure; the objects keep TinyRenderer's shading
+        plane_gain = ka + (kd * math.sin(el) + ks * math.sin(el) ** 2) * float(np.mean(tint))
+        exposure = rng.uniform(0.8, 1.1)
+        self._load_table_texture(exposure / plane_gain)
+
+        view = p.computeViewMatrix(cam.eye.tolist(), (cam.eye + cam.fwd).tolist(), cam.up.tolist())
+        proj = p.computeProjectionMatrixFOV(cam.hfov, 1.0, self._near, FAR)
+        _, _, rgba, _, seg = p.getCameraImage(
+            RENDER_SIZE, RENDER_SIZE, view, proj,
+            lightDirection=light_dir, lightColor=tint, lightDistance=light_distance,
+            shadow=int(shadows), lightAmbientCoeff=ka, lightDiffuseCoeff=kd, lightSpecularCoeff=ks,
+            renderer=p.ER_TINY_RENDERER, physicsClientId=cid,
+        )
+        rgb_hi = np.asarray(rgba, dtype=np.uint8).reshape(RENDER_SIZE, RENDER_SIZE, 4)[..., :3]
+        seg = np.asarray(seg).reshape(RENDER_SIZE, RENDER_SIZE)
+        rgb = cv2.resize(rgb_hi, (IMAGE_SIZE, IMAGE_SIZE), interpolation=cv2.INTER_AREA)
+
+        if target_id is None:
+            mask = np.zeros((IMAGE_SIZE, IMAGE_SIZE), bool)
+        else:
+            cover = (seg == target_id).astype(np.float32)
+            cover = cv2.resize(cover, (IMAGE_SIZE, IMAGE_SIZE), interpolation=cv2.INTER_AREA)
+            mask = cover >= 0.5
+        visible = int(mask.sum())
+        truncated = occluded = False
+        if target_id is not None:
+            if visible == 0:
+                return None  # fully hidden or out of view: draw the frame again
+            r = diam / 2
+            truncated = bool(u - r < 0 or v - r < 0 or u + r > IMAGE_SIZE or v + r > IMAGE_SIZE)
+            if finger_ids:
+                ys, xs = np.mgrid[0:RENDER_SIZE, 0:RENDER_SIZE]
+                disc = ((xs + 0.5) / SUPERSAMPLE - u) ** 2 + ((ys + 0.5) / SUPERSAMPLE - v) ** 2 <= r * r
+                occluded = bool(np.isin(seg[disc], finger_ids).any())
+        meta = FrameMeta(
+            name=f"frame_{index:05d}", photo=self.photo_paths[photo_i].name, has_target=has_target,
+            diameter_px=round(float(diam), 3) if has_target else 0.0,
+            target_u=round(float(u), 3) if has_target else 0.0, target_v=round(float(v), 3) if has_target else 0.0,
+            visible_px=visible,
+            truncated=truncated, occluded=occluded, fingers=len(finger_ids), n_distractors=n_placed,
+            glossiness=round(glossiness, 3), shadows=shadows,
+        )
+        return rgb, mask, meta
+
+    # ----------------------------------------------------------------- scene parts
+    def _table(self, rng, cam: _Camera, photo: np.ndarray, dist: float) -> bool:
+        """Table plane z=0 as a grid mesh covering the view; its texture is the photo seen through the camera.
+
+        Returns False (nothing built) when the near plane would cut the table."""
+        import cv2
+
+        p, cid = self.p, self.client
+        ext = 0.1 * IMAGE_SIZE  # the mesh reaches a little beyond the image on every side
+        lo, hi = -ext, IMAGE_SIZE + ext
+        n = 17
+        g = np.linspace(lo, hi, n)
+        gu, gv = np.meshgrid(g, g)
+        verts = cam.table_point(gu, gv)
+        if ((verts - cam.eye) @ cam.fwd).min() < 1.3 * self._near:
+            return False  # the table would be cut by the near plane (camera too low): redraw
+        uvs = np.stack([(gu - lo) / (hi - lo), (gv - lo) / (hi - lo)], axis=-1) * 0.99 + 0.005
+        idx = []
+        for i in range(n - 1):
+            for j in range(n - 1):
+                a, b, c, d = i * n + j, i * n + j + 1, (i + 1) * n + j + 1, (i + 1) * n + j
+                idx += [a, c, b, a, d, c]  # counter-clockwise seen from above
+        # texture in image space: texel -> table point -> photo pixel (random similarity, mirrored tiling)
+        tex_n = int((hi - lo) * SUPERSAMPLE * 0.75)
+        t = (np.arange(tex_n) + 0.5) / tex_n * 0.99 + 0.005
+        tu, tv = np.meshgrid(lo + (t - 0.005) / 0.99 * (hi - lo), lo + (t - 0.005) / 0.99 * (hi - lo))
+        pts = cam.table_point(tu, tv)
+        view_width = 2 * dist * math.tan(math.radians(cam.hfov) / 2)
+        px_per_m = max(photo.shape[:2]) / (view_width * rng.uniform(0.7, 3.0))
+        th = rng.uniform(0, 2 * math.pi)
+        c, s = math.cos(th), math.sin(th)
+        off = rng.uniform(0, 1, 2) * np.array(photo.shape[1::-1])
+        mx = (px_per_m * (c * pts[..., 0] - s * pts[..., 1]) + off[0]).astype(np.float32)
+        my = (px_per_m * (s * pts[..., 0] + c * pts[..., 1]) + off[1]).astype(np.float32)
+        # far from the image, reflect-padding needs coordinates within a few photo sizes
+        h, w = photo.shape[:2]
+        mx = np.mod(mx, 2 * w).astype(np.float32)
+        mx = np.where(mx >= w, 2 * w - 1 - mx, mx).astype(np.float32)
+        my = np.mod(my, 2 * h).astype(np.float32)
+        my = np.where(my >= h, 2 * h - 1 - my, my).astype(np.float32)
+        self._table_tex = cv2.remap(photo, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT_101)
+        vis = p.createVisualShape(
+            p.GEOM_MESH, vertices=verts.reshape(-1, 3).tolist(), indices=idx, uvs=uvs.reshape(-1, 2).tolist(),
+            normals=[[0.0, 0.0, 1.0]] * (n * n), physicsClientId=cid,
+        )
+        self._table_id = p.createMultiBody(0, -1, vis, [0, 0, 0], physicsClientId=cid)
+        return True
+
+    def _load_table_texture(self, gain: float) -> None:
+        import cv2
+
+        tex = np.clip(self._table_tex.astype(np.float32) * gain, 0, 255).astype(np.uint8)
+        # pybullet caches textures by file name: every frame needs a file name of its own
+        self._tex_count += 1
+        path = os.path.join(self._tmp, f"table_{self._tex_count}.png")
+        # TinyRenderer's texture v axis points up the image file: store the rows bottom to top
+        cv2.imwrite(path, np.ascontiguousarray(tex[::-1, :, ::-1]), [cv2.IMWRITE_PNG_COMPRESSION, 0])
+        tid = self.p.loadTexture(path, physicsClientId=self.client)
+        os.remove(path)
+        self.p.changeVisualShape(
+            self._table_id, -1, textureUniqueId=tid, rgbaColor=[1, 1, 1, 1], physicsClientId=self.client
+        )
+
+    def _distractor(self, rng, cam: _Camera, target_r: float, placed: list) -> int:
+        p, cid = self.p, self.client
+        shape = int(rng.integers(3))
+        size = target_r * rng.uniform(0.6, 1.8)
+        kind = rng.random()
+        if kind < 0.3:  # achromatic: dark, grey or white
+            value = rng.uniform(*[(0.04, 0.2), (0.35, 0.65), (0.8, 1.0)][int(rng.integers(3))])
+            color = _hsv_to_rgb(0.0, 0.0, value)
+        else:
+            lo, hi = DISTRACTOR_HUE_GAP
+            hue = rng.uniform(hi, 1.0 + lo)
+            color = _hsv_to_rgb(hue, rng.uniform(0.35, 1.0), rng.uniform(0.3, 1.0))
+        for _ in range(20):
+            pt = cam.table_point(rng.uniform(-4, IMAGE_SIZE + 4), rng.uniform(-4, IMAGE_SIZE + 4))
+            if all(math.hypot(pt[0] - x, pt[1] - y) > r + 1.5 * size + 0.003 for x, y, r in placed):
+                break
+        else:
+            return 0
+        yaw = rng.uniform(0, 2 * math.pi)
+        if shape == 0:
+            vis = p.createVisualShape(p.GEOM_SPHERE, radius=size, rgbaColor=color + [1.0], physicsClientId=cid)
+            pos, orn = [pt[0], pt[1], size], [0, 0, 0, 1]
+        elif shape == 1:
+            half = [size * rng.uniform(0.7, 1.3), size * rng.uniform(0.7, 1.3), size * rng.uniform(0.6, 1.4)]
+            vis = p.createVisualShape(p.GEOM_BOX, halfExtents=half, rgbaColor=color + [1.0], physicsClientId=cid)
+            pos, orn = [pt[0], pt[1], half[2]], p.getQuaternionFromEuler([0, 0, yaw])
+        else:
+            length = size * rng.uniform(1.2, 3.0)
+            vis = p.createVisualShape(
+                p.GEOM_CYLINDER, radius=size, length=length, rgbaColor=color + [1.0], physicsClientId=cid
+            )
+            if rng.random() < 0.4:  # lying on its side
+                pos, orn = [pt[0], pt[1], size], p.getQuaternionFromEuler([math.pi / 2, 0, yaw])
+            else:
+                pos, orn = [pt[0], pt[1], length / 2], [0, 0, 0, 1]
+        body = p.createMultiBody(0, -1, vis, list(map(float, pos)), list(orn), physicsClientId=cid)
+        p.changeVisualShape(body, -1, specularColor=[float(rng.uniform(0, 1))] * 3, physicsClientId=cid)
+        placed.append((float(pt[0]), float(pt[1]), 1.5 * size))
+        return 1
+
+    def _fingers(self, rng, cam: _Camera, u, v, diam, dist, has_target) -> list[int]:
+        """One or two dark boxes hanging into the top of the view, in front of the target."""
+        p, cid = self.p, self.client
+        target_depth = (np.array([0.0, 0.0, 0.0]) - cam.eye) @ cam.fwd
+        n = 1 if rng.random() < 0.5 else 2
+        width_px = rng.uniform(9, 20)
+        occlude = has_target and rng.random() < 0.6 and v > 6
+        if occlude:  # the tip crosses the target's row and an edge or the tip covers part of it
+            tip = v + rng.uniform(-0.25, 0.35) * diam
+            col = u + rng.choice([-1, 1]) * rng.uniform(0.1, 0.5) * (width_px + diam)
+        else:
+            tip = rng.uniform(6, 34)
+            col = rng.uniform(0, IMAGE_SIZE)
+        gap = rng.uniform(24, 40) * rng.choice([-1, 1])
+        cols = [col] if n == 1 else [col, col + gap]
+        ids = []
+        for c in cols:
+            table_depth = (cam.table_point(c, tip) - cam.eye) @ cam.fwd
+            far = min(0.8 * target_depth, 0.85 * table_depth)
+            thick = 0.008
+            near = self._near + 0.006 + thick / 2
+            if far <= near:
+                continue
+            z = rng.uniform(near, far)
+            half_w = (width_px / 2) / cam.f * z
+            y_tip = -(tip - IMAGE_SIZE / 2) / cam.f * z
+            y_top = (IMAGE_SIZE / 2 + 24) / cam.f * z
+            x_c = (c - IMAGE_SIZE / 2) / cam.f * z
+            centre = cam.eye + z * cam.fwd + x_c * cam.right + 0.5 * (y_tip + y_top) * cam.up
+            rot = np.stack([cam.right, cam.up, -cam.fwd], axis=1)
+            grey = float(rng.uniform(0.05, 0.45))
+            vis = p.createVisualShape(
+                p.GEOM_BOX, halfExtents=[half_w, 0.5 * (y_top - y_tip), thick / 2],
+                rgbaColor=[grey, grey, grey * rng.uniform(0.95, 1.05), 1.0], physicsClientId=cid,
+            )
+            ids.append(p.createMultiBody(0, -1, vis, centre.tolist(), _quat_from_matrix(rot), physicsClientId=cid))
+        return ids
+
+
+def generate(photo_dir: str | os.PathLike, n: int, seed: int, start: int = 0):
+    """Frames ``start .. start+n-1``: (rgb N,64,64,3 uint8, masks N,64,64 bool, list of FrameMeta)."""
+    rgbs, masks, metas = [], [], []
+    with ForeignRenderer(photo_dir, seed) as r:
+        for k in range(start, start + n):
+            rgb, mask, meta = r.frame(k)
+            rgbs.append(rgb)
+            masks.append(mask)
+            metas.append(meta)
+    return np.stack(rgbs), np.stack(masks), metas
+
+
+def _write_png(path: Path, img: np.ndarray) -> None:
+    """Atomic PNG at the strongest zlib setting (the shipped sets are in git: every kilobyte counts)."""
+    import cv2
+
+    if img.dtype == bool:
+        img = img.astype(np.uint8) * 255
+    if img.ndim == 3:
+        img = img[..., ::-1]
+    params = [cv2.IMWRITE_PNG_COMPRESSION, 9, cv2.IMWRITE_PNG_STRATEGY, cv2.IMWRITE_PNG_STRATEGY_FILTERED]
+    ok, buf = cv2.imencode(".png", np.ascontiguousarray(img), params)
+    if not ok:
+        raise ValueError(f"could not encode PNG for {path}")
+    atomic_write_bytes(path, buf.tobytes())
+
+
+def write_set(out: Path, photo_dir: Path, n: int, seed: int, overwrite: bool = False) -> dict:
+    """Write ``n`` frames in the eval-real folder format plus ``meta.csv``; returns summary statistics."""
+    out = Path(out)
+    if out.exists() and any(out.iterdir()):
+        if not overwrite:
+            raise FileExistsError(f"{out} is not empty; pass --overwrite to replace it")
+        for sub in ("images", "masks"):
+            shutil.rmtree(out / sub, ignore_errors=True)
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    (out / "masks").mkdir(parents=True, exist_ok=True)
+    metas = []
+    t0 = time.perf_counter()
+    with ForeignRenderer(photo_dir, seed) as r:
+        for k in range(n):
+            rgb, mask, meta = r.frame(k)
+            _write_png(out / "images" / f"{meta.name}.png", rgb)
+            _write_png(out / "masks" / f"{meta.name}.png", mask)
+            metas.append(meta)
+    seconds = time.perf_counter() - t0
+    with open(out / "meta.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=META_FIELDS)
+        w.writeheader()
+        for m in metas:
+            w.writerow({k: (int(v) if isinstance(v, bool) else v) for k, v in asdict(m).items()})
+    return summarize(metas) | {"seconds": round(seconds, 1), "frames_per_second": round(n / seconds, 1)}
+
+
+def summarize(metas: list[FrameMeta]) -> dict:
+    n = len(metas)
+    tgt = [m for m in metas if m.has_target]
+    free = [m for m in metas if not m.has_target]
+    d = np.array([m.diameter_px for m in tgt]) if tgt else np.zeros(1)
+    vis = np.array([m.visible_px for m in tgt]) if tgt else np.zeros(1, int)
+    return {
+        "frames": n,
+        "target_free": len(free) / n,
+        "target_free_with_distractors": sum(m.n_distractors > 0 for m in free) / max(len(free), 1),
+        "with_distractors": sum(m.n_distractors > 0 for m in metas) / n,
+        "with_fingers": sum(m.fingers > 0 for m in metas) / n,
+        "truncated_of_targets": sum(m.truncated for m in tgt) / max(len(tgt), 1),
+        "occluded_of_targets": sum(m.occluded for m in tgt) / max(len(tgt), 1),
+        "shadows": sum(m.shadows for m in metas) / n,
+        "diameter_px_min_median_max": [round(float(q), 2) for q in (d.min(), np.median(d), d.max())],
+        "visible_px_min_median_max": [int(vis.min()), float(np.median(vis)), int(vis.max())],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .backgrounds import DEFAULT_BACKGROUNDS
+
+    ap = argparse.ArgumentParser(
+        description="Write a foreign-render (pybullet TinyRenderer) transfer set in the eval-real folder format."
+    )
+    ap.add_argument("--split", default="test", help="photo split under data/backgrounds (val or test)")
+    ap.add_argument("--photos", type=Path, default=None, help="photo folder (overrides --split)")
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--seed", type=int, default=23)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--overwrite", action="store_true")
+    args = ap.parse_args(argv)
+    photos = args.photos if args.photos is not None else DEFAULT_BACKGROUNDS / args.split
+    stats = write_set(args.out, photos, args.n, args.seed, overwrite=args.overwrite)
+    import json
+
+    print(json.dumps(stats, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
