@@ -1,0 +1,133 @@
+"""Foreign-render transfer sets: the TinyRenderer generator, the shipped sets, their loader, and that
+training never touches them."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from vision.backgrounds import DEFAULT_BACKGROUNDS, resolve_split
+from vision.foreign_render import DIAMETER_PX, generate
+from vision.transfer import TRANSFER_DIR, load_transfer_set
+
+REPO = Path(__file__).resolve().parent.parent
+TEST_PHOTOS = DEFAULT_BACKGROUNDS / "test"
+SHIPPED_FRAMES = 1024
+
+
+@pytest.fixture(scope="module")
+def sample():
+    """Frames 0-11 of seed 5: 9 with a target, 3 target-free (every 4th index)."""
+    return generate(TEST_PHOTOS, 12, seed=5)
+
+
+def test_generator_is_deterministic_and_frames_do_not_depend_on_count(sample):
+    rgb4, mask4, meta4 = generate(TEST_PHOTOS, 4, seed=5)
+    rgb8, mask8, _ = generate(TEST_PHOTOS, 8, seed=5)
+    assert np.array_equal(rgb4, sample[0][:4]) and np.array_equal(mask4, sample[1][:4])
+    assert np.array_equal(rgb8[:4], rgb4) and np.array_equal(mask8[:4], mask4)
+    assert [m.name for m in meta4] == ["frame_00000", "frame_00001", "frame_00002", "frame_00003"]
+    rgb_other, _, _ = generate(TEST_PHOTOS, 1, seed=6)
+    assert not np.array_equal(rgb_other[0], rgb4[0])
+    assert rgb4.shape == (4, 64, 64, 3) and rgb4.dtype == np.uint8 and mask4.dtype == bool
+
+
+def test_target_masks_lie_on_the_target_and_target_free_masks_are_empty(sample):
+    rgb, masks, metas = sample
+    for mask, meta in zip(masks, metas):
+        if not meta.has_target:
+            assert not mask.any(), meta.name
+            continue
+        assert mask.sum() == meta.visible_px > 0, meta.name
+        ys, xs = np.nonzero(mask)
+        r = meta.diameter_px / 2
+        # every mask pixel is near the projected sphere (off-axis spheres project slightly stretched)
+        dist = np.hypot(xs + 0.5 - meta.target_u, ys + 0.5 - meta.target_v)
+        assert dist.max() <= 1.5 * r + 1.0, (meta.name, dist.max(), r)
+        # and the target is the reddish thing there: its pixels are redder than the frame on average
+        px = rgb[metas.index(meta)][mask].astype(float)
+        assert px[:, 0].mean() > px[:, 2].mean(), meta.name
+
+
+def test_apparent_diameters_within_range(sample):
+    _, masks, metas = sample
+    lo, hi = DIAMETER_PX
+    for mask, meta in zip(masks, metas):
+        if not meta.has_target:
+            continue
+        assert lo <= meta.diameter_px <= hi
+        if not (meta.truncated or meta.occluded):
+            # mask area of a whole sphere: its equivalent diameter is the apparent one, within pixel effects
+            eq = 2 * np.sqrt(mask.sum() / np.pi)
+            assert lo - 1.0 <= eq <= hi * 1.25 + 1.0, (meta.name, eq, meta.diameter_px)
+            assert abs(eq - meta.diameter_px) <= 0.35 * meta.diameter_px + 1.0, (meta.name, eq, meta.diameter_px)
+
+
+@pytest.mark.parametrize("split", ["val", "test"])
+def test_shipped_sets_load(split):
+    s = load_transfer_set(split)
+    n = SHIPPED_FRAMES
+    assert len(s) == n and len(s.names) == n and len(s.meta) == n
+    assert s.rgb.shape == (n, 3, 64, 64) and s.rgb.dtype == torch.uint8
+    assert s.mask.shape == (n, 64, 64) and s.mask.dtype == torch.bool
+    has = torch.tensor([m["has_target"] for m in s.meta])
+    assert torch.equal(has, s.mask.flatten(1).any(1))
+    assert abs((~has).float().mean().item() - 0.25) < 0.01
+    assert all(m["visible_px"] == int(k.sum()) for m, k in zip(s.meta[:50], s.mask[:50]))
+
+
+def test_loader_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nope"):
+        load_transfer_set("nope", root=tmp_path)
+    folder = tmp_path / "broken"
+    (folder / "images").mkdir(parents=True)
+    (folder / "masks").mkdir()
+    img = np.zeros((64, 64, 3), np.uint8)
+    for stem in ("a", "b"):
+        cv2.imwrite(str(folder / "images" / f"{stem}.png"), img)
+    cv2.imwrite(str(folder / "masks" / "a.png"), img[..., 0])
+    with pytest.raises(ValueError, match=r"images without a mask .*masks.*: b"):
+        load_transfer_set("broken", root=tmp_path)
+    cv2.imwrite(str(folder / "masks" / "b.png"), img[..., 0])
+    cv2.imwrite(str(folder / "images" / "b.png"), np.zeros((32, 64, 3), np.uint8))
+    with pytest.raises(ValueError, match=r"b\.png is 64x32"):
+        load_transfer_set("broken", root=tmp_path)
+
+
+def test_training_never_reads_the_test_split_or_the_foreign_renderer():
+    train_dir, val_dir = resolve_split(DEFAULT_BACKGROUNDS, None)
+    assert (train_dir.name, val_dir.name) == ("train", "val")
+    assert TRANSFER_DIR.parent == DEFAULT_BACKGROUNDS.parent
+    code = (
+        "import sys, vision.train, vision.compose\n"
+        "bad = [m for m in ('vision.foreign_render', 'vision.transfer', 'pybullet') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_test_photos_are_new():
+    def digests(split):
+        return {hashlib.sha256(p.read_bytes()).hexdigest(): p.name for p in (DEFAULT_BACKGROUNDS / split).iterdir()}
+
+    test = digests("test")
+    assert 8 <= len(test) <= 12
+    assert not set(test) & (set(digests("train")) | set(digests("val")))
+
+
+@pytest.mark.parametrize("split,seed", [("val", 11), ("test", 23)])
+def test_shipped_sets_match_the_generator(split, seed):
+    """The first frames of each shipped set are what the documented command makes (PNG is lossless)."""
+    rgb, mask, metas = generate(DEFAULT_BACKGROUNDS / split, 3, seed=seed)
+    shipped = load_transfer_set(split)
+    assert torch.equal(shipped.rgb[:3], torch.from_numpy(rgb).permute(0, 3, 1, 2))
+    assert torch.equal(shipped.mask[:3], torch.from_numpy(mask))
+    assert [m["photo"] for m in shipped.meta[:3]] == [m.photo for m in metas]
