@@ -8,13 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import colorsys
+
 import cv2
 import numpy as np
+import pybullet
 import pytest
 import torch
 
 from vision.backgrounds import DEFAULT_BACKGROUNDS, resolve_split
-from vision.foreign_render import DIAMETER_PX, generate
+from vision.foreign_render import DIAMETER_PX, DISTRACTOR_HUE_GAP, ForeignRenderer, distractor_hue_gap, generate
 from vision.transfer import TRANSFER_DIR, load_transfer_set
 
 REPO = Path(__file__).resolve().parent.parent
@@ -68,6 +71,60 @@ def test_apparent_diameters_within_range(sample):
             eq = 2 * np.sqrt(mask.sum() / np.pi)
             assert lo - 1.0 <= eq <= hi * 1.25 + 1.0, (meta.name, eq, meta.diameter_px)
             assert abs(eq - meta.diameter_px) <= 0.35 * meta.diameter_px + 1.0, (meta.name, eq, meta.diameter_px)
+
+
+BLUE = (0.58, 0.66)
+
+
+class _ColourSpy:
+    """Stands in for the pybullet module and records the colour of every object shape the renderer creates."""
+
+    def __init__(self):
+        self.colors = []
+
+    def __getattr__(self, name):
+        return getattr(pybullet, name)
+
+    def createVisualShape(self, shape, **kw):  # noqa: N802 - pybullet's name
+        if "rgbaColor" in kw and shape != pybullet.GEOM_MESH:  # the table mesh is textured, not coloured
+            self.colors.append(colorsys.rgb_to_hsv(*kw["rgbaColor"][:3]))
+        return pybullet.createVisualShape(shape, **kw)
+
+
+def _in_band(h, band):
+    lo, hi = band
+    return (h - lo) % 1.0 <= hi - lo
+
+
+def test_target_hue_band_follows_the_option_and_distractors_avoid_it(sample):
+    """A blue target (--target-hue 0.58 0.66): its pixels are blue, the distractors' hues keep out of the band plus
+    the margin, and the band changes nothing but colours (same geometry, masks and metadata as the default)."""
+    assert DISTRACTOR_HUE_GAP == (-0.12, 0.14) == distractor_hue_gap((-0.04, 0.06))
+    gap = distractor_hue_gap(BLUE)
+    assert gap == pytest.approx((0.50, 0.74))
+    with pytest.raises(ValueError, match="too wide"):
+        distractor_hue_gap((0.1, 0.9))
+    n = len(sample[2])
+    pooled, distractor_hues = [], []
+    with ForeignRenderer(TEST_PHOTOS, 5, target_hue=BLUE) as r:
+        spy = r.p = _ColourSpy()
+        for k in range(n):
+            spy.colors.clear()
+            rgb, mask, meta = r.frame(k)
+            assert np.array_equal(mask, sample[1][k]) and meta == sample[2][k], k
+            chromatic = [h for h, s, _ in spy.colors if s > 0.2]  # fingers and grey distractors have s <= 0.06
+            if meta.has_target:  # the target is created first, then distractors
+                assert _in_band(chromatic[0], BLUE), (k, chromatic)
+                chromatic = chromatic[1:]
+                px = rgb[mask].astype(np.float64) / 255.0
+                pooled.append(px)
+                hue = colorsys.rgb_to_hsv(*px.mean(0))[0]
+                # light tint, shading, noise and edge pixels mixed with the photo move a frame's hue a little
+                assert _in_band(hue, (BLUE[0] - 0.02, BLUE[1] + 0.02)), (k, hue)
+            assert not any(_in_band(h, gap) for h in chromatic), (k, chromatic)
+            distractor_hues += chromatic
+    assert len(distractor_hues) >= 5
+    assert _in_band(colorsys.rgb_to_hsv(*np.concatenate(pooled).mean(0))[0], BLUE)
 
 
 @pytest.mark.parametrize("split", ["val", "test"])

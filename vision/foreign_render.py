@@ -6,10 +6,11 @@ pybullet's CPU rasterizer (``ER_TINY_RENDERER``, DIRECT mode), so a net that onl
 renderer's look shows it here. Each frame is a wrist-camera view (square, 64x64, horizontal FOV 60-75
 degrees, looking 50-85 degrees below the horizon) of a table plane textured with a real photo, with
 
-- the target: a sphere 1.25-1.5 cm across, 2.5-8 px across in the image, red to orange (HSV hue in
-  [-0.04, 0.06], saturation 0.6-1, value 0.45-1), matte to glossy, under a random, mildly tinted
-  directional light with shadows on most frames;
-- 0-4 distractors (spheres, boxes, cylinders) of other hues (outside [-0.12, 0.14]) or grey/black/white;
+- the target: a sphere 1.25-1.5 cm across, 2.5-8 px across in the image, red to orange by default (HSV hue
+  in [-0.04, 0.06], ``--target-hue``; saturation 0.6-1, value 0.45-1), matte to glossy, under a random,
+  mildly tinted directional light with shadows on most frames;
+- 0-4 distractors (spheres, boxes, cylinders) of other hues (outside the target's band widened by 0.08 on
+  each side: [-0.12, 0.14] by default) or grey/black/white;
 - sometimes one or two grey/black fingers entering from the top, some covering part of the target;
 - some targets partly out of frame;
 - 25% target-free frames (every 4th index), half of them with distractors and half without.
@@ -41,6 +42,13 @@ Command line::
 
     python -m vision.foreign_render --split val --n 1024 --seed 11 --out data/transfer/val
     python -m vision.foreign_render --split test --n 1024 --seed 23 --out data/transfer/test
+
+For a target of another colour give its hue band, e.g. a blue one (the distractors' excluded band follows)::
+
+    python -m vision.foreign_render --split val --n 1024 --seed 11 --target-hue 0.58 0.66 --out blue/val
+
+The hue band is the only setting that differs from the shipped sets' command; with the default band the
+frames are exactly the shipped ones. Match the band to ``--sim.randomization.target-hue`` of training.
 """
 
 from __future__ import annotations
@@ -63,8 +71,21 @@ from .io import atomic_write_bytes, list_images, read_image
 IMAGE_SIZE = 64
 SUPERSAMPLE = 4
 RENDER_SIZE = IMAGE_SIZE * SUPERSAMPLE
-TARGET_HUE = (-0.04, 0.06)  # HSV hue band of the target (mod 1): red to orange
-DISTRACTOR_HUE_GAP = (-0.12, 0.14)  # distractor hues stay outside this band
+TARGET_HUE = (-0.04, 0.06)  # default HSV hue band of the target (mod 1): red to orange
+DISTRACTOR_HUE_MARGIN = 0.08  # distractor hues keep this distance from the target's band (as the simulator's)
+
+
+def distractor_hue_gap(target_hue: tuple[float, float]) -> tuple[float, float]:
+    """The hue band (mod 1) distractors never take: the target's band widened by the margin on each side."""
+    lo, hi = (float(x) for x in target_hue)
+    if not (math.isfinite(lo) and math.isfinite(hi) and -0.5 <= lo <= hi <= 1.0):
+        raise ValueError(f"target_hue must be a (low, high) pair with -0.5 <= low <= high <= 1; got {target_hue!r}")
+    if hi - lo + 2 * DISTRACTOR_HUE_MARGIN >= 0.9:
+        raise ValueError(f"target_hue {target_hue!r} is too wide: it and its margin must leave hues for distractors")
+    return lo - DISTRACTOR_HUE_MARGIN, hi + DISTRACTOR_HUE_MARGIN
+
+
+DISTRACTOR_HUE_GAP = distractor_hue_gap(TARGET_HUE)  # (-0.12, 0.14): distractor hues stay outside this band
 DIAMETER_PX = (2.5, 8.0)  # apparent target diameter at 64x64
 TARGET_RADIUS_M = (0.00625, 0.0075)
 HFOV_DEG = (60.0, 75.0)
@@ -159,12 +180,15 @@ class ForeignRenderer:
     """Seeded TinyRenderer frame generator over the photos of one folder.
 
     ``frame(k)`` returns ``(rgb H,W,3 uint8, mask H,W bool, FrameMeta)`` and depends only on
-    (``seed``, ``k``). Use as a context manager or call ``close()``.
+    (``seed``, ``k``, ``target_hue``). ``target_hue`` is the target's HSV hue band (mod 1); distractors avoid
+    it widened by :data:`DISTRACTOR_HUE_MARGIN`. Use as a context manager or call ``close()``.
     """
 
-    def __init__(self, photo_dir: str | os.PathLike, seed: int):
+    def __init__(self, photo_dir: str | os.PathLike, seed: int, target_hue: tuple[float, float] = TARGET_HUE):
         import pybullet as p
 
+        self.target_hue = (float(target_hue[0]), float(target_hue[1]))
+        self.distractor_hue_gap = distractor_hue_gap(self.target_hue)
         self.p = p
         self.seed = int(seed)
         self.photo_paths = list_images(photo_dir)
@@ -265,7 +289,7 @@ class ForeignRenderer:
 
         target_id = None
         if has_target:
-            hue = rng.uniform(*TARGET_HUE)
+            hue = rng.uniform(*self.target_hue)
             color = _hsv_to_rgb(hue, rng.uniform(0.6, 1.0), rng.uniform(0.45, 1.0))
             vis = p.createVisualShape(p.GEOM_SPHERE, radius=radius, rgbaColor=color + [1.0], physicsClientId=cid)
             target_id = p.createMultiBody(0, -1, vis, centre.tolist(), physicsClientId=cid)
@@ -413,8 +437,8 @@ class ForeignRenderer:
             value = rng.uniform(*[(0.04, 0.2), (0.35, 0.65), (0.8, 1.0)][int(rng.integers(3))])
             color = _hsv_to_rgb(0.0, 0.0, value)
         else:
-            lo, hi = DISTRACTOR_HUE_GAP
-            hue = rng.uniform(hi, 1.0 + lo)
+            lo, hi = self.distractor_hue_gap
+            hue = rng.uniform(hi, 1.0 + lo)  # mod 1 in _hsv_to_rgb
             color = _hsv_to_rgb(hue, rng.uniform(0.35, 1.0), rng.uniform(0.3, 1.0))
         for _ in range(20):
             pt = cam.table_point(rng.uniform(-4, IMAGE_SIZE + 4), rng.uniform(-4, IMAGE_SIZE + 4))
@@ -483,10 +507,11 @@ class ForeignRenderer:
         return ids
 
 
-def generate(photo_dir: str | os.PathLike, n: int, seed: int, start: int = 0):
+def generate(photo_dir: str | os.PathLike, n: int, seed: int, start: int = 0,
+             target_hue: tuple[float, float] = TARGET_HUE):
     """Frames ``start .. start+n-1``: (rgb N,64,64,3 uint8, masks N,64,64 bool, list of FrameMeta)."""
     rgbs, masks, metas = [], [], []
-    with ForeignRenderer(photo_dir, seed) as r:
+    with ForeignRenderer(photo_dir, seed, target_hue=target_hue) as r:
         for k in range(start, start + n):
             rgb, mask, meta = r.frame(k)
             rgbs.append(rgb)
@@ -510,9 +535,11 @@ def _write_png(path: Path, img: np.ndarray) -> None:
     atomic_write_bytes(path, buf.tobytes())
 
 
-def write_set(out: Path, photo_dir: Path, n: int, seed: int, overwrite: bool = False) -> dict:
+def write_set(out: Path, photo_dir: Path, n: int, seed: int, overwrite: bool = False,
+              target_hue: tuple[float, float] = TARGET_HUE) -> dict:
     """Write ``n`` frames in the eval-real folder format plus ``meta.csv``; returns summary statistics."""
     out = Path(out)
+    gap = distractor_hue_gap(target_hue)  # a bad band fails before anything is written
     if out.exists() and any(out.iterdir()):
         if not overwrite:
             raise FileExistsError(f"{out} is not empty; pass --overwrite to replace it")
@@ -522,7 +549,7 @@ def write_set(out: Path, photo_dir: Path, n: int, seed: int, overwrite: bool = F
     (out / "masks").mkdir(parents=True, exist_ok=True)
     metas = []
     t0 = time.perf_counter()
-    with ForeignRenderer(photo_dir, seed) as r:
+    with ForeignRenderer(photo_dir, seed, target_hue=target_hue) as r:
         for k in range(n):
             rgb, mask, meta = r.frame(k)
             _write_png(out / "images" / f"{meta.name}.png", rgb)
@@ -534,7 +561,10 @@ def write_set(out: Path, photo_dir: Path, n: int, seed: int, overwrite: bool = F
         w.writeheader()
         for m in metas:
             w.writerow({k: (int(v) if isinstance(v, bool) else v) for k, v in asdict(m).items()})
-    return summarize(metas) | {"seconds": round(seconds, 1), "frames_per_second": round(n / seconds, 1)}
+    return summarize(metas) | {
+        "target_hue": [float(x) for x in target_hue], "distractor_hue_gap": [round(x, 6) for x in gap],
+        "seconds": round(seconds, 1), "frames_per_second": round(n / seconds, 1),
+    }
 
 
 def summarize(metas: list[FrameMeta]) -> dict:
@@ -569,9 +599,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=23)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--overwrite", action="store_true")
+    ap.add_argument(
+        "--target-hue", type=float, nargs=2, metavar=("LO", "HI"), default=list(TARGET_HUE),
+        help="HSV hue band of the target (1.0 = full circle, negative wraps; default: the red-orange "
+        f"{TARGET_HUE[0]} {TARGET_HUE[1]}, as the shipped sets). Distractors avoid the band widened by "
+        f"{DISTRACTOR_HUE_MARGIN} on each side. Use the same band as --sim.randomization.target-hue in training.",
+    )
     args = ap.parse_args(argv)
+    try:
+        distractor_hue_gap(args.target_hue)
+    except ValueError as e:
+        ap.error(str(e))
     photos = args.photos if args.photos is not None else DEFAULT_BACKGROUNDS / args.split
-    stats = write_set(args.out, photos, args.n, args.seed, overwrite=args.overwrite)
+    stats = write_set(args.out, photos, args.n, args.seed, overwrite=args.overwrite,
+                      target_hue=tuple(args.target_hue))
     import json
 
     print(json.dumps(stats, indent=1))
