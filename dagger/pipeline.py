@@ -78,6 +78,9 @@ class PipelineConfig:
     """Also evaluate with a drifting target (speeds never used in training)."""
     resume: bool = False
     """Continue an existing run folder (needs --name): finished stages are skipped."""
+    vision_checkpoint: Optional[Path] = None
+    """Use this trained segmentation checkpoint (e.g. the shipped ``vision/assets/segnet.pt``) instead of training
+    a vision net; the report then shows the metrics stored with it."""
     collect_episodes: Optional[int] = None
     """Override: expert episodes collected for the vision net."""
     vision_steps: Optional[int] = None
@@ -119,6 +122,10 @@ class PipelineConfig:
             raise ValueError(f"PipelineConfig.name must be a plain folder name; got {self.name!r}")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"PipelineConfig.seed must be a non-negative int; got {self.seed!r}")
+        if self.vision_checkpoint is not None:
+            object.__setattr__(self, "vision_checkpoint", Path(self.vision_checkpoint))
+            if not self.vision_checkpoint.is_file():
+                raise FileNotFoundError(f"PipelineConfig.vision_checkpoint {self.vision_checkpoint} is not a file")
         if not isinstance(self.gifs, int) or self.gifs < 0:
             raise ValueError(f"PipelineConfig.gifs must be an int >= 0; got {self.gifs!r}")
 
@@ -179,16 +186,21 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
     # 2. vision
     vdir = out / "vision"
     vckpt = vdir / CHECKPOINT_NAME
-    if "vision" not in summary:
+    if cfg.vision_checkpoint is not None:
+        vckpt = cfg.vision_checkpoint
+        if "vision" not in summary:
+            from vision.checkpoint import load_checkpoint
+
+            stored = load_checkpoint(vckpt).get("metrics") or {}
+            summary["vision"] = {"checkpoint": str(vckpt), **_vision_summary(stored)}
+    elif "vision" not in summary:
         vcfg = TrainVisionConfig(out=vdir, steps=b["vision_steps"], batch_size=b["vision_batch"], seed=cfg.seed,
                                  val_every=max(1, b["vision_steps"] // 3), ckpt_every=max(1, b["vision_steps"] // 3),
                                  n_val=(1024 if b["vision_steps"] >= 1000 else 512) if b["vision_steps"] >= 100 else 32,
                                  n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vckpt.exists(), sim=cfg.sim,
                                  mirror_tta=bool(b["vision_mirror"]), **common)
         res = _stage(summary, "vision", lambda: train_vision(vcfg), out)
-        summary["vision"] = {"test": res["test"], "threshold": res["threshold"],
-                             "peak_threshold": res.get("peak_threshold", 0.0),
-                             "mirror_tta": res.get("mirror_tta", False), "steps": res["steps"]}
+        summary["vision"] = _vision_summary(res)
 
     # 3. DAgger and the BC baseline (same loop and budget, beta = 1 throughout)
     runs = {"dagger": {}, "bc": dict(schedule="constant", beta_start=1.0)} if cfg.bc_baseline else {"dagger": {}}
@@ -234,6 +246,40 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
     return summary
 
 
+def _vision_summary(res: dict) -> dict:
+    """The part of train-vision's metrics that the summary and the report show."""
+    keys = ("test", "transfer_test", "transfer_val", "transfer_test_breakdown", "operating_point", "threshold",
+            "peak_threshold", "mirror_tta", "steps")
+    return {k: res[k] for k in keys if k in res}
+
+
+def _vision_html(v: dict) -> str:
+    """The vision section of the report: composite test and transfer test at the chosen operating point."""
+    e = html.escape
+    nan = float("nan")
+    op = v.get("operating_point", {})
+    promised = op.get("promised", {})
+    rows = [("composites (our renderer, held-out photos)", v.get("test", {}), promised.get("composite")),
+            ("transfer test (another renderer, unseen photos)", v.get("transfer_test"), promised.get("transfer"))]
+    body = ""
+    for label, m, val in rows:
+        if not m:
+            continue
+        promise = (f"{val.get('precision', nan):.3f} / {val.get('false_positive_image_rate', nan):.3f}" if val else "n/a")
+        body += (f"<tr><td>{e(label)}</td><td>{m['iou']:.3f}</td><td>{m['precision']:.3f}</td><td>{m['recall']:.3f}</td>"
+                 f"<td>{m['false_positive_image_rate']:.3f}</td><td>{m['num_images']}</td><td>{promise}</td></tr>")
+    sub = "".join(f"<tr><td>{e(k)}</td><td>{m['iou']:.3f}</td><td>{m['precision']:.3f}</td><td>{m['recall']:.3f}</td>"
+                  f"<td>{m['false_positive_image_rate']:.3f}</td><td>{m['num_target_images'] + m['num_empty_images']}</td><td></td></tr>"
+                  for k, m in v.get("transfer_test_breakdown", {}).items())
+    where = " + ".join(op.get("chosen_on", ["composite"]))
+    src = f" Checkpoint: <code>{e(v['checkpoint'])}</code>." if "checkpoint" in v else ""
+    return (f"<p>Operating point chosen on <b>{e(where)}</b> validation: threshold {v.get('threshold', nan):.2f}, frame gate "
+            f"{v.get('peak_threshold', 0.0):g}, mirror averaging {'on' if v.get('mirror_tta') else 'off'}.{src}</p>"
+            "<table><tr><th>test set</th><th>IoU</th><th>precision</th><th>recall</th><th>false-positive images</th>"
+            f"<th>frames</th><th>validation promised (precision / FP images)</th></tr>{body}"
+            + (f"<tr><th colspan=7>transfer test by kind of frame</th></tr>{sub}" if sub else "") + "</table>")
+
+
 def _pct(x: float) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}%"
 
@@ -259,7 +305,6 @@ def report_html(s: dict, cfg: PipelineConfig) -> str:
         for g in s.get(key, {}).get("gifs", []):
             gifs.append(f"<figure><img src='{e(key)}/{e(g['file'])}' width='520'><figcaption>{e(labels[key])}: "
                         f"{e(g['outcome'])} ({g['steps']} steps)</figcaption></figure>")
-    vis = s.get("vision", {}).get("test", {})
     col = s.get("collect", {})
     secs = "".join(f"<tr><td>{e(k)}</td><td>{v:.0f} s</td></tr>" for k, v in s["seconds"].items())
     iters = ""
@@ -285,10 +330,8 @@ Stage budgets: <code>{e(json.dumps(s['budgets']))}</code>. Total stage time {s.g
 <h2>Learning curves</h2><img src="learning_curves.png" width="900">
 {iters}
 <h2>Expert and vision</h2>
-<p>Expert demonstrations: {col.get('episodes', 'n/a')} episodes, success {_pct(col.get('success_rate', float('nan')))}.
-Vision net on held-out-background composites: IoU {vis.get('iou', float('nan')):.3f}, precision {vis.get('precision', float('nan')):.3f},
-recall {vis.get('recall', float('nan')):.3f}, false-positive image rate {vis.get('false_positive_image_rate', float('nan')):.3f}
-(threshold {s.get('vision', {}).get('threshold', float('nan')):.2f}, frame gate {s.get('vision', {}).get('peak_threshold', 0.0):g}, mirror averaging {'on' if s.get('vision', {}).get('mirror_tta') else 'off'}).</p>
+<p>Expert demonstrations: {col.get('episodes', 'n/a')} episodes, success {_pct(col.get('success_rate', float('nan')))}.</p>
+{_vision_html(s.get('vision', {}))}
 <h2>Example rollouts</h2><p>Left: wrist RGB; right: the mask the policy saw.</p>{''.join(gifs)}
 <h2>Stage wall-clock</h2><table>{secs}</table>
 <p>Resolved configuration: <a href="config.json">config.json</a>; numbers: <a href="summary.json">summary.json</a>.</p>

@@ -546,7 +546,7 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
     from vision.train import TrainVisionConfig, train_vision
 
     kw = dict(out=tmp_path / "run", batch_size=16, val_every=15, ckpt_every=15, n_val=32, n_test=16, threads=2,
-              progress=False, lr=1e-2, model=TINY)
+              progress=False, lr=1e-2, model=TINY, transfer=None, operating_point="composite")
     r1 = train_vision(TrainVisionConfig(steps=15, **kw))
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == 15
     with pytest.raises(FileExistsError):

@@ -222,24 +222,33 @@ def choose_thresholds(prob: Tensor, gt: Tensor, max_fp_image_rate: float | None 
     return choose_thresholds_on([(prob, gt)], max_fp_image_rate, min_precision, min_pixels, peaks)
 
 
-def choose_thresholds_on(sets: Sequence[tuple[Tensor, Tensor]], max_fp_image_rate: float | None = None,
+def choose_thresholds_on(sets: Sequence[tuple], max_fp_image_rate: float | None = None,
                          min_precision: float | None = None, min_pixels: int = 1,
                          peaks: tuple[float, ...] = PEAKS) -> tuple[float, float]:
-    """Like :func:`choose_thresholds`, on several validation sets at once (``sets``: (prob N,H,W, gt N,H,W bool)
-    pairs, e.g. composites and frames drawn by another renderer). A pair must meet the constraints on **every**
-    set (its worst precision and worst false-positive image rate count), and among those the best mean F1 over
-    the sets wins, so the operating point holds on each distribution rather than on their pooled average."""
+    """Like :func:`choose_thresholds`, on several validation sets at once, e.g. our composites and frames drawn by
+    another renderer. ``sets``: ``(prob N,H,W, gt N,H,W bool)`` pairs, or ``(prob, gt, max_fp_image_rate,
+    min_precision)`` with constraints of that set's own (None: the shared ``max_fp_image_rate`` /
+    ``min_precision``). A pair must meet the constraints on **every** set (the worst margin counts), and among
+    those the best mean F1 over the sets wins, so the operating point holds on each distribution rather than on
+    their pooled average. The fall-backs of :func:`best_threshold` apply to the worst margins."""
     if not sets:
         raise ValueError("choose_thresholds_on needs at least one (prob, gt) set")
-    tables = [gated_curves(p, g, min_pixels, peaks) for p, g in sets]
+    tables, fp_lim, prec_lim = [], [], []
+    for s in sets:
+        prob, gt = s[0], s[1]
+        tables.append(gated_curves(prob, gt, min_pixels, peaks))
+        fp_lim.append(s[2] if len(s) > 2 and s[2] is not None else max_fp_image_rate)
+        prec_lim.append(s[3] if len(s) > 3 and s[3] is not None else min_precision)
     table = dict(tables[0])
-    if len(tables) > 1:
-        stack = {k: np.stack([t[k] for t in tables]) for k in ("precision", "false_positive_image_rate", "f1")}
-        with warnings.catch_warnings():  # a column that is NaN on every set stays NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            table["precision"] = np.nanmin(stack["precision"], 0)
-            table["false_positive_image_rate"] = np.nanmax(stack["false_positive_image_rate"], 0)
-            table["f1"] = np.nanmean(stack["f1"], 0)
-    i = _best_index(table, max_fp_image_rate, min_precision)
+    # margins against each set's own limits; the worst set decides (NaN, e.g. a set without target-free frames,
+    # constrains nothing)
+    with warnings.catch_warnings():  # a column that is NaN on every set stays NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        fp_margin = [t["false_positive_image_rate"] - lim for t, lim in zip(tables, fp_lim) if lim is not None]
+        prec_margin = [t["precision"] - lim for t, lim in zip(tables, prec_lim) if lim is not None]
+        table["false_positive_image_rate"] = np.nanmax(np.stack(fp_margin), 0) if fp_margin else table["false_positive_image_rate"]
+        table["precision"] = np.nanmin(np.stack(prec_margin), 0) if prec_margin else table["precision"]
+        table["f1"] = np.nanmean(np.stack([t["f1"] for t in tables]), 0)
+    i = _best_index(table, 0.0 if fp_margin else None, 0.0 if prec_margin else None)
     t, peak = float(table["threshold"][i]), float(table["peak"][i])
     return (t if math.isfinite(t) else 0.5), (peak if peak > t else 0.0)

@@ -25,6 +25,10 @@ class SegNetConfig:
     """Channel cap for deep stages."""
     depth: int = 3
     """Number of 2x down-sampling stages (input sides must be multiples of 2**depth)."""
+    chroma: bool = False
+    """Also feed brightness-free colour features (chromaticity r, g, b / (r + g + b) and the spread max - min of
+    the three channels) beside RGB: the target is defined by its hue, which these keep under shading, exposure
+    and highlights. Off in older checkpoints."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.base_channels, int) or not 4 <= self.base_channels <= 128:
@@ -33,6 +37,8 @@ class SegNetConfig:
             raise ValueError(f"SegNetConfig.max_channels must be an int >= base_channels; got {self.max_channels!r}")
         if not isinstance(self.depth, int) or not 1 <= self.depth <= 5:
             raise ValueError(f"SegNetConfig.depth must be an int in 1..5; got {self.depth!r}")
+        if not isinstance(self.chroma, bool):
+            raise ValueError(f"SegNetConfig.chroma must be true or false; got {self.chroma!r}")
 
 
 def _block(cin: int, cout: int) -> nn.Sequential:
@@ -54,7 +60,7 @@ class SegNet(nn.Module):
         self.cfg = cfg or SegNetConfig()
         c = [min(self.cfg.base_channels * 2**i, self.cfg.max_channels) for i in range(self.cfg.depth + 1)]
         self.channels = c
-        self.enc = nn.ModuleList([_block(3, c[0])] + [_block(c[i - 1], c[i]) for i in range(1, self.cfg.depth)])
+        self.enc = nn.ModuleList([_block(7 if self.cfg.chroma else 3, c[0])] + [_block(c[i - 1], c[i]) for i in range(1, self.cfg.depth)])
         self.mid = _block(c[self.cfg.depth - 1], c[self.cfg.depth])
         self.dec = nn.ModuleList([_block(c[i + 1] + c[i], c[i]) for i in reversed(range(self.cfg.depth))])
         self.head = nn.Conv2d(c[0], 1, 1)
@@ -70,7 +76,10 @@ class SegNet(nn.Module):
             raise ValueError(f"SegNet expects B,3,H,W input; got {tuple(x.shape)}")
         if x.shape[2] % self.multiple or x.shape[3] % self.multiple:
             raise ValueError(f"SegNet input sides must be multiples of {self.multiple}; got {tuple(x.shape[2:])}")
-        x = (x - self.MEAN) / self.STD
+        if self.cfg.chroma:
+            x = torch.cat([(x - self.MEAN) / self.STD] + chroma_features(x), 1)
+        else:
+            x = (x - self.MEAN) / self.STD
         skips = []
         for blk in self.enc:
             x = blk(x)
@@ -92,6 +101,17 @@ class SegNet(nn.Module):
         if x.is_contiguous(memory_format=torch.channels_last):
             mirrored = mirrored.contiguous(memory_format=torch.channels_last)
         return 0.5 * (self(x) + self(mirrored).flip(-1))
+
+
+def chroma_features(x: Tensor) -> list[Tensor]:
+    """Brightness-free colour of ``x`` B,3,H,W in [0, 1]: chromaticity B,3,H,W (each channel over the sum, centred
+    on grey) and the channel spread B,1,H,W (max - min, a saturation that ignores hue), both scaled to about unit
+    range."""
+    xf = x.float()
+    total = xf.sum(1, keepdim=True)
+    chrom = (xf + 0.02) / (total + 0.06) - 1.0 / 3.0
+    spread = xf.amax(1, keepdim=True) - xf.amin(1, keepdim=True)
+    return [(chrom * 4.0).to(x.dtype), ((spread - 0.2) * 3.0).to(x.dtype)]
 
 
 def cpu_has_fast_bf16() -> bool:
