@@ -78,6 +78,10 @@ class PipelineConfig:
     """Also evaluate with a drifting target (speeds never used in training)."""
     resume: bool = False
     """Continue an existing run folder (needs --name): finished stages are skipped."""
+    transfer: Optional[Path] = Path(__file__).resolve().parent.parent / "data" / "transfer"
+    """Transfer sets (``val/`` and ``test/``) for the vision stage (``train-vision --transfer``): the operating point
+    is chosen on composites + ``val/``, and ``test/`` is reported. Give sets drawn with your target's colour when
+    you change ``--sim.randomization.target-hue``; None skips them (operating point on composites alone)."""
     vision_checkpoint: Optional[Path] = None
     """Use this trained segmentation checkpoint (e.g. the shipped ``vision/assets/segnet.pt``) instead of training
     a vision net; the report then shows the metrics stored with it."""
@@ -198,7 +202,8 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
                                  val_every=max(1, b["vision_steps"] // 3), ckpt_every=max(1, b["vision_steps"] // 3),
                                  n_val=(1024 if b["vision_steps"] >= 1000 else 512) if b["vision_steps"] >= 100 else 32,
                                  n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vckpt.exists(), sim=cfg.sim,
-                                 mirror_tta=bool(b["vision_mirror"]), **common)
+                                 mirror_tta=bool(b["vision_mirror"]), transfer=cfg.transfer,
+                                 operating_point="both" if cfg.transfer is not None else "composite", **common)
         res = _stage(summary, "vision", lambda: train_vision(vcfg), out)
         summary["vision"] = _vision_summary(res)
 

@@ -18,15 +18,15 @@ bv = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = bv  # dataclasses look their module up there
 _spec.loader.exec_module(bv)
 
-FIXED = {"render_val_s": 4.0, "render_test_s": 5.0, "val_pass_s": 10.0, "test_pass_s": 11.0}
+FIXED = {"render_val_s": 4.0, "render_test_s": 5.0, "val_pass_s": 10.0, "test_pass_s": 11.0, "transfer_pass_s": 6.0}
 
 
 def test_projection_counts_the_validations_inside_the_loop(tmp_path):
     cfg = TrainVisionConfig(out=tmp_path, steps=3000, val_every=1000)
     p = bv.project(cfg, 0.1, 0.2, FIXED)
     assert p["validations_in_loop"] == 3  # 1000, 2000, 3000
-    assert p["loop_s"] == pytest.approx(3000 * 0.3 + 3 * 10.0)
-    assert p["total_s"] == pytest.approx(p["loop_s"] + 10.0 + 4.0 + 5.0 + 11.0)  # + step-0 pass, both renders, test
+    assert p["loop_s"] == pytest.approx(3000 * 0.3 + 3 * (10.0 + 6.0))  # each validation scores the transfer val set too
+    assert p["total_s"] == pytest.approx(p["loop_s"] + 10.0 + 4.0 + 5.0 + 11.0 + 6.0)  # + step-0 pass, renders, tests
     p = bv.project(TrainVisionConfig(out=tmp_path, steps=2500, val_every=1000), 0.1, 0.2, FIXED)
     assert p["validations_in_loop"] == 3  # 1000, 2000 and the final 2500
 
@@ -45,8 +45,8 @@ def test_one_step_smoke_run_writes_consistent_results(tmp_path, monkeypatch):
     result = bv.bench_vision(cfg)
     r = result["variants"]["tiny"]
     assert r["batch_s"] > 0 and r["step_s"] > 0 and r["val_pass_s"] > 0
-    assert r["loop_s"] == pytest.approx(10 * (r["batch_s"] + r["step_s"]) + r["val_pass_s"])  # val_every > steps
-    assert r["ratio_to_budget"] == pytest.approx(r["total_s"] / 300.0)
+    assert r["loop_s"] == pytest.approx(10 * (r["batch_s"] + r["step_s"]) + r["val_pass_s"] + r["transfer_pass_s"])
+    assert r["ratio_to_budget"] == pytest.approx(r["total_s"] / 900.0)
     assert "step_ratio_to_default" not in r  # no default variant in this run
     assert "tiny" in bv.table(result)
     assert json.loads(json.dumps(result))["variants"]["tiny"]["overrides"]["model"]["base_channels"] == 4  # --out is JSON
