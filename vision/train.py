@@ -28,6 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graspsim import SimConfig
+from graspsim.config import check_device
+from graspsim.fileio import check_out_dir
 
 from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, check_prob, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -175,6 +177,7 @@ class TrainVisionConfig:
                 raise ValueError(f"TrainVisionConfig.{name} must be true or false; got {getattr(self, name)!r}")
         if not isinstance(self.threads, int) or self.threads < 0:
             raise ValueError(f"TrainVisionConfig.threads must be a non-negative int; got {self.threads!r}")
+        check_device("TrainVisionConfig", self.device)
         if self.sim.image_size % (2 ** self.model.depth):
             raise ValueError(f"TrainVisionConfig: sim.image_size {self.sim.image_size} must be a multiple of "
                              f"2**model.depth = {2 ** self.model.depth}")
@@ -449,18 +452,16 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     dev = torch.device(cfg.device)
-    out = Path(cfg.out)
+    out = check_out_dir(cfg.out, resume=cfg.resume)  # a non-empty folder needs --resume
     ckpt_path = out / CHECKPOINT_NAME
     if cfg.resume and not ckpt_path.is_file():
         raise FileNotFoundError(f"--resume: no checkpoint at {ckpt_path}")
-    if not cfg.resume and ckpt_path.exists():
-        raise FileExistsError(f"{ckpt_path} already exists; pass --resume to continue it or choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
 
     size = cfg.sim.image_size
     composer, val_composer = build_composers(cfg)
     train_bank, val_bank = composer.bank, val_composer.bank
     hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
+    out.mkdir(parents=True, exist_ok=True)  # only once the inputs are known to be good
     n_hdf5 = _hdf5_share(cfg, hdf5)
 
     model, opt, gen, bf16 = new_training_state(cfg)
