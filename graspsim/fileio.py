@@ -1,8 +1,15 @@
-"""Atomic file writes: a reader sees the old file or the new one, never a half-written one.
+"""Atomic file writes, and the one rule every verb follows for its outputs.
+
+Atomic writes: a reader sees the old file or the new one, never a half-written one.
 
 Every output of the project (datasets, checkpoints, metrics, plots, GIFs, images) goes through
 :func:`replace_atomically`: write to a temporary file beside the target, then ``os.replace`` it over the
 target. Files get the usual permissions (umask), not the owner-only ones of ``tempfile.mkstemp``.
+
+Output folders (see the comment above :func:`check_out_dir`): :func:`check_out_dir` / :func:`check_out_file`
+validate ``--out`` before anything is written, and :func:`staged_dir` writes a verb's outputs beside the
+folder and swaps them in as a whole. A process killed during the swap can leave a hidden
+``.<name>.<hex>.staging`` or ``.<name>.<hex>.old`` folder beside ``--out``; nothing in ``--out`` is lost.
 """
 
 from __future__ import annotations
