@@ -849,6 +849,7 @@ def repair(path: str | os.PathLike) -> dict[str, Any]:
     running (the writer lock is taken). ``collect --resume`` continues the repaired file.
     """
     path = Path(path)
+    _open_h5(path).close()  # a missing or unreadable file is reported as such before anything else
     fd = _acquire_lock(path)
     try:
         kept: list[tuple[str, str]] = []

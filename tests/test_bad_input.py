@@ -21,7 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -385,6 +385,8 @@ CASES = [
     C("inspect-damaged-part", "inspect", f"{T}/broken.h5", "--no-media", must=("broken.h5", "demo_1", "--repair")),
     C("inspect-repair", "inspect", f"{T}/broken.h5", "--no-media", "--repair", rc=0,
       changes=("broken.h5", "broken.h5.parts"), check=_check_repaired),
+    C("inspect-repair-not-hdf5", "inspect", f"{T}/garbage.h5", "--repair", must=("garbage.h5", "not a readable HDF5")),
+    C("inspect-repair-missing-file", "inspect", f"{T}/nope/x.h5", "--repair", must=("x.h5", "not found")),
     C("inspect-no-path", "inspect", must=("PATH",), ours=False),
     # --- train-vision
     C("tv-tiny-run", "train-vision", "--out", f"{T}/tv", *TRAIN_VISION, rc=0, changes=("tv",), check=_check_tv),
@@ -399,7 +401,17 @@ CASES = [
     C("tv-val-equals-train", "train-vision", "--out", f"{T}/tv", "--backgrounds", f"{T}/images", "--val-backgrounds",
       f"{T}/images", *TRAIN_VISION, must=("must differ",)),
     C("tv-hdf5-missing", "train-vision", "--out", f"{T}/tv", "--hdf5", f"{T}/nope.h5", *TRAIN_VISION,
-      must=("nope.h5", "does not exist")),
+      must=("nope.h5", "no such dataset file")),
+    C("tv-hdf5-damaged-part", "train-vision", "--out", f"{T}/tv", "--hdf5", f"{T}/broken.h5", *TRAIN_VISION,
+      must=("broken.h5", "demo_1", "--repair")),
+    C("tv-hdf5-is-folder", "train-vision", "--out", f"{T}/tv", "--hdf5", f"{T}/dir.h5", *TRAIN_VISION,
+      must=("dir.h5", "is a folder")),
+    C("tv-hdf5-not-hdf5", "train-vision", "--out", f"{T}/tv", "--hdf5", f"{T}/garbage.h5", *TRAIN_VISION,
+      must=("garbage.h5", "cannot open")),
+    C("tv-hdf5-without-masks", "train-vision", "--out", f"{T}/tv", "--hdf5", f"{T}/foreign.h5", *TRAIN_VISION,
+      must=("foreign.h5", "lacks rgb or mask")),
+    C("tv-hdf5-no-episodes", "train-vision", "--out", f"{T}/tv", "--hdf5", f"{T}/empty.h5", *TRAIN_VISION,
+      must=("empty.h5", "no episodes")),
     C("tv-steps-zero", "train-vision", "--out", f"{T}/tv", "--steps", "0", must=("TrainVisionConfig.steps",)),
     C("tv-lr-zero", "train-vision", "--out", f"{T}/tv", "--lr", "0", must=("TrainVisionConfig.lr",)),
     C("tv-patch-not-multiple", "train-vision", "--out", f"{T}/tv", "--patch", "12", must=("TrainVisionConfig.patch",)),

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import os
-from pathlib import Path
 
 import torch
 

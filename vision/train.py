@@ -29,7 +29,8 @@ from torch import Tensor
 
 from graspsim import SimConfig
 from graspsim.config import check_device
-from graspsim.fileio import check_out_dir
+from graspsim.dataset import repair_hint
+from graspsim.fileio import check_in_file, check_out_dir
 
 from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, check_prob, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -368,9 +369,7 @@ class HDF5Frames:
     def __init__(self, path: Path, image_size: int, max_frames: int):
         import h5py
 
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"HDF5 dataset {path} does not exist")
+        path = check_in_file(path, "--hdf5", "dataset file (.h5)")
         try:
             f = h5py.File(path, "r")
         except OSError as e:
@@ -381,11 +380,14 @@ class HDF5Frames:
             demos = sorted(f["data"].keys())
             rgbs, masks = [], []
             for k in demos:
-                obs = f["data"][k].get("obs")
-                if obs is None or "rgb" not in obs or "mask" not in obs:
-                    raise ValueError(f"HDF5 dataset {path}: data/{k}/obs lacks rgb or mask")
-                rgbs.append(obs["rgb"][()])
-                masks.append(obs["mask"][()])
+                try:
+                    obs = f["data"][k].get("obs")
+                    if obs is None or "rgb" not in obs or "mask" not in obs:
+                        raise ValueError(f"HDF5 dataset {path}: data/{k}/obs lacks rgb or mask")
+                    rgbs.append(obs["rgb"][()])
+                    masks.append(obs["mask"][()])
+                except (KeyError, OSError) as e:  # e.g. a damaged part file of an interrupted collection
+                    raise ValueError(f"HDF5 dataset {path}: data/{k} cannot be read ({e}). {repair_hint(path)}") from None
         if not rgbs:
             raise ValueError(f"HDF5 dataset {path} holds no episodes")
         rgb = np.concatenate(rgbs)
