@@ -480,7 +480,8 @@ class EpisodeWriter:
             self.abort()
             return
         try:
-            if self.consolidate or self.path != self.final or (self._masks_dirty and any(w is None for w in self._where.values())):
+            staged = self.path != self.final  # a staged file must be self-contained before it is renamed
+            if self.consolidate or staged or (self._masks_dirty and any(w is None for w in self._where.values())):
                 self._consolidate()
             elif self._masks_dirty:
                 self._write_index()

@@ -76,7 +76,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------ output folders
-# One rule for every verb's --out (README, "Outputs"):
+# One rule for every verb's --out (README, "Mistakes and outputs"):
 # * a folder that exists and is not empty is refused unless --overwrite or --resume is given;
 # * --overwrite replaces the folder's outputs as a whole (the new outputs are written to a hidden sibling
 #   folder and swapped in at the end), so no stale file of an earlier run survives, and a failed run leaves

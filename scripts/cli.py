@@ -76,7 +76,7 @@ def _config_errors_raised():
     """Route tyro's "could not construct the config" failures (a ValueError from a config's ``__post_init__``)
     to our handler instead of tyro's own box. Uses tyro's parse-error hook where this tyro version has it;
     otherwise tyro reports the error itself (also exit 2, no traceback)."""
-    hooks = getattr(tyro_errors(), "on_parse_error", None)
+    hooks = getattr(_tyro_errors(), "on_parse_error", None)
     if hooks is None:
         yield
         return
@@ -94,7 +94,7 @@ def _config_errors_raised():
         yield
 
 
-def tyro_errors():
+def _tyro_errors():
     try:
         from tyro import _errors
     except ImportError:
@@ -113,6 +113,7 @@ def _describe(e: BaseException) -> str:
 def _error(verb: str, message: str) -> int:
     print(f"graspsim {verb}: error: {message}", file=sys.stderr)
     return 2
+
 
 if __name__ == "__main__":
     raise SystemExit(main())
