@@ -103,10 +103,10 @@ def check_out_dir(out: str | os.PathLike, *, flag: str = "--out", overwrite: boo
     """Validate an output folder without writing anything; return it as a Path. Verbs that replace their outputs
     pass ``owns`` (and offer --overwrite); verbs that continue a run in place pass ``resume`` (and offer --resume).
 
-    Raises ValueError when ``out`` (or one of its parents) is an existing file, FileExistsError when ``out`` is
-    a non-empty folder and neither ``overwrite`` nor ``resume`` is set, and FileExistsError when ``overwrite``
-    would replace a folder holding entries that ``owns`` (a predicate on entry names: the verb's own outputs)
-    does not claim. Every message names the folder and says what to do.
+    Raises ValueError when ``out`` (or one of its parents) is an existing file, and FileExistsError when ``out``
+    is a non-empty folder and neither ``overwrite`` nor ``resume`` is set, or when it holds entries that ``owns``
+    (a predicate on entry names: the verb's own outputs) does not claim, which --overwrite would not replace.
+    Every message names the folder and says what to do.
     """
     out = Path(out)
     blocker = _first_file_ancestor(out)
@@ -120,15 +120,14 @@ def check_out_dir(out: str | os.PathLike, *, flag: str = "--out", overwrite: boo
     entries = list(out.iterdir())
     if not entries or resume:
         return out
+    foreign = [p for p in entries if owns is not None and not owns(p.name)]
+    if foreign:  # --overwrite would not help: it replaces only a folder of the verb's own outputs
+        raise FileExistsError(f"{flag} {out} holds files this command did not write ({_names(foreign)}); "
+                              f"--overwrite replaces only a folder of its own outputs: move them away or "
+                              f"choose another {flag}")
     if not overwrite:
         how = "pass --overwrite to replace its outputs" if owns is not None else "pass --resume to continue the run in it"
         raise FileExistsError(f"{flag} {out} is not empty (holds {_names(entries)}); {how}, or choose another {flag}")
-    if owns is not None:
-        foreign = [p for p in entries if not owns(p.name)]
-        if foreign:
-            raise FileExistsError(f"{flag} {out} holds files this command did not write ({_names(foreign)}); "
-                                  f"--overwrite replaces only a folder of its own outputs: move them away or "
-                                  f"choose another {flag}")
     return out
 
 

@@ -434,6 +434,8 @@ CASES = [
       "--skip-bad", rc=0, changes=("o",), check=_check_er_skip),
     C("er-earlier-outputs-refused", "eval-real", "--images", f"{T}/images", "--vision", f"{T}/vision.pt",
       "--out", f"{T}/er_done", must=("er_done", "not empty", "--overwrite")),
+    C("er-foreign-folder-no-overwrite", "eval-real", "--images", f"{T}/images", "--vision", f"{T}/vision.pt",
+      "--out", f"{T}/full", must=("keep.txt", "did not write", "choose another --out")),
     C("er-overwrite-foreign-folder", "eval-real", "--images", f"{T}/images", "--vision", f"{T}/vision.pt",
       "--out", f"{T}/full", "--overwrite", must=("keep.txt", "did not write")),
     C("er-out-is-images-folder", "eval-real", "--images", f"{T}/images", "--vision", f"{T}/vision.pt",
