@@ -470,7 +470,7 @@ def bench(cfg: BenchConfig) -> dict:
 
     import pybullet
 
-    out = check_out_dir(cfg.out, overwrite=cfg.overwrite, owns=lambda name: name in OUTPUTS)
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     sim = dataclasses.replace(cfg.sim, image_size=cfg.image_size)
     old_threads = torch.get_num_threads()
     t_start = time.perf_counter()
@@ -545,7 +545,7 @@ def bench(cfg: BenchConfig) -> dict:
         if cfg.profile and short:
             result["profile"] = profile_torch_step(sim, best_t["batch"], cfg.device, cfg.seed)
         result["total_seconds"] = time.perf_counter() - t_start
-        with staged_dir(out) as stage:  # replaces --out's earlier outputs as a whole
+        with staged_dir(out, OUTPUTS.__contains__) as stage:  # replaces --out's earlier outputs as a whole
             _write_json(stage / "bench.json", result)
             if cfg.plot:
                 plot_fps(result, stage / "fps_vs_batch.png")

@@ -128,6 +128,10 @@ class EvalSimConfig:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
 
 
+def _owns(name: str) -> bool:
+    return bool(OUTPUTS.match(name))
+
+
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval of a success rate k/n."""
     if n == 0:
@@ -201,7 +205,7 @@ def evaluate_sim(cfg: EvalSimConfig) -> dict:
     if policy.cfg.image_size != sim.image_size:
         raise ValueError(f"policy was trained at image_size {policy.cfg.image_size}, sim.image_size is {sim.image_size}")
     mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev)
-    out = check_out_dir(cfg.out, overwrite=cfg.overwrite, owns=lambda name: bool(OUTPUTS.match(name)))
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
     env = _make_env(cfg.backend, sim, min(cfg.num_envs, cfg.episodes), cfg.device, stream_seed(cfg.seed, 0, 5))
     bar = Progress(TextColumn("[bold]eval-sim"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -224,7 +228,7 @@ def evaluate_sim(cfg: EvalSimConfig) -> dict:
         "config": cfg.to_dict(),
     })
     gifs = []
-    with staged_dir(out) as stage:  # replaces --out's earlier outputs as a whole
+    with staged_dir(out, _owns) as stage:  # replaces --out's earlier outputs as a whole
         for k, fr in sorted(res.frames.items()):
             name = f"rollout_{k}.gif"
             outcome = FAILURE_NAMES[int(res.failure[k])]

@@ -39,7 +39,7 @@ from typing import Literal, Optional
 
 from graspsim import SimConfig
 from graspsim.config import check_device
-from graspsim.fileio import check_out_dir
+from graspsim.fileio import check_folder_path, check_out_dir
 
 from .train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
 
@@ -162,7 +162,7 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
         torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
     name = cfg.name or f"pipeline__{cfg.preset}__{cfg.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    check_out_dir(cfg.runs_dir, flag="--runs-dir", resume=True)  # only: it must not be a file
+    check_folder_path(cfg.runs_dir, flag="--runs-dir")
     out = check_out_dir(cfg.runs_dir / name, flag="--runs-dir/--name", resume=cfg.resume)
     out.mkdir(parents=True, exist_ok=True)
     b = cfg.budgets()

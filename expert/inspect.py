@@ -17,7 +17,7 @@ import numpy as np
 import tyro
 
 from graspsim.dataset import Episode, describe, read_episodes, repair
-from graspsim.fileio import check_out_dir, check_out_file, replace_atomically
+from graspsim.fileio import check_folder_path, check_out_file, replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def inspect(cfg: InspectConfig) -> dict[str, Any]:
         stem = f"{cfg.path.stem}_demo{cfg.demo}"
         png = Path(cfg.png) if cfg.png is not None else out / f"{stem}.png"
         gif = Path(cfg.gif) if cfg.gif is not None else out / f"{stem}.gif"
-        check_out_dir(out, resume=True)  # only: it must not be a file
+        check_folder_path(out)
         for p, flag in ((png, "--png"), (gif, "--gif")):
             check_out_file(p, flag=flag, overwrite=cfg.overwrite)
             if p.parent != out and not p.parent.is_dir():

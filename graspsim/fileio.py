@@ -80,7 +80,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 # * a folder that exists and is not empty is refused unless --overwrite or --resume is given;
 # * --overwrite replaces the folder's outputs as a whole (the new outputs are written to a hidden sibling
 #   folder and swapped in at the end), so no stale file of an earlier run survives, and a failed run leaves
-#   the earlier outputs as they were; it refuses a folder that holds files the verb did not write;
+#   the earlier outputs as they were; files the verb does not write are left where they are;
 # * nothing is written, not even an empty folder, when validation fails.
 # Single-file outputs (collect's .h5, show's and inspect's images) follow the same rule for the file.
 
@@ -98,37 +98,39 @@ def _names(entries: list[Path], most: int = 5) -> str:
     return shown + (f" and {len(entries) - most} more" if len(entries) > most else "")
 
 
-def check_out_dir(out: str | os.PathLike, *, flag: str = "--out", overwrite: bool = False, resume: bool = False,
-                  owns: Callable[[str], bool] | None = None) -> Path:
-    """Validate an output folder without writing anything; return it as a Path. Verbs that replace their outputs
-    pass ``owns`` (and offer --overwrite); verbs that continue a run in place pass ``resume`` (and offer --resume).
-
-    Raises ValueError when ``out`` (or one of its parents) is an existing file, and FileExistsError when ``out``
-    is a non-empty folder and neither ``overwrite`` nor ``resume`` is set, or when it holds entries that ``owns``
-    (a predicate on entry names: the verb's own outputs) does not claim, which --overwrite would not replace.
-    Every message names the folder and says what to do.
-    """
+def check_folder_path(out: str | os.PathLike, flag: str = "--out") -> Path:
+    """ValueError unless ``out`` can be a folder: neither it nor one of its parents is an existing file."""
     out = Path(out)
     blocker = _first_file_ancestor(out)
     if blocker is not None:
         what = f"{flag} {out}" if blocker == out else f"{flag} {out}: its parent {blocker}"
         raise ValueError(f"{what} is an existing file, not a folder; give a folder path")
+    return out
+
+
+def check_out_dir(out: str | os.PathLike, *, flag: str = "--out", overwrite: bool | None = None,
+                  resume: bool | None = None) -> Path:
+    """Validate a verb's output folder without writing anything; return it as a Path. ``overwrite`` / ``resume``:
+    the verb's flags of that name (None where the verb has no such flag; the message offers those it has).
+
+    Raises ValueError when ``out`` (or one of its parents) is an existing file, and FileExistsError when ``out``
+    is a non-empty folder and neither flag is set. Every message names the folder and says what to do.
+    """
+    out = check_folder_path(out, flag)
     if not out.is_dir():
         return out
     if not os.access(out, os.W_OK | os.X_OK):
         raise PermissionError(f"{flag} {out} is not writable; choose another folder")
     entries = list(out.iterdir())
-    if not entries or resume:
+    if not entries or overwrite or resume:
         return out
-    foreign = [p for p in entries if owns is not None and not owns(p.name)]
-    if foreign:  # --overwrite would not help: it replaces only a folder of the verb's own outputs
-        raise FileExistsError(f"{flag} {out} holds files this command did not write ({_names(foreign)}); "
-                              f"--overwrite replaces only a folder of its own outputs: move them away or "
-                              f"choose another {flag}")
-    if not overwrite:
-        how = "pass --overwrite to replace its outputs" if owns is not None else "pass --resume to continue the run in it"
-        raise FileExistsError(f"{flag} {out} is not empty (holds {_names(entries)}); {how}, or choose another {flag}")
-    return out
+    how = []
+    if overwrite is not None:
+        how.append("--overwrite to replace its outputs")
+    if resume is not None:
+        how.append("--resume to continue the run in it")
+    raise FileExistsError(f"{flag} {out} is not empty (holds {_names(entries)}); pass {' or '.join(how)}, or "
+                          f"choose another {flag}")
 
 
 def check_out_file(path: str | os.PathLike, *, flag: str = "--out", overwrite: bool = False,
@@ -161,9 +163,10 @@ def check_in_file(path: str | os.PathLike, label: str, what: str = "file", insid
 
 
 @contextlib.contextmanager
-def staged_dir(out: str | os.PathLike) -> Iterator[Path]:
+def staged_dir(out: str | os.PathLike, owns: Callable[[str], bool]) -> Iterator[Path]:
     """Yield an empty hidden folder beside ``out`` to write a verb's outputs into; when the block finishes,
-    the staged outputs replace ``out``'s contents as a whole (a missing ``out`` is created by renaming the staged
+    the staged outputs replace the verb's earlier outputs in ``out`` as a whole: every entry that ``owns`` claims
+    goes, every staged entry comes in, other entries stay (a missing ``out`` is created by renaming the staged
     folder). If the block raises, the staged folder is removed and ``out`` is left exactly as it was (a missing
     ``out`` stays missing, along with any parent folders this call created). Call :func:`check_out_dir` first."""
     out = Path(out)
@@ -183,12 +186,13 @@ def staged_dir(out: str | os.PathLike) -> Iterator[Path]:
         os.replace(stage, out)
         fsync_dir(out.parent)
         return
-    # replace the contents entry by entry (keeps the folder itself, which may be a mount point or the cwd);
-    # the old entries go to a trash folder first, so an interruption loses nothing
+    # replace the outputs entry by entry (keeps the folder itself, which may be a mount point or the cwd);
+    # the old outputs go to a trash folder first, so an interruption loses nothing
     trash = out.parent / f".{out.name}.{secrets.token_hex(4)}.old"
     trash.mkdir()
     for p in list(out.iterdir()):
-        os.replace(p, trash / p.name)
+        if owns(p.name):
+            os.replace(p, trash / p.name)
     for p in list(stage.iterdir()):
         os.replace(p, out / p.name)
     fsync_dir(out)

@@ -211,6 +211,10 @@ def _check_er_replaced(w: Path, log: str) -> None:
     assert not [p for p in w.iterdir() if p.name.startswith(".")]  # no staging folder left behind
 
 
+def _check_foreign_kept(w: Path, log: str) -> None:
+    assert (w / "full" / "keep.txt").read_text() == "mine" and len(list((w / "full").iterdir())) > 1
+
+
 def _check_er_skip(w: Path, log: str) -> None:
     assert [p.name for p in (w / "o" / "predictions").iterdir()] == ["a.png"] and "b.png" in log
 
@@ -434,12 +438,15 @@ CASES = [
       "--skip-bad", rc=0, changes=("o",), check=_check_er_skip),
     C("er-earlier-outputs-refused", "eval-real", "--images", f"{T}/images", "--vision", f"{T}/vision.pt",
       "--out", f"{T}/er_done", must=("er_done", "not empty", "--overwrite")),
-    C("er-foreign-folder-no-overwrite", "eval-real", "--images", f"{T}/images", "--vision", f"{T}/vision.pt",
-      "--out", f"{T}/full", must=("keep.txt", "did not write", "choose another --out")),
-    C("er-overwrite-foreign-folder", "eval-real", "--images", f"{T}/images", "--vision", f"{T}/vision.pt",
-      "--out", f"{T}/full", "--overwrite", must=("keep.txt", "did not write")),
+    C("er-foreign-folder-refused", "eval-real", "--images", f"{T}/images", "--vision", f"{T}/vision.pt",
+      "--out", f"{T}/full", must=("full", "keep.txt", "not empty", "--overwrite")),
+    C("er-overwrite-keeps-foreign-files", "eval-real", "--images", f"{T}/images", "--vision", f"{T}/vision.pt",
+      "--out", f"{T}/full", "--overwrite", rc=0, changes=("full/predictions", "full/overlays", "full/report.html",
+                                                          "full/per_image.csv"), check=_check_foreign_kept),
     C("er-out-is-images-folder", "eval-real", "--images", f"{T}/images", "--vision", f"{T}/vision.pt",
-      "--out", f"{T}/images", "--overwrite", must=("a.png", "did not write")),
+      "--out", f"{T}/images", "--overwrite", must=("is the --images folder", "choose another --out")),
+    C("er-out-is-masks-folder", "eval-real", "--images", f"{T}/images", "--masks", f"{T}/masks", "--vision",
+      f"{T}/vision.pt", "--out", f"{T}/masks", "--overwrite", must=("is the --masks folder",)),
     C("er-same-stem-no-masks", "eval-real", "--images", f"{T}/dup_images", "--vision", f"{T}/vision.pt",
       "--out", f"{T}/o", must=("share a stem", "a.jpg", "a.png")),
     C("er-same-stem-with-masks", "eval-real", "--images", f"{T}/dup_images", "--masks", f"{T}/masks", "--vision",
@@ -521,8 +528,9 @@ CASES = [
       "--overwrite", *EVAL_SIM, rc=0, changes=("es_done",), check=_check_es_replaced),
     C("es-earlier-results-refused", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/es_done", *EVAL_SIM,
       must=("es_done", "not empty", "--overwrite")),
-    C("es-overwrite-foreign-folder", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/full", "--overwrite",
-      *EVAL_SIM, must=("keep.txt", "did not write")),
+    C("es-overwrite-keeps-foreign-files", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/full",
+      "--overwrite", *EVAL_SIM, rc=0, changes=("full/metrics.json", "full/report.md", "full/rollout_0.gif"),
+      check=_check_foreign_kept),
     C("es-out-is-file", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/file.txt", *EVAL_SIM,
       must=("file.txt", "not a folder")),
     C("es-policy-missing", "eval-sim", "--policy", f"{T}/nope.pt", "--out", f"{T}/o", must=("nope.pt", "no such")),
@@ -569,8 +577,7 @@ CASES = [
       changes=("bench_done",), check=_check_bench),
     C("bench-earlier-results-refused", "bench", "--out", f"{T}/bench_done", *BENCH,
       must=("bench_done", "not empty", "--overwrite")),
-    C("bench-overwrite-foreign-folder", "bench", "--out", f"{T}/full", "--overwrite", *BENCH,
-      must=("keep.txt", "did not write")),
+    C("bench-foreign-folder-refused", "bench", "--out", f"{T}/full", *BENCH, must=("full", "not empty", "--overwrite")),
     C("bench-out-is-file", "bench", "--out", f"{T}/file.txt", *BENCH, must=("file.txt", "not a folder")),
     C("bench-batch-size-zero", "bench", "--batch-sizes", "0", must=("BenchConfig.batch_sizes",)),
     C("bench-bullet-workers-negative", "bench", "--bullet-configs", "2", "-1", must=("BenchConfig.bullet_configs",)),

@@ -93,6 +93,10 @@ class EvalRealConfig:
         check_device("EvalRealConfig", self.device)
 
 
+def _owns(name: str) -> bool:
+    return name in OUTPUT_NAMES
+
+
 def check_unique_stems(images: list[Path]) -> None:
     """ValueError when two images share a file stem (``a.png``, ``a.jpg``): their masks and their outputs
     (``predictions/<stem>.png``) could not be told apart."""
@@ -254,10 +258,13 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
     images = list_images(cfg.images)
     check_unique_stems(images)
     masks = find_masks(images, Path(cfg.masks)) if cfg.masks is not None else None
-    out = check_out_dir(cfg.out, overwrite=cfg.overwrite, owns=lambda name: name in OUTPUT_NAMES)
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
+    for flag, folder in (("--images", cfg.images), ("--masks", cfg.masks)):
+        if folder is not None and out.resolve() == Path(folder).resolve():
+            raise ValueError(f"--out {out} is the {flag} folder; choose another --out")
     check_in_file(cfg.vision, "EvalRealConfig.vision", "vision checkpoint", inside="checkpoint.pt")
     seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.device, precision=cfg.precision)
-    with staged_dir(out) as stage:
+    with staged_dir(out, _owns) as stage:
         result = _evaluate(cfg, images, masks, seg, stage)
     log.info("wrote eval-real outputs for %d images to %s", result["num_images"], out)
     return result
