@@ -156,6 +156,7 @@ def template(tmp_path_factory) -> Path:
 def world(template: Path, tmp_path: Path) -> Path:
     dst = tmp_path / "w"
     shutil.copytree(template, dst)
+    (tmp_path / "template").symlink_to(template)  # the untouched originals, for checks that compare with them
     return dst
 
 
@@ -255,6 +256,17 @@ def _check_repaired(w: Path, log: str) -> None:
     assert [e.attrs["scene_index"] for e in read_episodes(w / "broken.h5")] == [first[0], first[2]]
     assert not (w / "broken.h5.parts").exists()
     assert "demo_1" in log and "dropped 1" in log
+
+
+def _check_repair_keeps_all(w: Path, log: str) -> None:
+    from graspsim.dataset import read_episodes
+
+    assert "dropped 0" in log
+    for a, b in zip(read_episodes(w / "demos.h5"), read_episodes(w.parent / "template" / "demos.h5"), strict=True):
+        for k in a.obs:
+            np.testing.assert_array_equal(a.obs[k], b.obs[k])
+        np.testing.assert_array_equal(a.actions, b.actions)
+        assert a.attrs == b.attrs
 
 
 def _check_media(w: Path, log: str) -> None:
@@ -391,6 +403,8 @@ CASES = [
       changes=("broken.h5", "broken.h5.parts"), check=_check_repaired),
     C("inspect-repair-not-hdf5", "inspect", f"{T}/garbage.h5", "--repair", must=("garbage.h5", "not a readable HDF5")),
     C("inspect-repair-missing-file", "inspect", f"{T}/nope/x.h5", "--repair", must=("x.h5", "not found")),
+    C("inspect-repair-healthy-file", "inspect", f"{T}/demos.h5", "--no-media", "--repair", rc=0, changes=("demos.h5",),
+      check=_check_repair_keeps_all),
     C("inspect-no-path", "inspect", must=("PATH",), ours=False),
     # --- train-vision
     C("tv-tiny-run", "train-vision", "--out", f"{T}/tv", *TRAIN_VISION, rc=0, changes=("tv",), check=_check_tv),
@@ -465,6 +479,8 @@ CASES = [
       f"{T}/vision.pt", "--out", f"{T}/o", must=("file.txt", "not a folder")),
     C("er-corrupt-image-writes-nothing", "eval-real", "--images", f"{T}/bad_images", "--vision", f"{T}/vision.pt",
       "--out", f"{T}/o", must=("b.png", "cannot read")),
+    C("er-failure-removes-created-parents", "eval-real", "--images", f"{T}/bad_images", "--vision", f"{T}/vision.pt",
+      "--out", f"{T}/n1/n2/o", must=("b.png", "cannot read")),
     C("er-all-skipped-writes-nothing", "eval-real", "--images", f"{T}/all_bad", "--vision", f"{T}/vision.pt",
       "--out", f"{T}/o", "--skip-bad", must=("no readable images",)),
     C("er-images-missing", "eval-real", "--images", f"{T}/nope", "--vision", f"{T}/vision.pt", "--out", f"{T}/o",
@@ -715,6 +731,27 @@ def test_collect_overwrite_keeps_the_old_file_until_the_new_one_is_complete(worl
         collect(dataclasses.replace(cfg, seed=4), progress_fn=fail)
     assert hashlib.sha256((world / "demos.h5").read_bytes()).hexdigest() == before
     assert not [p for p in world.iterdir() if ".overwrite" in p.name]
+
+
+def test_interrupted_eval_real_overwrite_keeps_the_earlier_outputs(world: Path, monkeypatch, capsys):
+    """Ctrl-C halfway through writing the new outputs: exit 130, the earlier outputs are all still there."""
+    import vision.evaluate as ev
+
+    calls = []
+    real = ev.write_png
+
+    def interrupted(*a, **k):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real(*a, **k)
+
+    monkeypatch.setattr(ev, "write_png", interrupted)
+    before = snapshot(world)
+    rc = run_cli(["eval-real", "--images", f"{world}/images", "--vision", f"{world}/vision.pt", "--out",
+                  f"{world}/er_done", "--overwrite"])
+    assert rc == 130 and "interrupted" in capsys.readouterr().err
+    assert not _changed(before, snapshot(world))  # no new file, no staging folder, nothing of er_done lost
 
 
 def test_frame_averaged_metrics_are_not_dominated_by_one_big_frame():
