@@ -42,9 +42,13 @@ from typing import Callable, Optional, Tuple
 import torch
 
 from graspsim import GraspEnv, SimConfig
-from graspsim.fileio import atomic_write_text, replace_atomically
+from graspsim.config import check_device
+from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically, staged_dir
 
 log = logging.getLogger(__name__)
+
+OUTPUTS = ("bench.json", "fps_vs_batch.png")
+"""The files bench writes into --out."""
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,10 @@ class BenchConfig:
     """Throughput benchmark: batched torch simulator vs the pybullet backend (see module docstring)."""
 
     out: Path = Path("runs/bench")
-    """Output folder for bench.json and fps_vs_batch.png (created; existing files are replaced atomically)."""
+    """Output folder for bench.json and fps_vs_batch.png (created). A non-empty folder is refused unless --overwrite
+    is given."""
+    overwrite: bool = False
+    """Replace the earlier bench outputs in --out as a whole (the new ones are swapped in when complete)."""
     image_size: int = 64
     """Wrist image size (pixels) for every measurement."""
     batch_sizes: Tuple[int, ...] = (1, 4, 16, 64, 256, 512, 1024)
@@ -115,10 +122,11 @@ class BenchConfig:
             raise ValueError(f"BenchConfig.threads must be non-negative ints (0 = default); got {self.threads!r}")
         if not self.target_speedup > 0:
             raise ValueError(f"BenchConfig.target_speedup must be positive; got {self.target_speedup!r}")
-        for name in ("vision_checkpoint", "control_checkpoint"):
+        for name, inside in (("vision_checkpoint", "checkpoint.pt"), ("control_checkpoint", "best.pt")):
             p = getattr(self, name)
-            if p is not None and not Path(p).is_file():
-                raise FileNotFoundError(f"BenchConfig.{name}: no such file {str(p)!r}")
+            if p is not None:
+                check_in_file(p, f"BenchConfig.{name}", "checkpoint", inside=inside)
+        check_device("BenchConfig", self.device)
 
 
 # ----------------------------------------------------------------------------- memory
@@ -462,8 +470,7 @@ def bench(cfg: BenchConfig) -> dict:
 
     import pybullet
 
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     sim = dataclasses.replace(cfg.sim, image_size=cfg.image_size)
     old_threads = torch.get_num_threads()
     t_start = time.perf_counter()
@@ -538,9 +545,10 @@ def bench(cfg: BenchConfig) -> dict:
         if cfg.profile and short:
             result["profile"] = profile_torch_step(sim, best_t["batch"], cfg.device, cfg.seed)
         result["total_seconds"] = time.perf_counter() - t_start
-        _write_json(out / "bench.json", result)
-        if cfg.plot:
-            plot_fps(result, out / "fps_vs_batch.png")
+        with staged_dir(out, OUTPUTS.__contains__) as stage:  # replaces --out's earlier outputs as a whole
+            _write_json(stage / "bench.json", result)
+            if cfg.plot:
+                plot_fps(result, stage / "fps_vs_batch.png")
         log.info("wrote %s in %.0f s", out / "bench.json", result["total_seconds"])
         return result
     finally:

@@ -22,6 +22,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional, Tuple
@@ -30,7 +31,8 @@ import numpy as np
 import torch
 
 from graspsim import FAILURE_NAMES, SimConfig
-from graspsim.fileio import replace_atomically
+from graspsim.config import check_device
+from graspsim.fileio import check_in_file, check_out_dir, replace_atomically, staged_dir
 
 from .policy import MaskPolicy
 from .rollout import RolloutResult, episode_seeds, rollout
@@ -38,6 +40,8 @@ from .train import atomic_write_text, generator, make_mask_fn, stream_seed
 
 log = logging.getLogger(__name__)
 
+OUTPUTS = re.compile(r"^(metrics\.json|report\.md|rollout_\d+\.gif)$")
+"""Names of the files eval-sim writes into --out."""
 MOVING_SPEED = (0.005, 0.02)
 """Target drift speeds (m/s) of --moving-target; training uses (0, 0)."""
 
@@ -49,7 +53,8 @@ class EvalSimConfig:
     policy: Path
     """Control checkpoint (graspsim dagger: policy.pt or checkpoints/iter_NNN.pt)."""
     out: Path
-    """Output folder (created): metrics.json, rollout GIFs, report.md."""
+    """Output folder (created): metrics.json, rollout GIFs, report.md. A non-empty folder is refused unless
+    --overwrite is given."""
     vision: Optional[Path] = None
     """Vision checkpoint (graspsim train-vision); needed for --masks predicted."""
     masks: Optional[Literal["gt", "predicted"]] = None
@@ -74,6 +79,8 @@ class EvalSimConfig:
     """torch.set_num_threads (0 = leave the default)."""
     progress: bool = True
     """Show a progress bar."""
+    overwrite: bool = False
+    """Replace the earlier eval-sim outputs in --out as a whole (the new ones are swapped in when complete)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration (randomization ranges, episode length)."""
 
@@ -82,10 +89,9 @@ class EvalSimConfig:
         object.__setattr__(self, "out", Path(self.out))
         if self.vision is not None:
             object.__setattr__(self, "vision", Path(self.vision))
-        if not self.policy.is_file():
-            raise FileNotFoundError(f"EvalSimConfig.policy: no such checkpoint {self.policy}")
-        if self.vision is not None and not self.vision.is_file():
-            raise FileNotFoundError(f"EvalSimConfig.vision: no such checkpoint {self.vision}")
+        check_in_file(self.policy, "EvalSimConfig.policy", "control checkpoint", inside="best.pt")
+        if self.vision is not None:
+            check_in_file(self.vision, "EvalSimConfig.vision", "vision checkpoint", inside="checkpoint.pt")
         if self.masks not in (None, "gt", "predicted"):
             raise ValueError(f"EvalSimConfig.masks must be 'gt' or 'predicted'; got {self.masks!r}")
         if self.masks == "predicted" and self.vision is None:
@@ -105,6 +111,7 @@ class EvalSimConfig:
             raise ValueError(f"EvalSimConfig.backend must be 'torch' or 'bullet'; got {self.backend!r}")
         if not isinstance(self.threads, int) or self.threads < 0:
             raise ValueError(f"EvalSimConfig.threads must be a non-negative int; got {self.threads!r}")
+        check_device("EvalSimConfig", self.device)
 
     @property
     def mask_source(self) -> str:
@@ -119,6 +126,10 @@ class EvalSimConfig:
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+
+def _owns(name: str) -> bool:
+    return bool(OUTPUTS.match(name))
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -189,13 +200,12 @@ def evaluate_sim(cfg: EvalSimConfig) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     dev = torch.device(cfg.device)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     policy = MaskPolicy.from_checkpoint(cfg.policy, dev)
     sim = cfg.eval_sim_config()
     if policy.cfg.image_size != sim.image_size:
         raise ValueError(f"policy was trained at image_size {policy.cfg.image_size}, sim.image_size is {sim.image_size}")
     mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev)
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
     env = _make_env(cfg.backend, sim, min(cfg.num_envs, cfg.episodes), cfg.device, stream_seed(cfg.seed, 0, 5))
     bar = Progress(TextColumn("[bold]eval-sim"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -218,14 +228,15 @@ def evaluate_sim(cfg: EvalSimConfig) -> dict:
         "config": cfg.to_dict(),
     })
     gifs = []
-    for k, fr in sorted(res.frames.items()):
-        name = f"rollout_{k}.gif"
-        outcome = FAILURE_NAMES[int(res.failure[k])]
-        write_gif(out / name, fr["rgb"], fr["mask"], f"ep {k}: {outcome} ({cfg.mask_source} mask)")
-        gifs.append({"file": name, "outcome": outcome, "steps": int(res.steps[k])})
-    metrics["gifs"] = gifs
-    atomic_write_text(out / "metrics.json", json.dumps(metrics, indent=2))
-    atomic_write_text(out / "report.md", report_markdown(metrics))
+    with staged_dir(out, _owns) as stage:  # replaces --out's earlier outputs as a whole
+        for k, fr in sorted(res.frames.items()):
+            name = f"rollout_{k}.gif"
+            outcome = FAILURE_NAMES[int(res.failure[k])]
+            write_gif(stage / name, fr["rgb"], fr["mask"], f"ep {k}: {outcome} ({cfg.mask_source} mask)")
+            gifs.append({"file": name, "outcome": outcome, "steps": int(res.steps[k])})
+        metrics["gifs"] = gifs
+        atomic_write_text(stage / "metrics.json", json.dumps(metrics, indent=2))
+        atomic_write_text(stage / "report.md", report_markdown(metrics))
     lo, hi = metrics["success_ci95"]
     log.info("eval-sim: success %.1f%% (95%% CI %.1f-%.1f) over %d episodes, masks=%s, moving=%s, failures %s",
              100 * metrics["success_rate"], 100 * lo, 100 * hi, metrics["num_episodes"], cfg.mask_source,

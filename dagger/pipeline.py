@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from graspsim import SimConfig
+from graspsim.config import check_device
+from graspsim.fileio import check_folder_path, check_in_file, check_out_dir
 
 from .train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
 
@@ -127,11 +129,11 @@ class PipelineConfig:
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"PipelineConfig.seed must be a non-negative int; got {self.seed!r}")
         if self.vision_checkpoint is not None:
-            object.__setattr__(self, "vision_checkpoint", Path(self.vision_checkpoint))
-            if not self.vision_checkpoint.is_file():
-                raise FileNotFoundError(f"PipelineConfig.vision_checkpoint {self.vision_checkpoint} is not a file")
+            object.__setattr__(self, "vision_checkpoint", check_in_file(self.vision_checkpoint, "PipelineConfig.vision_checkpoint",
+                                                                        "vision checkpoint", inside="checkpoint.pt"))
         if not isinstance(self.gifs, int) or self.gifs < 0:
             raise ValueError(f"PipelineConfig.gifs must be an int >= 0; got {self.gifs!r}")
+        check_device("PipelineConfig", self.device)
 
     def budgets(self) -> dict[str, int]:
         b = dict(PRESETS[self.preset])
@@ -170,9 +172,8 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
         torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
     name = cfg.name or f"pipeline__{cfg.preset}__{cfg.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    out = cfg.runs_dir / name
-    if out.exists() and not cfg.resume:
-        raise FileExistsError(f"{out} already exists; pass --resume to continue it or choose another --name")
+    check_folder_path(cfg.runs_dir, flag="--runs-dir")
+    out = check_out_dir(cfg.runs_dir / name, flag="--runs-dir/--name", resume=cfg.resume)
     out.mkdir(parents=True, exist_ok=True)
     b = cfg.budgets()
     atomic_write_text(out / "config.json", json.dumps(cfg.to_dict(), indent=2))
@@ -198,6 +199,9 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
             stored = load_checkpoint(vckpt).get("metrics") or {}
             summary["vision"] = {"checkpoint": str(vckpt), **_vision_summary(stored)}
     elif "vision" not in summary:
+        if vdir.is_dir() and not vckpt.exists():  # stopped before its first checkpoint: nothing to keep
+            log.info("pipeline: %s holds no checkpoint yet; starting the vision stage afresh", vdir)
+            shutil.rmtree(vdir)
         vcfg = TrainVisionConfig(out=vdir, steps=b["vision_steps"], batch_size=b["vision_batch"], seed=cfg.seed,
                                  val_every=max(1, b["vision_steps"] // 3), ckpt_every=max(1, b["vision_steps"] // 3),
                                  n_val=(1024 if b["vision_steps"] >= 1000 else 512) if b["vision_steps"] >= 100 else 32,
@@ -217,7 +221,7 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
             out=rdir, iterations=b["iterations"], episodes_per_iter=b["episodes_per_iter"],
             eval_episodes=b["dagger_eval_episodes"], num_envs=b["num_envs"], train_steps=b["train_steps"],
             masks=cfg.masks, vision=vckpt if cfg.masks == "predicted" else None, seed=cfg.seed,
-            resume=(rdir / "metrics.json").exists(), sim=cfg.sim, **common, **extra,
+            resume=rdir.is_dir(), sim=cfg.sim, **common, **extra,
         )
         res = _stage(summary, key, lambda: run_dagger(dcfg), out)
         summary[key] = {k: res[k] for k in ("final_eval_success", "samples", "iterations", "checkpoint",
@@ -237,7 +241,7 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
             continue
         ecfg = EvalSimConfig(policy=out / run / "best.pt", out=out / key, vision=vckpt if masks == "predicted" else None,
                              masks=masks, episodes=b["eval_episodes"], seed=cfg.seed, num_envs=b["num_envs"],
-                             moving_target=moving, gifs=cfg.gifs, sim=cfg.sim, **common)
+                             moving_target=moving, gifs=cfg.gifs, sim=cfg.sim, overwrite=True, **common)
         res = _stage(summary, key, lambda: evaluate_sim(ecfg), out)
         summary[key] = {k: res[k] for k in ("success_rate", "num_episodes", "success_ci95", "failures", "masks",
                                             "moving_target", "target_speed", "gifs")}

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from graspsim.env import GRIPPER_DIM
-from graspsim.fileio import replace_atomically
+from graspsim.fileio import check_in_file, replace_atomically
 
 from .model import ControlNet, ControlNetConfig, to_action
 
@@ -40,9 +40,7 @@ def save_checkpoint(path: str | os.PathLike, model: ControlNet, optimizer: torch
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
     """Read a control checkpoint; FileNotFoundError if missing, ValueError if it is not one."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"control checkpoint not found: {path}")
+    path = check_in_file(path, "control checkpoint", "control checkpoint", inside="best.pt")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as e:  # corrupt or not a torch file

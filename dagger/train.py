@@ -45,8 +45,8 @@ import torch
 import torch.nn.functional as F
 
 from graspsim import GraspEnv, SimConfig
-from graspsim.config import from_dict
-from graspsim.fileio import atomic_write_text, replace_atomically
+from graspsim.config import check_device, from_dict
+from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically
 
 from .data import Aggregate, iteration_file, write_iteration
 from .model import ControlNet, ControlNetConfig, count_parameters
@@ -65,7 +65,8 @@ class DaggerConfig:
     """Train the mask-driven control net by DAgger (or behaviour cloning with --schedule constant --beta-start 1)."""
 
     out: Path
-    """Run folder (created): config.json, data/, checkpoints/, policy.pt, metrics.json/csv, tb/, learning_curve.png."""
+    """Run folder (created): config.json, data/, checkpoints/, policy.pt, metrics.json/csv, tb/, learning_curve.png.
+    A non-empty folder is refused unless --resume is given."""
     iterations: int = 5
     """DAgger iterations (iteration 0 is expert-only). With --resume: the total."""
     episodes_per_iter: int = 128
@@ -150,8 +151,8 @@ class DaggerConfig:
             raise ValueError(f"DaggerConfig.masks must be 'gt' or 'predicted'; got {self.masks!r}")
         if self.masks == "predicted" and self.vision is None:
             raise ValueError("DaggerConfig: --masks predicted needs --vision CKPT (a train-vision checkpoint)")
-        if self.vision is not None and not self.vision.is_file():
-            raise FileNotFoundError(f"DaggerConfig.vision: no such checkpoint {self.vision}")
+        if self.vision is not None:
+            check_in_file(self.vision, "DaggerConfig.vision", "vision checkpoint", inside="checkpoint.pt")
         if not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"DaggerConfig.seed must be a non-negative int; got {self.seed!r}")
         if not isinstance(self.threads, int) or self.threads < 0:
@@ -159,10 +160,7 @@ class DaggerConfig:
         # the net's input size and velocity scale are the simulator's
         object.__setattr__(self, "model", dataclasses.replace(self.model, image_size=self.sim.image_size,
                                                               max_speed=self.sim.max_speed))
-        try:
-            torch.device(self.device)
-        except (RuntimeError, TypeError) as e:
-            raise ValueError(f"DaggerConfig.device {self.device!r} is not a torch device ({e})") from e
+        check_device("DaggerConfig", self.device)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
@@ -291,19 +289,20 @@ def _progress(enabled: bool):
 def _check_resume(cfg: DaggerConfig, out: Path) -> list[dict]:
     """Finished iteration rows of an existing run (validating its config), or [] for a fresh run."""
     metrics = out / "metrics.json"
-    if not cfg.resume:
-        if metrics.exists() or (out / "policy.pt").exists():
-            raise FileExistsError(f"{out} already holds a DAgger run; pass --resume to continue it or choose another --out")
+    if not cfg.resume:  # a fresh run: check_out_dir has refused a non-empty folder
         return []
     if not metrics.exists():
         log.info("--resume: %s has no finished iteration; starting fresh", out)
         return []
-    old = json.loads((out / "config.json").read_text())
+    try:
+        old = json.loads((out / "config.json").read_text())
+        rows = json.loads(metrics.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--resume: {out} is not a readable DAgger run folder ({e}); choose another --out") from None
     new = cfg.to_dict()
     diff = sorted(k for k in set(old) | set(new) if k not in RESUMABLE_KEYS and old.get(k) != new.get(k))
     if diff:
         raise ValueError(f"--resume: config of {out} differs in {diff}; only {list(RESUMABLE_KEYS)} may change")
-    rows = json.loads(metrics.read_text())
     for r in rows:
         ck = out / "checkpoints" / f"iter_{r['iteration']:03d}.pt"
         if not ck.is_file():
@@ -320,9 +319,10 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     dev = torch.device(cfg.device)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = check_out_dir(cfg.out, resume=cfg.resume)
     rows = _check_resume(cfg, out)
+    mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
+    out.mkdir(parents=True, exist_ok=True)
     (out / "checkpoints").mkdir(exist_ok=True)
     atomic_write_text(out / "config.json", json.dumps(cfg.to_dict(), indent=2))
 
@@ -339,7 +339,6 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
     else:
         data = Aggregate(cfg.sim.image_size, dev)
     model.eval()
-    mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)
     policy = MaskPolicy(model, dev)
     heldout = episode_seeds(cfg.seed, "heldout", 0, cfg.eval_episodes)
     tb = SummaryWriter(str(out / "tb"))

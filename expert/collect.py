@@ -30,7 +30,9 @@ import numpy as np
 import torch
 
 from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, State, observe, sample_scenes
+from graspsim.config import check_device
 from graspsim.dataset import EpisodeRecorder, EpisodeWriter, demo_attrs, describe
+from graspsim.fileio import check_out_file
 
 from .fsm import FSMExpert
 
@@ -58,7 +60,7 @@ class CollectConfig:
     resume: bool = False
     """Continue an existing file up to --episodes (its stored config must match this one)."""
     overwrite: bool = False
-    """Replace an existing file."""
+    """Replace an existing file (the old one is kept until the new one is complete)."""
     device: str = "cpu"
     """Torch device for simulation and rendering."""
     compression: str = "gzip"
@@ -94,10 +96,7 @@ class CollectConfig:
             raise ValueError(f"CollectConfig.valid_fraction must be in [0, 1); got {self.valid_fraction!r}")
         if self.resume and self.overwrite:
             raise ValueError("CollectConfig: --resume and --overwrite exclude each other")
-        try:
-            torch.device(self.device)
-        except (RuntimeError, TypeError) as e:
-            raise ValueError(f"CollectConfig.device {self.device!r} is not a torch device ({e})") from e
+        check_device("CollectConfig", self.device)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -161,6 +160,7 @@ def collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None = Non
     Ctrl-C commits the finished episodes, consolidates the file and re-raises KeyboardInterrupt.
     """
     device = torch.device(cfg.device)
+    check_out_file(cfg.out, overwrite=cfg.overwrite, resume=cfg.resume)
     writer = EpisodeWriter(
         cfg.out, cfg.to_dict(), resume=cfg.resume, overwrite=cfg.overwrite, env_args=_env_args(cfg),
         ignore_keys=RESUMABLE_KEYS, compression=None if cfg.compression == "none" else cfg.compression,
@@ -180,9 +180,15 @@ def collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None = Non
             new_eps, new_steps, scene_steps, n_success = _run(cfg, writer, device, start, next_scene, n_success,
                                                               progress_fn)
     except KeyboardInterrupt:
+        if not writer.num_episodes:  # nothing to keep: leave no empty file behind (and an old one untouched)
+            writer.abort()
+            raise
         log.warning("interrupted: %d episodes committed to %s", writer.num_episodes, cfg.out)
         _split(cfg, writer)
         writer.close()
+        raise
+    except BaseException:
+        writer.abort()  # a new file with nothing in it is removed; --overwrite keeps the old file
         raise
     _split(cfg, writer)
     writer.close()

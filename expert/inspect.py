@@ -16,8 +16,8 @@ from typing import Any, Optional
 import numpy as np
 import tyro
 
-from graspsim.dataset import Episode, describe, read_episodes
-from graspsim.fileio import replace_atomically
+from graspsim.dataset import Episode, describe, read_episodes, repair
+from graspsim.fileio import check_folder_path, check_out_file, replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +42,11 @@ class InspectConfig:
     """Integer upscaling of each image (nearest neighbour)."""
     media: bool = True
     """Write the PNG and GIF (--no-media prints the summary only)."""
+    overwrite: bool = False
+    """Replace an existing PNG or GIF (otherwise an existing one is refused)."""
+    repair: bool = False
+    """Repair a damaged file first: keep every readable episode (renumbered in order), drop the unreadable ones
+    and report them, and consolidate the rest into one file that ``collect --resume`` can continue."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
@@ -115,21 +120,26 @@ def inspect(cfg: InspectConfig) -> dict[str, Any]:
     """Print a summary table of ``cfg.path`` and write the contact sheet / GIF; return the summary dict."""
     from PIL import Image
 
+    repaired = repair(cfg.path) if cfg.repair else None
     info = describe(cfg.path)
     summary = dict(info)
+    if repaired is not None:
+        summary["repair"] = repaired
     if cfg.media:
         if info["episodes"] == 0:
             raise ValueError(f"{cfg.path} holds no episodes to draw")
         if cfg.demo >= info["episodes"]:
             raise ValueError(f"InspectConfig.demo={cfg.demo} but {cfg.path} holds demos 0..{info['episodes'] - 1}")
         out = Path(cfg.out) if cfg.out is not None else cfg.path.parent
-        out.mkdir(parents=True, exist_ok=True)
         stem = f"{cfg.path.stem}_demo{cfg.demo}"
         png = Path(cfg.png) if cfg.png is not None else out / f"{stem}.png"
         gif = Path(cfg.gif) if cfg.gif is not None else out / f"{stem}.gif"
-        for p in (png, gif):
-            if not p.parent.is_dir():
-                raise FileNotFoundError(f"output folder does not exist: {p.parent}")
+        check_folder_path(out)
+        for p, flag in ((png, "--png"), (gif, "--gif")):
+            check_out_file(p, flag=flag, overwrite=cfg.overwrite)
+            if p.parent != out and not p.parent.is_dir():
+                raise FileNotFoundError(f"{flag} {p}: folder {p.parent} does not exist; create it or give another path")
+        out.mkdir(parents=True, exist_ok=True)
         ep = next(read_episodes(cfg.path, keys=[k for k in ("rgb", "mask") if f"obs/{k}" in info["arrays"]],
                                 demos=[cfg.demo]))
         outcome = ep.attrs.get("failure", "success" if ep.attrs.get("success") else "?")
@@ -153,11 +163,19 @@ def _print_summary(s: dict[str, Any]) -> None:
     t.add_column("value")
     rate = s["success_rate"]
     med = s["median_steps_success"]
+    if not s["episodes"]:
+        success = "-"
+    elif math.isnan(rate):
+        success = "unknown (the episodes have no 'success' attribute)"
+    else:
+        success = f"{100 * rate:.2f}%"
+        if s.get("success_known", s["episodes"]) < s["episodes"]:
+            success += f" (of the {s['success_known']} episodes that record success)"
     rows = [
         ("format", s["format"] or "(none)"),
         ("episodes", str(s["episodes"])),
         ("steps", f"{s['steps']} (mean {s['mean_steps']:.1f} per episode)" if s["episodes"] else "0"),
-        ("success rate", "-" if math.isnan(rate) else f"{100 * rate:.2f}%"),
+        ("success rate", success),
         ("median steps to success", "-" if math.isnan(med) else f"{med:g}"),
         ("outcomes", ", ".join(f"{k}: {v}" for k, v in sorted(s["failures"].items())) or "-"),
         ("layout", "single file" if s["consolidated"] else "index + parts (unfinished or interrupted run)"),
@@ -167,6 +185,11 @@ def _print_summary(s: dict[str, Any]) -> None:
     for k in ("png", "gif"):
         if k in s:
             rows.append((k, s[k]))
+    if "repair" in s:
+        r = s["repair"]
+        dropped = ", ".join(f"{d['demo']} ({d['reason']})" for d in r["dropped"]) or "none"
+        rows.append(("repair", f"kept {r['kept']} episode(s), dropped {len(r['dropped'])}: {dropped}"
+                     + (f"; renumbered {len(r['renumbered'])}" if r["renumbered"] else "")))
     for r in rows:
         t.add_row(*r)
     a = Table(title="arrays of demo_0")

@@ -37,6 +37,31 @@ def _check_positive(owner: str, name: str, value: Any, allow_zero: bool = False)
         raise ValueError(f"{owner}.{name} must be a finite {'non-negative' if allow_zero else 'positive'} number; got {value!r}")
 
 
+def check_device(owner: str, value: Any) -> None:
+    """The one check of every config's ``device`` field: a torch device this machine has (cpu, cuda, cuda:N,
+    mps). Raises ValueError naming the field and what to use instead."""
+    import torch
+
+    try:
+        dev = torch.device(value)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{owner}.device {value!r} is not a torch device; use cpu or cuda (cuda:N for one GPU)") from None
+    if dev.type == "cpu":
+        return
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{owner}.device {value!r}: CUDA is not available on this machine; use --device cpu")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"{owner}.device {value!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+                             f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
+        return
+    if dev.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"{owner}.device {value!r}: MPS is not available on this machine; use --device cpu")
+        return
+    raise ValueError(f"{owner}.device {value!r}: graspsim runs on cpu, cuda or mps, not {dev.type}")
+
+
 @dataclass(frozen=True)
 class RandomizationConfig:
     """Per-scene ranges sampled at every reset (uniform unless stated)."""

@@ -32,6 +32,14 @@ copied as they are) into one self-contained file, renames it over ``PATH`` and r
 folder. Resuming a consolidated file hard-links it into the parts folder as the first part, so old
 episodes are never rewritten while appending. Each append costs the new episodes plus an index of one
 link per episode, so appending stays cheap for thousands of episodes.
+
+Overwriting an existing file writes the new one under a hidden name beside it (``.<name>.overwrite``) and
+renames it over ``PATH`` only when it is closed; until then (and after a failure, :meth:`EpisodeWriter.abort`)
+the old file is untouched.
+
+Repair: if a part file is damaged or missing (disk trouble, a copy that missed it), :func:`repair` rewrites the
+file with every episode that still reads back, renumbered in order, and reports the dropped ones; ``graspsim
+inspect PATH --repair`` runs it, and ``graspsim collect --resume`` continues the repaired file.
 """
 
 from __future__ import annotations
@@ -239,6 +247,37 @@ def _sorted_demos(data: h5py.Group) -> list[str]:
     return sorted(names, key=demo_index)
 
 
+def _lock_path(path: Path) -> Path:
+    return path.parent / f".{path.name}.lock"
+
+
+def _acquire_lock(path: Path) -> int | None:
+    """Take the one-writer lock of episode file ``path`` (POSIX; None elsewhere); ValueError if it is held."""
+    if fcntl is None:
+        return None
+    lock = _lock_path(path)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        raise ValueError(f"{path} is being written by another process (lock {lock} is held)") from e
+    return fd
+
+
+def _release_lock(path: Path, fd: int | None) -> None:
+    if fd is None:
+        return
+    with contextlib.suppress(OSError):
+        _lock_path(path).unlink()
+    os.close(fd)
+
+
+def _staging_path(path: Path) -> Path:
+    """Where an --overwrite writes the new file until it is closed (hidden, beside ``path``)."""
+    return path.parent / f".{path.name}.overwrite"
+
+
 def parts_dir(path: str | os.PathLike) -> Path:
     """Folder holding the part files of an unconsolidated episode file ``path``."""
     p = Path(path)
@@ -295,7 +334,7 @@ class EpisodeWriter:
     def __init__(self, path: str | os.PathLike, config: dict, *, resume: bool = False, overwrite: bool = False,
                  env_args: dict | None = None, ignore_keys: Collection[str] = (), compression: str | None = "gzip",
                  compression_level: int = 1, consolidate: bool = True):
-        self.path = Path(path)
+        self.path = self.final = Path(path)  # path: where the index is written; final: the file the caller named
         if resume and overwrite:
             raise ValueError("EpisodeWriter: choose either resume or overwrite, not both")
         if compression not in (None, "gzip", "lzf"):
@@ -336,14 +375,18 @@ class EpisodeWriter:
             raise FileExistsError(f"{self.path} already exists; resume it (--resume) or replace it (--overwrite)")
         if exists and resume:
             self._load_existing(ignore_keys)  # validates before anything is written
+        self._created = not exists  # this writer starts the file (abort() removes it if nothing was committed)
         self._lock()
         try:
             self._remove_stale_temps()
+            if exists and overwrite:
+                # the new file is written beside the old one and replaces it only on close (see close/abort)
+                log.info("overwriting %s (the old file is kept until the new one is closed)", self.final)
+                self.path = _staging_path(self.final)
+                self.parts = parts_dir(self.path)
+            elif resume and not exists:
+                log.info("%s does not exist; starting a new file", self.path)
             if not (exists and resume):
-                if exists:
-                    log.info("overwriting %s", self.path)
-                elif resume:
-                    log.info("%s does not exist; starting a new file", self.path)
                 self._write_index()
             self._collect_garbage()
         except BaseException:
@@ -433,12 +476,39 @@ class EpisodeWriter:
         """Consolidate (if enabled and needed) and release the file. Safe to call twice."""
         if self._closed:
             return
+        if self.path != self.final and not self._demos:  # an --overwrite that wrote nothing keeps the old file
+            self.abort()
+            return
         try:
-            if self.consolidate or (self._masks_dirty and any(w is None for w in self._where.values())):
+            staged = self.path != self.final  # a staged file must be self-contained before it is renamed
+            if self.consolidate or staged or (self._masks_dirty and any(w is None for w in self._where.values())):
                 self._consolidate()
             elif self._masks_dirty:
                 self._write_index()
                 self._masks_dirty = False
+            if self.path != self.final:  # the new file is complete: it replaces the old one (and its parts)
+                os.replace(self.path, self.final)
+                fsync_dir(self.final.parent)
+                shutil.rmtree(parts_dir(self.final), ignore_errors=True)
+                self.path, self.parts = self.final, parts_dir(self.final)
+        finally:
+            self._closed = True
+            self._unlock()
+
+    def abort(self) -> None:
+        """Give up after a failure, keeping what was there before: an overwrite's new file is dropped (the old
+        file stays as it was); a file this writer started is removed if no episode was committed; otherwise the
+        committed episodes stay as an interrupted file that a resumed writer continues. Safe after close."""
+        if self._closed:
+            return
+        try:
+            if self.path != self.final:
+                log.warning("%s was not replaced: %d new episode(s) discarded", self.final, len(self._demos))
+                self._remove_staging()
+            elif self._created and not self._demos:
+                with contextlib.suppress(FileNotFoundError):
+                    self.path.unlink()
+                shutil.rmtree(self.parts, ignore_errors=True)
         finally:
             self._closed = True
             self._unlock()
@@ -446,8 +516,11 @@ class EpisodeWriter:
     def __enter__(self) -> "EpisodeWriter":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is not None and self.path != self.final:
+            self.abort()  # a failed overwrite keeps the old file
+        else:
+            self.close()
 
     # ---------------------------------------------------------------- internals
     @staticmethod
@@ -455,28 +528,15 @@ class EpisodeWriter:
         return f"part-{i:06d}.h5"
 
     def _lock(self) -> None:
-        if fcntl is None:
-            return
-        lock = self.path.parent / f".{self.path.name}.lock"
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            raise ValueError(f"{self.path} is being written by another process (lock {lock} is held)") from e
-        self._lock_fd = fd
+        self._lock_fd = _acquire_lock(self.final)
 
     def _unlock(self) -> None:
-        if self._lock_fd is None:
-            return
-        lock = self.path.parent / f".{self.path.name}.lock"
-        with contextlib.suppress(OSError):
-            lock.unlink()
-        os.close(self._lock_fd)
+        _release_lock(self.final, self._lock_fd)
         self._lock_fd = None
 
     def _remove_stale_temps(self) -> None:
         """Delete temporary files left by a writer that was killed (we hold the lock, so none is live)."""
+        self._remove_staging()  # an --overwrite run that was killed: its old file is intact
         pattern = re.compile(rf"^\.{re.escape(self.path.name)}\.[0-9a-f]+\.tmp$")
         for p in self.path.parent.iterdir():
             if pattern.match(p.name):
@@ -486,6 +546,15 @@ class EpisodeWriter:
             for p in self.parts.iterdir():
                 if p.name.startswith(".") and p.name.endswith(".tmp"):
                     p.unlink()
+
+    def _remove_staging(self) -> None:
+        """Delete the staged new file of an --overwrite of ``final`` (with its parts and temporary files)."""
+        stage = _staging_path(self.final)
+        pattern = re.compile(rf"^\.{re.escape(stage.name)}\.[0-9a-f]+\.tmp$")
+        for p in self.final.parent.iterdir():
+            if p == stage or pattern.match(p.name):
+                p.unlink()
+        shutil.rmtree(parts_dir(stage), ignore_errors=True)
 
     def _collect_garbage(self) -> None:
         """Delete parts the committed index does not reference (a crash between part write and commit)."""
@@ -528,7 +597,8 @@ class EpisodeWriter:
                 if isinstance(link, h5py.ExternalLink):
                     target = self.path.parent / link.filename
                     if Path(link.filename).parent.name != self.parts.name or not target.is_file():
-                        raise ValueError(f"{self.path}: {n} points to a missing part file {target}")
+                        raise ValueError(f"{self.path}: {n} points to a missing part file {target}. "
+                                         f"{repair_hint(self.path)}")
                     self._where[n] = Path(link.filename).name
                 else:
                     self._where[n] = None
@@ -539,7 +609,7 @@ class EpisodeWriter:
                         obs = {k: v[:1] for k, v in g[OBS].items()}
                         self._signature = _signature(Episode(obs=obs, actions=g[ACTIONS][:1]))
                 except (KeyError, OSError, ValueError) as e:
-                    raise ValueError(f"{self.path}: {n} is unreadable ({e})") from e
+                    raise ValueError(f"{self.path}: {n} is unreadable ({e}). {repair_hint(self.path)}") from e
             self._demos = names
             if MASK in f:
                 self._masks = {k: [_attr_value(x) for x in v[()]] for k, v in f[MASK].items()}
@@ -634,7 +704,7 @@ def _demo(data: h5py.Group, name: str, path: Path) -> h5py.Group:
     except (KeyError, OSError) as e:
         link = data.get(name, getlink=True)
         where = f" (stored in {link.filename}, beside the file)" if isinstance(link, h5py.ExternalLink) else ""
-        raise ValueError(f"{path}: {name} cannot be read{where}: {e}") from e
+        raise ValueError(f"{path}: {name} cannot be read{where}: {e}. {repair_hint(path)}") from e
 
 
 def read_episodes(path: str | os.PathLike, keys: Collection[str] | None = None,
@@ -720,6 +790,7 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
         total = int(_attr_value(data.attrs.get("total", -1)))
         filter_keys = {k: int(v.shape[0]) for k, v in f[MASK].items()} if MASK in f else {}
     lengths = np.array([int(a.get("num_samples", 0)) for a in attrs], np.int64)
+    known = np.array(["success" in a for a in attrs], bool)  # foreign files may not record success at all
     success = np.array([bool(a.get("success", False)) for a in attrs], bool)
     failures: dict[str, int] = {}
     for a in attrs:
@@ -735,7 +806,8 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
         "episodes": len(names),
         "steps": int(lengths.sum()),
         "total_attr": total,
-        "success_rate": float(success.mean()) if len(names) else math.nan,
+        "success_rate": float(success[known].mean()) if known.any() else math.nan,
+        "success_known": int(known.sum()),
         "failures": failures,
         "median_steps_success": float(np.median(lengths[success])) if success.any() else math.nan,
         "mean_steps": float(lengths.mean()) if len(names) else math.nan,
@@ -745,6 +817,81 @@ def describe(path: str | os.PathLike) -> dict[str, Any]:
         "bytes": int(size),
         "config": json.loads(config) if config else {},
     }
+
+
+def repair_hint(path: str | os.PathLike) -> str:
+    return f"To keep the readable episodes and drop the damaged ones, run: graspsim inspect {path} --repair"
+
+
+def _check_readable(g: h5py.Group) -> None:
+    """Read every array of demo group ``g`` in full (a damaged chunk raises) and check its step count."""
+    n = int(g.attrs["num_samples"])
+    for name, ds in _datasets(g):
+        v = ds[()]
+        if v.ndim and v.shape[0] != n:
+            raise ValueError(f"{name} has {v.shape[0]} rows but num_samples is {n}")
+    if ACTIONS not in g or OBS not in g:
+        raise ValueError(f"it has no '{ACTIONS}' or '{OBS}'")
+
+
+def _datasets(g: h5py.Group) -> list[tuple[str, h5py.Dataset]]:
+    found: list[tuple[str, h5py.Dataset]] = []
+    g.visititems(lambda name, obj: found.append((name, obj)) if isinstance(obj, h5py.Dataset) else None)
+    return found
+
+
+def repair(path: str | os.PathLike) -> dict[str, Any]:
+    """Rewrite a damaged episode file ``path`` (e.g. an interrupted collection with a corrupt or missing part
+    file) as one self-contained file holding every episode that reads back in full, renumbered ``demo_0..``
+    in their old order; the file's attributes and robomimic filter keys are kept (minus dropped episodes).
+
+    Returns ``{"path", "kept", "dropped": [{"demo", "reason"}], "renumbered": {old: new}}``. The old file is
+    replaced atomically once the new one is complete, then its parts folder is removed. A writer must not be
+    running (the writer lock is taken). ``collect --resume`` continues the repaired file.
+    """
+    path = Path(path)
+    _open_h5(path).close()  # a missing or unreadable file is reported as such before anything else
+    fd = _acquire_lock(path)
+    try:
+        kept: list[tuple[str, str]] = []
+        dropped: list[dict[str, str]] = []
+        total = 0
+        with replace_atomically(path, durable=True) as tmp:
+            with _open_h5(path) as f, h5py.File(tmp, "w") as out:
+                data = _check_episode_file(f, path)
+                for k, v in f.attrs.items():
+                    out.attrs[k] = v
+                new_data = out.create_group(DATA)
+                for k, v in data.attrs.items():
+                    new_data.attrs[k] = v
+                for n in _sorted_demos(data):
+                    new = demo_name(len(kept))
+                    try:
+                        g = data[n]
+                        _check_readable(g)
+                        g.file.copy(g, new_data, name=new)
+                    except (KeyError, OSError, ValueError, RuntimeError) as e:
+                        if new in new_data:
+                            del new_data[new]
+                        dropped.append({"demo": n, "reason": str(e).splitlines()[0] if str(e) else type(e).__name__})
+                        log.warning("repair %s: dropping %s (%s)", path, n, dropped[-1]["reason"])
+                        continue
+                    total += int(g.attrs["num_samples"])
+                    kept.append((n, new))
+                new_data.attrs["total"] = np.int64(total)
+                renamed = dict(kept)
+                if MASK in f:
+                    for key, names in f[MASK].items():
+                        names = [renamed[x] for x in (_attr_value(y) for y in names[()]) if x in renamed]
+                        out.create_dataset(f"{MASK}/{key}", data=np.array([x.encode() for x in names], dtype="S"))
+        shutil.rmtree(parts_dir(path), ignore_errors=True)
+    finally:
+        _release_lock(path, fd)
+    report = {"path": str(path), "kept": len(kept), "dropped": dropped,
+              "renumbered": {old: new for old, new in kept if old != new}}
+    log.info("repaired %s: kept %d episode(s), dropped %d%s", path, len(kept), len(dropped),
+             f" ({', '.join(d['demo'] for d in dropped)})" if dropped else "")
+    return report
 
 
 # ------------------------------------------------------------------------------------------ recorder
@@ -862,5 +1009,5 @@ class EpisodeRecorder:
 
 __all__ = [
     "Episode", "EpisodeRecorder", "EpisodeWriter", "FORMAT", "config_differences", "demo_attrs", "demo_name",
-    "describe", "load_steps", "parts_dir", "read_episodes",
+    "describe", "load_steps", "parts_dir", "read_episodes", "repair",
 ]

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import SimConfig
-from .fileio import replace_atomically
+from .config import SimConfig, check_device
+from .fileio import check_out_file, replace_atomically
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +25,9 @@ class ShowConfig:
     """Render randomized scenes into one PNG."""
 
     out: Path = Path("scenes.png")
-    """Output PNG path."""
+    """Output PNG path (its folder is created). An existing file is refused unless --overwrite is given."""
+    overwrite: bool = False
+    """Replace an existing --out file."""
     num: int = 12
     """Number of scenes."""
     seed: int = 0
@@ -48,6 +50,7 @@ class ShowConfig:
             raise ValueError(f"ShowConfig.scale must be an int in 1..16; got {self.scale!r}")
         if Path(self.out).suffix.lower() != ".png":
             raise ValueError(f"ShowConfig.out must end in .png; got {str(self.out)!r}")
+        check_device("ShowConfig", self.device)
 
 
 def _tile(rgb: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -90,6 +93,7 @@ def show(cfg: ShowConfig) -> Path:
     from . import make_env
     from .render import render
 
+    check_out_file(cfg.out, overwrite=cfg.overwrite)
     env = make_env(cfg.backend, cfg.sim, num_envs=cfg.num, device=cfg.device, seed=cfg.seed)
     obs = env.reset(seed=cfg.seed)
     views = [(obs["rgb"].permute(0, 2, 3, 1).cpu().numpy(), obs["mask"].cpu().numpy())]

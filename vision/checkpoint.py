@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import io
 import os
-from pathlib import Path
 
 import torch
+
+from graspsim.fileio import check_in_file
 
 from .io import atomic_write_bytes
 
@@ -39,9 +40,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     FileNotFoundError if missing; ValueError if it is not a torch checkpoint, is of another kind (e.g. a
     control checkpoint, ``kind="graspsim-control"``) or lacks required keys.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"vision checkpoint {path} does not exist")
+    path = check_in_file(path, "vision checkpoint", "vision checkpoint", inside="checkpoint.pt")
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as e:  # any unpickling/zip error means "not a checkpoint"

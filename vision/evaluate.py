@@ -2,8 +2,9 @@
 
 Folder format (see docs/vision.md): ``--images DIR`` holds PNG/JPEG frames; ``--masks DIR`` (optional)
 holds one binary PNG per image with the same file stem (``images/frame_0001.jpg`` <->
-``masks/frame_0001.png``), same width and height, target pixels nonzero (255 or 1), everything else 0.
-A frame without the target has an all-zero mask (it must still be present).
+``masks/frame_0001.png``), same width and height, target pixels nonzero (any value, 8- or 16-bit), everything
+else 0. A frame without the target has an all-zero mask (it must still be present). Masks with more than
+``vision.io.MASK_MAX_LEVELS`` distinct values look like images and are reported (log and ``suspect_masks``).
 
 Each image is resized to the network's input size (``image_size`` in the checkpoint, INTER_AREA). The
 probability map (averaged with the left-right mirror's when the checkpoint was trained with ``mirror_tta``) is
@@ -13,6 +14,7 @@ gated (frames whose highest probability is below the checkpoint's ``peak_thresho
 
 Writes to ``--out``: ``predictions/<stem>.png`` (binary masks), ``overlays/<stem>.png`` (image | prediction
 | ground truth), ``report.html``, ``per_image.csv``; with masks also ``metrics.json`` and ``pr_curve.png``.
+The headline precision/recall/IoU/F1 are pooled over pixels; ``per_frame`` holds the frame-averaged ones.
 """
 
 from __future__ import annotations
@@ -30,9 +32,12 @@ from typing import Optional
 import numpy as np
 import torch
 
+from graspsim.config import check_device
+from graspsim.fileio import check_in_file, check_out_dir, staged_dir
+
 from .infer import PRECISIONS, Segmenter
-from .io import IMAGE_EXTENSIONS, atomic_write_bytes, list_images, read_image, read_mask, write_png
-from .metrics import SegMetrics, gate_frames
+from .io import MASK_MAX_LEVELS, IMAGE_EXTENSIONS, atomic_write_bytes, list_images, load_mask, read_image, write_png
+from .metrics import SegMetrics, frame_averaged, gate_frames
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +55,7 @@ class EvalRealConfig:
     vision: Path
     """Segmentation checkpoint written by `graspsim train-vision` (checkpoint.pt)."""
     out: Path
-    """Output folder (created)."""
+    """Output folder (created). A non-empty folder is refused unless --overwrite is given."""
     masks: Optional[Path] = None
     """Folder of binary PNG masks with the same stems as the images (all-zero = no target in the frame)."""
     threshold: Optional[float] = None
@@ -63,7 +68,7 @@ class EvalRealConfig:
     skip_bad: bool = False
     """Skip unreadable or corrupt images (counted and listed in the outputs) instead of failing."""
     overwrite: bool = False
-    """Replace earlier eval-real outputs in --out (otherwise an error)."""
+    """Replace the earlier eval-real outputs in --out as a whole (the new ones are swapped in when complete)."""
     batch_size: int = 64
     """Images per network call."""
     device: str = "cpu"
@@ -85,6 +90,24 @@ class EvalRealConfig:
                 raise ValueError(f"EvalRealConfig.{name} must be a positive int; got {v!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"EvalRealConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
+        check_device("EvalRealConfig", self.device)
+
+
+def _owns(name: str) -> bool:
+    return name in OUTPUT_NAMES
+
+
+def check_unique_stems(images: list[Path]) -> None:
+    """ValueError when two images share a file stem (``a.png``, ``a.jpg``): their masks and their outputs
+    (``predictions/<stem>.png``) could not be told apart."""
+    stems: dict[str, list[Path]] = {}
+    for im in images:
+        stems.setdefault(im.stem, []).append(im)
+    dup = sorted(s for s, v in stems.items() if len(v) > 1)
+    if dup:
+        names = [p.name for s in dup[:10] for p in stems[s]]
+        raise ValueError(f"several images in {images[0].parent} share a stem, so their masks and outputs would be "
+                         f"ambiguous: {names}; rename or remove all but one of each")
 
 
 def find_masks(images: list[Path], mask_dir: Path) -> dict[Path, Path]:
@@ -93,16 +116,13 @@ def find_masks(images: list[Path], mask_dir: Path) -> dict[Path, Path]:
         raise FileNotFoundError(f"mask folder {mask_dir} does not exist")
     if not mask_dir.is_dir():
         raise ValueError(f"{mask_dir} is not a folder")
+    if images and mask_dir.resolve() == images[0].parent.resolve():
+        raise ValueError(f"--masks {mask_dir} is the images folder; give the folder of binary masks (same stems)")
     by_stem: dict[str, list[Path]] = {}
     for p in mask_dir.iterdir():
         if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS:
             by_stem.setdefault(p.stem, []).append(p)
-    stems: dict[str, list[Path]] = {}
-    for im in images:
-        stems.setdefault(im.stem, []).append(im)
-    dup = sorted(s for s, v in stems.items() if len(v) > 1)
-    if dup:
-        raise ValueError(f"several images share a stem, so masks are ambiguous: {dup[:10]}")
+    check_unique_stems(images)
     out, missing = {}, []
     for im in images:
         cand = by_stem.get(im.stem, [])
@@ -194,9 +214,14 @@ def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | N
     if summary is not None:
         keys = ("precision", "recall", "iou", "f1", "false_positive_image_rate", "num_images", "num_target_images",
                 "num_empty_images", "threshold", "pr_area")
+        pf = summary.get("per_frame", {})
         parts.append("<h2>Metrics</h2><table>" + "".join(f"<tr><th>{k}</th><td>{_fmt(summary.get(k))}</td></tr>" for k in keys)
-                     + "</table><p>Pixel metrics pooled over target-visible frames; false-positive image rate over "
-                       "target-free frames.</p><img src='pr_curve.png' alt='precision-recall curve'>")
+                     + "".join(f"<tr><th>{k} (frame-averaged)</th><td>{_fmt(pf.get(k))}</td></tr>"
+                               for k in ("precision", "recall", "iou", "f1"))
+                     + "</table><p>Headline pixel metrics are pooled over target-visible frames (a frame weighs by its "
+                       "pixel count); the frame-averaged ones give every target-visible frame the same weight. "
+                       "False-positive image rate over target-free frames.</p>"
+                       "<img src='pr_curve.png' alt='precision-recall curve'>")
     if skipped:
         parts.append(f"<h2 class='bad'>Skipped {len(skipped)} file(s)</h2><ul>"
                      + "".join(f"<li>{html.escape(s['file'])}: {html.escape(s['reason'])}</li>" for s in skipped) + "</ul>")
@@ -227,19 +252,32 @@ def _write_csv(path: Path, rows: list[dict], fields: list[str]) -> None:
 
 def evaluate_real(cfg: EvalRealConfig) -> dict:
     """Score (or, without masks, just run) the net on ``cfg.images``; returns the metrics dict (with masks)
-    or a summary of predictions (without). See the module docstring for the outputs."""
+    or a summary of predictions (without). See the module docstring for the outputs. Every input is checked
+    before anything is written; the outputs are written to a staging folder and replace ``--out``'s as a whole
+    when complete, so a failed run leaves ``--out`` as it was."""
+    images = list_images(cfg.images)
+    check_unique_stems(images)
+    masks = find_masks(images, Path(cfg.masks)) if cfg.masks is not None else None
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
+    for flag, folder in (("--images", cfg.images), ("--masks", cfg.masks)):
+        if folder is not None and out.resolve() == Path(folder).resolve():
+            raise ValueError(f"--out {out} is the {flag} folder; choose another --out")
+    check_in_file(cfg.vision, "EvalRealConfig.vision", "vision checkpoint", inside="checkpoint.pt")
+    seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.device, precision=cfg.precision)
+    with staged_dir(out, _owns) as stage:
+        result = _evaluate(cfg, images, masks, seg, stage)
+    log.info("wrote eval-real outputs for %d images to %s", result["num_images"], out)
+    return result
+
+
+def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] | None, seg: Segmenter,
+              out: Path) -> dict:
+    """The work of :func:`evaluate_real`, writing into the (staging) folder ``out``."""
     import cv2
 
-    images = list_images(cfg.images)
-    seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.device, precision=cfg.precision)
     threshold = seg.threshold if cfg.threshold is None else float(cfg.threshold)
     if cfg.peak_threshold is not None:
         seg.peak_threshold = float(cfg.peak_threshold)
-    masks = find_masks(images, Path(cfg.masks)) if cfg.masks is not None else None
-    out = Path(cfg.out)
-    existing = [n for n in OUTPUT_NAMES if (out / n).exists()]
-    if existing and not cfg.overwrite:
-        raise FileExistsError(f"{out} already holds eval-real outputs {existing}; pass --overwrite or choose another --out")
     (out / "predictions").mkdir(parents=True, exist_ok=True)
     (out / "overlays").mkdir(parents=True, exist_ok=True)
 
@@ -247,11 +285,16 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
     metrics = SegMetrics(threshold, cfg.min_pixels)
     rows: list[dict] = []
     skipped: list[dict] = []
+    suspect: list[dict] = []  # masks that look like images
 
     def load(path: Path):
         try:
             img = read_image(path)
-            gt = read_mask(masks[path]) if masks is not None else None
+            gt = None
+            if masks is not None:
+                gt, levels = load_mask(masks[path])
+                if levels > MASK_MAX_LEVELS:
+                    suspect.append({"file": str(masks[path]), "distinct_values": levels})
         except ValueError as e:
             if not cfg.skip_bad:
                 raise
@@ -319,11 +362,20 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
         log.info("wrote predictions and overlays for %d images to %s", len(rows), out)
         return result
 
+    if suspect:
+        log.warning("%d of %d masks have more than %d distinct values, so they look like images rather than binary "
+                    "masks (first: %s); every nonzero pixel counts as target, so the metrics are likely meaningless: "
+                    "check --masks", len(suspect), len(rows), MASK_MAX_LEVELS, suspect[0]["file"])
     summary = metrics.summary()
+    counts = {k: np.array([r[k] for r in rows]) for k in ("tp", "fp", "fn", "gt_pixels")}
+    summary["per_frame"] = frame_averaged(counts["tp"], counts["fp"], counts["fn"], counts["gt_pixels"])
     curve = metrics.curve()
     summary["pr_area"] = _pr_plot(curve, summary, out / "pr_curve.png")
-    result = {**summary, **base,
-              "definitions": {"precision/recall/iou/f1": "pixel counts pooled over target-visible frames (non-empty mask)",
+    result = {**summary, **base, "headline": "pooled", "suspect_masks": suspect,
+              "definitions": {"precision/recall/iou/f1 (headline)": "pixel counts pooled over target-visible frames "
+                                                                     "(non-empty mask): a frame weighs by its pixels",
+                              "per_frame": "the same ratios per target-visible frame, averaged (every frame weighs "
+                                           "the same); precision over the frames with a prediction",
                               "false_positive_image_rate": f"target-free frames with >= {cfg.min_pixels} predicted pixel(s), "
                                                            "over all target-free frames"},
               "pr_curve": {k: [None if not math.isfinite(float(v)) else float(v) for v in vals] for k, vals in curve.items()}}
@@ -331,6 +383,8 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
                                                            "recall", "false_positive_image"])
     atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
     _report(out / "report.html", cfg, rows, summary, skipped, has_masks=True)
-    log.info("eval-real on %d images: iou %.3f precision %.3f recall %.3f fp-images %.3f", len(rows), summary["iou"],
-             summary["precision"], summary["recall"], summary["false_positive_image_rate"])
+    pf = summary["per_frame"]
+    log.info("eval-real on %d images: pooled iou %.3f precision %.3f recall %.3f (frame-averaged iou %.3f precision "
+             "%.3f recall %.3f), fp-images %.3f", len(rows), summary["iou"], summary["precision"], summary["recall"],
+             pf["iou"], pf["precision"], pf["recall"], summary["false_positive_image_rate"])
     return result

@@ -2,11 +2,12 @@
 
 Supported files: PNG and JPEG (``.png``, ``.jpg``, ``.jpeg``, any case). Any size, 8- or 16-bit, grey,
 RGB or RGBA (alpha is dropped). Images come back as ``H,W,3 uint8`` RGB numpy arrays; masks as
-``H,W bool`` (True = target pixel).
+``H,W bool`` (True = target pixel: any nonzero value, at any bit depth).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -15,6 +16,11 @@ import numpy as np
 from graspsim.fileio import atomic_write_bytes  # noqa: F401  (re-exported: vision writers use it)
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+MASK_MAX_LEVELS = 8
+"""A mask with more distinct values than this looks like an image (a photo, noise, a JPEG-compressed mask) rather
+than a binary mask, and is reported."""
+
+log = logging.getLogger(__name__)
 
 
 def list_images(folder: str | os.PathLike) -> list[Path]:
@@ -72,11 +78,10 @@ def read_image(path: str | os.PathLike) -> np.ndarray:
     return np.ascontiguousarray(img)
 
 
-def read_mask(path: str | os.PathLike) -> np.ndarray:
-    """Read a binary mask as ``H,W bool``. 0/1 masks: nonzero is target; 0..255 masks: >= 128 is target.
-
-    Colour masks count a pixel as target if any channel is set. Raises like :func:`read_image`.
-    """
+def load_mask(path: str | os.PathLike) -> tuple[np.ndarray, int]:
+    """Read a mask as ``(H,W bool, number of distinct values in the file)``. Target = any nonzero value, so 0/1,
+    0/255 and 0/65535 masks (8- or 16-bit, grey or colour: any channel set) all read the same. Raises like
+    :func:`read_image`."""
     import cv2
 
     path = Path(path)
@@ -86,10 +91,19 @@ def read_mask(path: str | os.PathLike) -> np.ndarray:
     m = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
     if m is None or m.size == 0:
         raise ValueError(f"cannot read mask {path}: unreadable or corrupt file")
-    m = _to_uint8(m)
     if m.ndim == 3:
-        m = m[..., :3].max(axis=2)
-    return m > 0 if m.max() <= 1 else m >= 128
+        m = m[..., :3].max(axis=2)  # never rescaled: a 16-bit 1 is still a target pixel
+    return m > 0, int(np.unique(m).size)
+
+
+def read_mask(path: str | os.PathLike) -> np.ndarray:
+    """Read a binary mask as ``H,W bool`` (see :func:`load_mask`); logs a warning when the file has more than
+    ``MASK_MAX_LEVELS`` distinct values, because then it looks like an image rather than a mask."""
+    mask, levels = load_mask(path)
+    if levels > MASK_MAX_LEVELS:
+        log.warning("mask %s has %d distinct values: it looks like an image, not a binary mask "
+                    "(every nonzero pixel counts as target)", path, levels)
+    return mask
 
 
 def write_png(path: str | os.PathLike, img: np.ndarray) -> None:

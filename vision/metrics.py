@@ -9,6 +9,9 @@ Definitions (``thr`` = probability threshold; a pixel is predicted target iff ``
   Predicted pixels on target-free frames do not enter these; they are counted by the next metric.
 * **false_positive_image_rate**: fraction of target-free frames with at least ``min_pixels`` predicted
   pixels (default 1: any predicted pixel makes the frame a false-positive image).
+* **Frame-averaged** metrics (``eval-real``'s ``per_frame`` block): the same ratios computed per target-visible
+  frame and then averaged, so every frame counts once whatever its size (a 4000x3000 frame does not outweigh
+  the rest). Precision is averaged over the frames with at least one predicted pixel (undefined elsewhere).
 * The precision-recall curve sweeps ``thr`` over ``THRESHOLDS`` (histograms of 1000 probability bins).
 * An optional frame-level gate (:func:`gate_frames`, the checkpoint's ``peak_threshold``) zeroes frames
   whose highest probability is below a peak threshold before the pixel threshold is applied; the metrics
@@ -137,6 +140,27 @@ def curve_from_histograms(hist_pos: np.ndarray, hist_neg: np.ndarray, empty_kth:
     fpr = np.array([(empty_kth >= t).mean() if empty_kth.size else np.nan for t in thresholds])
     return {"threshold": np.asarray(thresholds, dtype=float), "precision": precision, "recall": recall,
             "iou": iou, "f1": f1, "false_positive_image_rate": fpr}
+
+
+def frame_averaged(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, gt_pixels: np.ndarray) -> dict:
+    """Frame-averaged precision, recall, IoU and F1 over the target-visible frames (``gt_pixels > 0``) from
+    per-frame counts (each an N array); NaN where no frame qualifies. ``num_frames`` counts the target-visible
+    frames, ``num_frames_precision`` those of them with a prediction."""
+    has = np.asarray(gt_pixels) > 0
+    tp, fp, fn = (np.asarray(a, dtype=np.float64)[has] for a in (tp, fp, fn))
+    predicted = tp + fp > 0
+
+    def mean(v: np.ndarray) -> float:
+        return float(v.mean()) if v.size else float("nan")
+
+    return {
+        "precision": mean(tp[predicted] / (tp + fp)[predicted]),
+        "recall": mean(tp / (tp + fn)),
+        "iou": mean(tp / (tp + fp + fn)),
+        "f1": mean(2 * tp / (2 * tp + fp + fn)),
+        "num_frames": int(has.sum()),
+        "num_frames_precision": int(predicted.sum()),
+    }
 
 
 def _best_index(curve: dict[str, np.ndarray], max_fp_image_rate: float | None,

@@ -28,6 +28,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graspsim import SimConfig
+from graspsim.config import check_device
+from graspsim.dataset import repair_hint
+from graspsim.fileio import check_in_file, check_out_dir
 
 from .augment import AugmentConfig
 from .backgrounds import DATA_DIR, DEFAULT_BACKGROUNDS, BackgroundBank, check_prob, resolve_split
@@ -199,6 +202,7 @@ class TrainVisionConfig:
             raise ValueError(f"TrainVisionConfig.operating_point must be composite, transfer or both; got {self.operating_point!r}")
         if self.operating_point != "composite" and self.transfer is None:
             raise ValueError(f"TrainVisionConfig.operating_point={self.operating_point!r} needs the transfer sets (--transfer)")
+        check_device("TrainVisionConfig", self.device)
         if self.sim.image_size % (2 ** self.model.depth):
             raise ValueError(f"TrainVisionConfig: sim.image_size {self.sim.image_size} must be a multiple of "
                              f"2**model.depth = {2 ** self.model.depth}")
@@ -389,9 +393,7 @@ class HDF5Frames:
     def __init__(self, path: Path, image_size: int, max_frames: int):
         import h5py
 
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"HDF5 dataset {path} does not exist")
+        path = check_in_file(path, "--hdf5", "dataset file (.h5)")
         try:
             f = h5py.File(path, "r")
         except OSError as e:
@@ -402,11 +404,14 @@ class HDF5Frames:
             demos = sorted(f["data"].keys())
             rgbs, masks = [], []
             for k in demos:
-                obs = f["data"][k].get("obs")
-                if obs is None or "rgb" not in obs or "mask" not in obs:
-                    raise ValueError(f"HDF5 dataset {path}: data/{k}/obs lacks rgb or mask")
-                rgbs.append(obs["rgb"][()])
-                masks.append(obs["mask"][()])
+                try:
+                    obs = f["data"][k].get("obs")
+                    if obs is None or "rgb" not in obs or "mask" not in obs:
+                        raise ValueError(f"HDF5 dataset {path}: data/{k}/obs lacks rgb or mask")
+                    rgbs.append(obs["rgb"][()])
+                    masks.append(obs["mask"][()])
+                except (KeyError, OSError) as e:  # e.g. a damaged part file of an interrupted collection
+                    raise ValueError(f"HDF5 dataset {path}: data/{k} cannot be read ({e}). {repair_hint(path)}") from None
         if not rgbs:
             raise ValueError(f"HDF5 dataset {path} holds no episodes")
         rgb = np.concatenate(rgbs)
@@ -473,19 +478,17 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     dev = torch.device(cfg.device)
-    out = Path(cfg.out)
+    out = check_out_dir(cfg.out, resume=cfg.resume)  # a non-empty folder needs --resume
     ckpt_path = out / CHECKPOINT_NAME
     if cfg.resume and not ckpt_path.is_file():
         raise FileNotFoundError(f"--resume: no checkpoint at {ckpt_path}")
-    if not cfg.resume and ckpt_path.exists():
-        raise FileExistsError(f"{ckpt_path} already exists; pass --resume to continue it or choose another --out")
     transfer = load_transfer_sets(cfg.transfer, cfg.sim.image_size)
-    out.mkdir(parents=True, exist_ok=True)
 
     size = cfg.sim.image_size
     composer, val_composer = build_composers(cfg)
     train_bank, val_bank = composer.bank, val_composer.bank
     hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
+    out.mkdir(parents=True, exist_ok=True)  # only once the inputs are known to be good
     n_hdf5 = _hdf5_share(cfg, hdf5)
 
     model, opt, gen, bf16 = new_training_state(cfg)
