@@ -41,19 +41,19 @@ class AugmentConfig:
     target_scale: Range = (0.75, 1.6)
     """Target radius multiplier, uniform: with the simulator's 12.5-15 mm sphere it spans about 2-12 px across
     at 64x64 over the approach heights (1.0, 1.0 keeps the simulator's sizes)."""
-    light_tint_prob: float = 0.5
+    light_tint_prob: float = 0.3
     """Coloured light on the rendered objects (a per-channel gain of the layer only, not of the photo)."""
     light_tint: Range = (0.8, 1.2)
     """Per-channel gain range of the coloured light."""
-    highlight_prob: float = 0.35
+    highlight_prob: float = 0.2
     """Specular highlights on the target: 1-2 bright, soft spots within the visible target."""
     highlight_strength: Range = (0.2, 0.8)
     """Blend towards white at a highlight's centre."""
-    speckle_prob: float = 0.2
+    speckle_prob: float = 0.1
     """A multiplicative low-frequency texture on the target's surface."""
     speckle_strength: Range = (0.05, 0.25)
     """Relative amplitude of the speckle."""
-    shadow_prob: float = 0.5
+    shadow_prob: float = 0.3
     """A cast shadow of the rendered objects on the photo: their silhouette, shifted and blurred, darkens it."""
     shadow_darkness: Range = (0.2, 0.6)
     """Fraction of light the shadow removes at its core."""
@@ -64,37 +64,37 @@ class AugmentConfig:
     soft_edge_prob: float = 0.6
     """Anti-aliased object edges: the layer's coverage is blurred at its border, as a multi-sample renderer or a
     real camera would show it (the mask keeps the pixel-centre rule)."""
-    occluder_prob: float = 0.05
+    occluder_prob: float = 0.03
     """A grey or dark rectangle over part of the target (those pixels leave the mask)."""
-    exposure_prob: float = 0.3
+    exposure_prob: float = 0.15
     """An extra exposure gain on the whole frame."""
     exposure: Range = (0.7, 1.35)
     """Exposure gain range."""
-    white_balance_prob: float = 0.3
+    white_balance_prob: float = 0.15
     """An extra per-channel gain on the whole frame (white balance error)."""
     white_balance: Range = (0.88, 1.12)
     """Per-channel gain range of the white balance error."""
-    gamma_prob: float = 0.3
+    gamma_prob: float = 0.15
     """A gamma curve on the whole frame."""
     gamma: Range = (0.75, 1.35)
     """Gamma range (exponent applied to [0, 1] intensities)."""
-    vignette_prob: float = 0.2
+    vignette_prob: float = 0.1
     """Radial darkening towards the corners, with a random centre."""
     vignette_strength: Range = (0.1, 0.4)
     """Darkening at the frame corner."""
-    defocus_prob: float = 0.15
+    defocus_prob: float = 0.08
     """Gaussian defocus blur."""
     defocus_sigma: Range = (0.4, 1.0)
     """Defocus sigma (px)."""
-    motion_blur_prob: float = 0.1
+    motion_blur_prob: float = 0.05
     """Linear motion blur in a random direction."""
     motion_length: Range = (1.5, 3.5)
     """Motion blur length (px)."""
-    shot_noise_prob: float = 0.25
+    shot_noise_prob: float = 0.12
     """Signal-dependent sensor noise, std ``k * sqrt(intensity)``."""
     shot_noise: Range = (0.01, 0.04)
     """Range of ``k``."""
-    jpeg_prob: float = 0.1
+    jpeg_prob: float = 0.05
     """JPEG compression artefacts (OpenCV, on the CPU)."""
     jpeg_quality: Range = (60.0, 95.0)
     """JPEG quality range."""
