@@ -77,3 +77,22 @@ def test_gap_is_test_minus_validation():
     test = {"precision": 0.93, "recall": 0.85, "iou": 0.72, "false_positive_image_rate": float("nan")}
     gap = operating_point_gap({"transfer": val}, {"transfer_test": test})
     assert gap["transfer"]["precision"] == pytest.approx(-0.02) and "false_positive_image_rate" not in gap["transfer"]
+
+
+def test_deployable_copy_drops_training_state_loads_for_inference_and_refuses_resume(run, tmp_path):
+    from vision.checkpoint import TRAINING_ONLY, load_checkpoint, save_deployable
+    from vision.infer import Segmenter
+
+    out, r = run
+    dst = tmp_path / "deploy" / "checkpoint.pt"
+    dst.parent.mkdir()
+    save_deployable(out / "checkpoint.pt", dst)
+    full, slim = load_checkpoint(out / "checkpoint.pt"), load_checkpoint(dst)
+    assert not set(TRAINING_ONLY) & set(slim) and "optimizer" in full
+    assert all(torch.equal(full["model"][k], slim["model"][k]) for k in full["model"])
+    assert json.dumps(slim["metrics"]["transfer_test"]) == json.dumps(full["metrics"]["transfer_test"])  # NaN-safe
+    seg_a, seg_b = Segmenter.from_checkpoint(out / "checkpoint.pt"), Segmenter.from_checkpoint(dst)
+    x = torch.randint(0, 255, (4, 3, 64, 64), dtype=torch.uint8)
+    assert torch.equal(seg_a(x), seg_b(x)) and seg_a.threshold == seg_b.threshold
+    with pytest.raises(ValueError, match="deployable"):
+        train_vision(TrainVisionConfig(out=dst.parent, resume=True, **{**KW, "steps": 8}))

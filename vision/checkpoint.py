@@ -34,6 +34,20 @@ def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+TRAINING_ONLY = ("optimizer", "scheduler", "generator_state")
+
+
+def save_deployable(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
+    """Copy the vision checkpoint ``src`` to ``dst`` without what only resuming training needs (``TRAINING_ONLY``:
+    optimizer and data-RNG state): weights, configs, thresholds, metrics and probe images stay. Returns the payload
+    written. The result loads with :func:`load_checkpoint` and :meth:`vision.infer.Segmenter.from_checkpoint`, but
+    cannot be resumed."""
+    ckpt = load_checkpoint(src)
+    payload = {k: v for k, v in ckpt.items() if k not in TRAINING_ONLY and k not in ("kind", "format_version")}
+    save_checkpoint(dst, payload)
+    return payload
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
     """Load and validate a vision checkpoint.
 

@@ -495,6 +495,9 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     start, train_seconds = 0, 0.0
     if cfg.resume:
         ckpt = load_checkpoint(ckpt_path, map_location=dev)
+        if "optimizer" not in ckpt or "generator_state" not in ckpt:
+            raise ValueError(f"--resume: {ckpt_path} is a deployable checkpoint without optimizer and data-RNG state "
+                             "(e.g. a shipped net); it can be used for inference but not resumed")
         if SegNetConfig(**ckpt["model_config"]) != cfg.model:  # keys added later take their defaults
             raise ValueError(f"--resume: checkpoint model config {ckpt['model_config']} differs from "
                              f"{dataclasses.asdict(cfg.model)}")
