@@ -262,6 +262,13 @@ def _vision_summary(res: dict) -> dict:
     return {k: res[k] for k in keys if k in res}
 
 
+def _cells(m: dict) -> str:
+    """Table cells of IoU, precision, recall and false-positive image rate ("-" where undefined, e.g. the rate on
+    frames that all show the target)."""
+    return "".join(f"<td>{m[k]:.3f}</td>" if math.isfinite(m[k]) else "<td>-</td>"
+                   for k in ("iou", "precision", "recall", "false_positive_image_rate"))
+
+
 def _vision_html(v: dict) -> str:
     """The vision section of the report: composite test and transfer test at the chosen operating point."""
     e = html.escape
@@ -275,10 +282,8 @@ def _vision_html(v: dict) -> str:
         if not m:
             continue
         promise = (f"{val.get('precision', nan):.3f} / {val.get('false_positive_image_rate', nan):.3f}" if val else "n/a")
-        body += (f"<tr><td>{e(label)}</td><td>{m['iou']:.3f}</td><td>{m['precision']:.3f}</td><td>{m['recall']:.3f}</td>"
-                 f"<td>{m['false_positive_image_rate']:.3f}</td><td>{m['num_images']}</td><td>{promise}</td></tr>")
-    sub = "".join(f"<tr><td>{e(k)}</td><td>{m['iou']:.3f}</td><td>{m['precision']:.3f}</td><td>{m['recall']:.3f}</td>"
-                  f"<td>{m['false_positive_image_rate']:.3f}</td><td>{m['num_target_images'] + m['num_empty_images']}</td><td></td></tr>"
+        body += f"<tr><td>{e(label)}</td>{_cells(m)}<td>{m['num_images']}</td><td>{promise}</td></tr>"
+    sub = "".join(f"<tr><td>{e(k)}</td>{_cells(m)}<td>{m['num_target_images'] + m['num_empty_images']}</td><td></td></tr>"
                   for k, m in v.get("transfer_test_breakdown", {}).items())
     where = " + ".join(op.get("chosen_on", ["composite"]))
     src = f" Checkpoint: <code>{e(v['checkpoint'])}</code>." if "checkpoint" in v else ""

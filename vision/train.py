@@ -1,10 +1,12 @@
 """``graspsim train-vision``: train :class:`~vision.model.SegNet` on on-the-fly sim-real composites.
 
-Every step draws a fresh batch of composites (:mod:`vision.compose`) on training backgrounds, optionally
-mixed with frames of a collected HDF5 dataset. Validation runs at fixed seeds on composites whose
-backgrounds are held out from training; at the end the probability threshold is chosen on the validation
-set (best pooled F1) and the final metrics are measured on a separate *test* draw (other seed, same
-held-out backgrounds) at that threshold, so the reported numbers are not tuned on themselves.
+Every step draws a fresh batch of composites (:mod:`vision.compose`, with the training-only appearance randomization
+of :mod:`vision.augment`) on training backgrounds, optionally mixed with frames of a collected HDF5 dataset.
+Validation runs at fixed seeds on composites whose backgrounds are held out from training, and on the transfer
+``val/`` set (another renderer, :mod:`vision.transfer`). At the end the pixel threshold and frame gate are chosen on
+validation (``--operating-point``: composites, transfer ``val/`` or both, each set with its own limits), and the final
+metrics are measured at that point on a separate *test* draw of composites (other seed, same held-out backgrounds)
+and on the transfer ``test/`` set, so the reported numbers are not tuned on themselves.
 
 Run folder ``out/``: ``checkpoint.pt`` (model + optimizer + config, every ``ckpt_every`` steps, atomic),
 ``config.json``, ``metrics.json`` (final), ``tb/`` (TensorBoard scalars ``loss/*``, ``val/*``, ``charts/*``).
@@ -629,7 +631,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     result = {
         "test": test_summary, "val": val_summary, "threshold": threshold, "peak_threshold": peak,
         "operating_point": {"chosen_on": chooser, "max_fp_image_rate": cfg.max_fp_image_rate,
-                            "min_precision": cfg.min_precision, "promised": promised,
+                            "min_precision": cfg.min_precision, "transfer_max_fp_image_rate": cfg.transfer_max_fp_image_rate,
+                            "transfer_min_precision": cfg.transfer_min_precision, "promised": promised,
                             "gap": operating_point_gap(promised, tests)},
         **transfer_result,
         "mirror_tta": cfg.mirror_tta, "steps": steps_done,
