@@ -565,15 +565,17 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_default_training_meets_targets(tmp_path):
-    """Full default budget (3000 steps, about 17 minutes on 2 cores): held-out-background composites reach the
-    issue's accuracy targets. Measured: IoU 0.882, precision 0.971, recall 0.906, 1.4 % false-positive images
-    (docs/vision.md). The 5-minute time target is not tested here (timings belong in benchmarks) and is not met."""
+    """Full default budget (3000 steps, about 10 minutes on 2 cores with bf16): the issue-16 targets on the transfer
+    test and on our own composites. NOT MET YET, and this test fails until they are: the default measured transfer
+    0.863 / 0.971 / 0.886 / 1.2 % (recall 0.014 short) and composite IoU 0.838 (0.042 short of 0.88); see
+    docs/vision.md, "Transfer". Timings belong in benchmarks and are not tested here."""
     from vision.train import TrainVisionConfig, train_vision
 
     r = train_vision(TrainVisionConfig(out=tmp_path / "run", threads=2, progress=False))
-    t = r["test"]
-    assert t["iou"] >= 0.80 and t["precision"] >= 0.95 and t["recall"] >= 0.90
-    assert t["false_positive_image_rate"] <= 0.02
+    t = r["transfer_test"]
+    assert t["iou"] >= 0.85 and t["precision"] >= 0.93 and t["recall"] >= 0.90
+    assert t["false_positive_image_rate"] <= 0.03
+    assert r["test"]["iou"] >= 0.88
 
 
 def test_hdf5_frames_load_and_errors(tmp_path):
