@@ -40,6 +40,7 @@ from typing import Literal, Optional
 from graspsim import SimConfig
 from graspsim.config import check_device
 from graspsim.fileio import check_folder_path, check_in_file, check_out_dir
+from vision.backgrounds import DEFAULT_TRANSFER
 
 from .train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
 
@@ -80,7 +81,7 @@ class PipelineConfig:
     """Also evaluate with a drifting target (speeds never used in training)."""
     resume: bool = False
     """Continue an existing run folder (needs --name): finished stages are skipped."""
-    transfer: Optional[Path] = Path(__file__).resolve().parent.parent / "data" / "transfer"
+    transfer: Optional[Path] = DEFAULT_TRANSFER
     """Transfer sets (``val/`` and ``test/``) for the vision stage (``train-vision --transfer``): the operating point
     is chosen on composites + ``val/``, and ``test/`` is reported. Give sets drawn with your target's colour when
     you change ``--sim.randomization.target-hue``; None skips them (operating point on composites alone)."""

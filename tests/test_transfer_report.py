@@ -4,11 +4,11 @@ data only; the pipeline shows it and can use a ready checkpoint."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
+from vision.backgrounds import DEFAULT_TRANSFER
 from vision.model import SegNetConfig
 from vision.train import TrainVisionConfig, train_vision
 from vision.transfer_report import load_transfer_sets, operating_point_gap
@@ -40,7 +40,6 @@ def test_metrics_hold_the_transfer_test_and_what_validation_promised(run):
     assert m["transfer_test"]["threshold"] == m["threshold"] == r["threshold"]
     tags = {p.name for p in (out / "tb").iterdir()}
     assert tags  # event files exist; the scalars are checked through the summary below
-    from torch.utils.tensorboard.writer import SummaryWriter  # noqa: F401  (tensorboard importable)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     acc = EventAccumulator(str(out / "tb"))
@@ -66,7 +65,7 @@ def test_missing_transfer_folder_is_named_before_anything_is_written(tmp_path):
 
 
 def test_transfer_frames_follow_the_training_resolution():
-    sets = load_transfer_sets(Path(__file__).resolve().parent.parent / "data" / "transfer", size=32)
+    sets = load_transfer_sets(DEFAULT_TRANSFER, size=32)
     t = sets["test"]
     assert t.rgb.shape == (1024, 3, 32, 32) and t.mask.shape == (1024, 32, 32) and t.mask.dtype == torch.bool
     assert load_transfer_sets(None) == {}

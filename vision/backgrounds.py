@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 DEFAULT_BACKGROUNDS = DATA_DIR / "backgrounds"
+DEFAULT_TRANSFER = DATA_DIR / "transfer"  # the foreign-render transfer sets (vision.transfer)
 
 
 def _pipeline(size: int, hue_rotation_prob: float):

@@ -120,6 +120,29 @@ class SegMetrics:
         return curve_from_histograms(self.hist_pos, self.hist_neg, kth, thresholds)
 
 
+def evaluate_set(probs: Tensor, masks: Tensor, threshold: float, min_pixels: int) -> tuple[dict, dict]:
+    """:meth:`SegMetrics.summary` and :meth:`SegMetrics.curve` of ``probs`` N,H,W against ``masks`` N,H,W bool."""
+    m = SegMetrics(threshold, min_pixels)
+    for i in range(0, probs.shape[0], 256):
+        m.update(probs[i:i + 256], masks[i:i + 256])
+    return m.summary(), m.curve()
+
+
+SUBSET_KEYS = ("iou", "precision", "recall", "false_positive_image_rate", "num_target_images", "num_empty_images")
+
+
+def subset_metrics(probs: Tensor, masks: Tensor, groups: dict[str, Tensor], threshold: float,
+                   min_pixels: int) -> dict[str, dict]:
+    """The ``SUBSET_KEYS`` metrics of each named group of frames (``groups``: name -> N bool selecting frames of
+    ``probs`` / ``masks``); groups that select no frame are left out."""
+    out = {}
+    for name, keep in groups.items():
+        if bool(keep.any()):
+            summ, _ = evaluate_set(probs[keep], masks[keep], threshold, min_pixels)
+            out[name] = {k: summ[k] for k in SUBSET_KEYS}
+    return out
+
+
 def curve_from_histograms(hist_pos: np.ndarray, hist_neg: np.ndarray, empty_kth: np.ndarray,
                           thresholds: np.ndarray = THRESHOLDS) -> dict[str, np.ndarray]:
     """The PR curve from ``BINS``-bin probability histograms of target (``hist_pos``) and background

@@ -35,11 +35,11 @@ from graspsim.dataset import repair_hint
 from graspsim.fileio import check_in_file, check_out_dir
 
 from .augment import AugmentConfig
-from .backgrounds import DATA_DIR, DEFAULT_BACKGROUNDS, BackgroundBank, check_prob, resolve_split
+from .backgrounds import DEFAULT_BACKGROUNDS, DEFAULT_TRANSFER, BackgroundBank, check_prob, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
 from .compose import ComposeConfig, Composer, Layers
 from .io import atomic_write_bytes, list_images
-from .metrics import PEAKS, SegMetrics, best_threshold, choose_thresholds_on, gate_frames
+from .metrics import PEAKS, best_threshold, choose_thresholds_on, evaluate_set, gate_frames, subset_metrics
 from .transfer_report import load_transfer_sets, operating_point_gap, transfer_breakdown
 from .model import SegNet, SegNetConfig, count_parameters, cpu_has_fast_bf16
 
@@ -134,7 +134,7 @@ class TrainVisionConfig:
     """Chance that a training frame's background crop is shifted to the mean colour of the frame's own target
     (target-free frames: of another frame's target), keeping its texture (:func:`vision.compose.match_target_color`):
     the hardest camouflage, aimed at the misses on warm held-out photos. Validation and test crops never get it."""
-    transfer: Optional[Path] = DATA_DIR / "transfer"
+    transfer: Optional[Path] = DEFAULT_TRANSFER
     """Folder of the transfer sets (``val/`` and ``test/`` in the eval-real format): targets drawn by another
     renderer (pybullet's TinyRenderer) over real photos that training never reads (data/transfer/README.md).
     ``val/`` may take part in choosing the operating point (--operating-point); ``test/`` is only reported.
@@ -373,20 +373,8 @@ def per_background(probs: Tensor, masks: Tensor, background: Tensor, names: list
                    min_pixels: int) -> dict[str, dict]:
     """Metrics of each background photo's frames (``background`` n int64 indexes ``names``; -1 frames, the fully
     rendered sim scenes, are reported as ``"(sim scene)"``)."""
-    out = {}
-    for b in sorted(set(background.tolist())):
-        keep = background == b
-        summ, _ = evaluate_set(probs[keep], masks[keep], threshold, min_pixels)
-        out[names[b] if b >= 0 else "(sim scene)"] = {k: summ[k] for k in (
-            "iou", "precision", "recall", "false_positive_image_rate", "num_target_images", "num_empty_images")}
-    return out
-
-
-def evaluate_set(probs: Tensor, masks: Tensor, threshold: float, min_pixels: int) -> tuple[dict, dict]:
-    m = SegMetrics(threshold, min_pixels)
-    for i in range(0, probs.shape[0], 256):
-        m.update(probs[i:i + 256], masks[i:i + 256])
-    return m.summary(), m.curve()
+    groups = {names[b] if b >= 0 else "(sim scene)": background == b for b in sorted(set(background.tolist()))}
+    return subset_metrics(probs, masks, groups, threshold, min_pixels)
 
 
 class HDF5Frames:

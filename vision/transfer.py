@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .backgrounds import DEFAULT_TRANSFER
 from .io import list_images, read_image, read_mask
 
-TRANSFER_DIR = Path(__file__).resolve().parent.parent / "data" / "transfer"
+TRANSFER_DIR = DEFAULT_TRANSFER
 FRAME_SIZE = 64
 _INT_FIELDS = ("visible_px", "fingers", "n_distractors")
 _BOOL_FIELDS = ("has_target", "truncated", "occluded", "shadows")

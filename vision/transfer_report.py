@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .metrics import subset_metrics
+
 if TYPE_CHECKING:
     from .transfer import TransferSet
 
@@ -67,8 +69,6 @@ def transfer_breakdown(probs: Tensor, tset: TransferSet, threshold: float, min_p
     """Metrics of subsets of a transfer set's frames, from its per-frame metadata: target diameter bins, truncated
     or occluded targets, frames with distractors, and target-free frames with and without distractors. ``probs``
     N,H,W are the gated probabilities of ``tset``'s frames."""
-    from .train import evaluate_set  # late: train imports this module
-
     meta = tset.meta
     has = tset.mask.flatten(1).any(1)
     diam = torch.tensor([_number(m.get("diameter_px")) for m in meta])
@@ -83,13 +83,7 @@ def transfer_breakdown(probs: Tensor, tset: TransferSet, threshold: float, min_p
         "target-free, with distractors": ~has & (dist > 0),
         "target-free, no distractors": ~has & (dist == 0),
     }
-    out = {}
-    for name, keep in groups.items():
-        if bool(keep.any()):
-            summ, _ = evaluate_set(probs[keep], tset.mask[keep], threshold, min_pixels)
-            out[name] = {k: summ[k] for k in ("iou", "precision", "recall", "false_positive_image_rate",
-                                              "num_target_images", "num_empty_images")}
-    return out
+    return subset_metrics(probs, tset.mask, groups, threshold, min_pixels)
 
 
 def operating_point_gap(promised: dict[str, dict], tests: dict[str, dict]) -> dict[str, dict]:
