@@ -12,7 +12,8 @@ seen in training.
 
 Outputs in ``--out``: ``metrics.json`` (``success_rate``, ``num_episodes``, ``failures`` with counts of
 success / timeout / missed_grasp / pushed_away / dropped, ``failure_rates``, a 95% Wilson interval,
-mean steps, timing), ``rollout_K.gif`` for the first ``--gifs`` episodes (RGB beside the mask the
+mean steps, timing, and per episode in seed order ``per_episode_success`` / ``_failure`` / ``_steps``),
+``rollout_K.gif`` for the first ``--gifs`` episodes (RGB beside the mask the
 policy saw, upscaled), and ``report.md``.
 """
 
@@ -161,6 +162,9 @@ def summarize(res: RolloutResult) -> dict:
         "scene_steps": res.scene_steps,
         "seconds": res.seconds,
         "frames_per_s": res.scene_steps / max(res.seconds, 1e-9),
+        "per_episode_success": [bool(x) for x in res.success],
+        "per_episode_failure": [FAILURE_NAMES[int(c)] for c in res.failure],
+        "per_episode_steps": [int(x) for x in res.steps],
     }
 
 
