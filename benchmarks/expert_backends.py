@@ -2,7 +2,7 @@
 
     /work/venv/bin/python benchmarks/expert_backends.py --episodes 100 --num-envs 8 --workers 2
 
-Episode k uses the scene drawn by ``sample_scenes`` from a generator seeded with ``seed + k``, in the
+Episode k uses the scene of episode seed k of the ``test`` stream (:mod:`graspsim.seeds`), in the
 batched torch simulator and in the pybullet backend (Franka Panda, contact physics). This is the
 reference for a learned policy evaluated in pybullet: what the privileged expert itself achieves there.
 """
@@ -20,66 +20,22 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from expert import FSMExpert  # noqa: E402
-from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, State, sample_scenes  # noqa: E402
+from graspsim import FAILURE_NAMES, GraspEnv, SimConfig  # noqa: E402
+from graspsim.rollout import ExpertHooks, run_episodes  # noqa: E402
+from graspsim.seeds import episode_seeds  # noqa: E402
 from graspsim.bullet import BulletGraspEnv  # noqa: E402
 
 
-def episode_scenes(cfg: SimConfig, seeds: list[int]) -> State:
-    """One fresh scene per seed, stacked (B = len(seeds))."""
-    parts = [sample_scenes(cfg, 1, torch.Generator().manual_seed(s)) for s in seeds]
-    return State(**{k: torch.cat([getattr(p, k) for p in parts]) for k, _ in parts[0].items()})
-
-
-def put_scenes(env, ids: torch.Tensor, scenes: State) -> None:
-    """Place ``scenes`` into ``env`` at ``ids`` (pybullet: rebuild; torch: overwrite the state rows)."""
-    if isinstance(env, BulletGraspEnv):
-        env.reset_to(scenes, ids)
-        return
-    out = {}
-    for k, v in env.state.items():
-        v = v.clone()
-        v[ids] = getattr(scenes, k)
-        out[k] = v
-    env.state = State(**out)
-
-
 def run_expert(env, cfg: SimConfig, episodes: int, seed: int) -> dict:
-    """Run ``episodes`` expert episodes (scene k from seed + k); returns outcome counts and mean steps."""
-    n = env.num_envs
-    expert = FSMExpert(cfg, n)
-    next_ep = min(n, episodes)
-    slot_ep = torch.arange(n)
-    put_scenes(env, torch.arange(next_ep), episode_scenes(cfg, [seed + k for k in range(next_ep)]))
-    active = torch.arange(n) < next_ep
-    outcomes: dict[int, tuple[str, int]] = {}
-    t0, frames = time.perf_counter(), 0
-    while len(outcomes) < episodes:
-        _, _, done, info = env.step(expert.act(env.privileged()))
-        frames += n
-        fin = torch.nonzero(done & active).flatten()
-        if fin.numel() == 0:
-            continue
-        steps = env.privileged()["steps"]
-        for i in fin.tolist():
-            outcomes[int(slot_ep[i])] = (FAILURE_NAMES[int(info["failure"][i])], int(steps[i]))
-        new = []
-        for i in fin.tolist():
-            if next_ep < episodes:
-                slot_ep[i] = next_ep
-                new.append(i)
-                next_ep += 1
-            else:
-                active[i] = False
-        if new:
-            ids = torch.tensor(new)
-            put_scenes(env, ids, episode_scenes(cfg, [seed + int(slot_ep[i]) for i in new]))
-            expert.reset(ids)
-        # finished slots with no new episode keep stepping harmlessly
+    """Run ``episodes`` expert episodes on the ``test`` stream of ``seed`` through the one rollout driver;
+    returns outcome counts and mean steps."""
+    out = run_episodes(env, episode_seeds(seed, "test", 0, episodes), ExpertHooks(env, FSMExpert(cfg, env.num_envs)))
+    outcomes = {k: (FAILURE_NAMES[int(c)], int(n)) for k, (c, n) in enumerate(zip(out.failure, out.steps))}
     counts = Counter(o for o, _ in outcomes.values())
-    succ_steps = [s for o, s in outcomes.values() if o == "success"]
+    succ_steps = [n for o, n in outcomes.values() if o == "success"]
     return {"episodes": episodes, "success_rate": counts["success"] / episodes, "outcomes": dict(counts),
             "mean_steps_to_success": sum(succ_steps) / max(1, len(succ_steps)),
-            "frames_per_s": frames / (time.perf_counter() - t0), "per_episode": outcomes}
+            "frames_per_s": out.scene_steps / out.seconds, "per_episode": outcomes}
 
 
 def main() -> None:

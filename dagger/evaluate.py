@@ -3,7 +3,7 @@
 The learner drives every scene alone (no expert); masks are the simulator's ground truth
 (``--masks gt``) or the vision module's predictions on the rendered RGB (``--masks predicted``, needs
 ``--vision``; the default when ``--vision`` is given). Scenes come from the ``test`` seed stream of
-``--seed`` (:func:`dagger.rollout.episode_seeds`), disjoint from every DAgger training scene (``train``
+``--seed`` (:mod:`graspsim.seeds`), disjoint from every DAgger training scene (``train``
 stream) and from DAgger's per-iteration validation scenes (``heldout`` stream).
 
 ``--moving-target`` sets ``RandomizationConfig.target_speed`` to ``moving_speed`` (default 0.005-0.02 m/s,
@@ -36,7 +36,9 @@ from graspsim.config import check_device
 from graspsim.fileio import check_in_file, check_out_dir, replace_atomically, staged_dir
 
 from .policy import MaskPolicy
-from .rollout import RolloutResult, episode_seeds, rollout
+from graspsim.seeds import episode_seeds
+
+from .rollout import RolloutResult, rollout
 from .train import atomic_write_text, generator, make_mask_fn, stream_seed
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,9 @@
 """Batched closed-loop rollouts: a per-scene mixture of the FSM expert and the mask-driven learner.
 
 ``rollout(env, seeds, ...)`` runs exactly one episode per entry of ``seeds``, ``env.num_envs`` at a time.
-Scene ``k`` is built exactly as ``GraspEnv(cfg, num_envs=1, seed=seeds[k])`` builds it
-(:func:`expert.collect.seeded_scenes`). Each step, for all scenes at once:
+Scene ``k`` is built from its episode seed (:func:`graspsim.randomization.scenes_from_seeds`) by the one
+rollout driver, :func:`graspsim.rollout.run_episodes`; this module supplies its hooks. Each step, for all
+scenes at once:
 
 1. the mask the learner sees: ground truth ``obs["mask"]`` or the vision module's prediction on
    ``obs["rgb"]`` (``mask_fn``);
@@ -12,16 +13,12 @@ Scene ``k`` is built exactly as ``GraspEnv(cfg, num_envs=1, seed=seeds[k])`` bui
 4. the executed action: ``torch.where(use_expert, expert (+ optional noise), learner)`` where
    ``use_expert`` is drawn once per episode, Bernoulli(``beta``) per scene.
 
-Finished scenes (success or timeout) are replaced by the next seeds (partial reset by index); when the
-seeds run out, their slots idle until the last episode ends, so every seed contributes exactly one
-episode (no bias towards short episodes). Results come back in seed order.
-
-Held-out evaluation seeds are disjoint from training seeds by construction (:func:`episode_seeds`).
+Results come back in seed order. Held-out evaluation seeds are disjoint from training seeds by
+construction (:mod:`graspsim.seeds`).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -30,29 +27,15 @@ import torch
 from torch import Tensor
 
 from expert import expert_action
-from expert.collect import seeded_scenes
-from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, State, observe
+from graspsim import FAILURE_NAMES, SimConfig
 from graspsim.dataset import Episode, EpisodeRecorder
+from graspsim.rollout import Finished, Hooks, run_episodes
 
-SPLITS = {"train": 0x747261696E, "heldout": 0x68656C64, "test": 0x74657374}
-"""Stream tags mixed into scene seeds: DAgger training rollouts ("train"), DAgger's per-iteration validation
-("heldout") and eval-sim ("test") draw from different ``numpy.random.SeedSequence`` streams, so their
-scenes never share a seed (collision odds ~2^-63)."""
+GRIPPER, MASK, RGB = "gripper", "mask", "rgb"
 PRIVILEGED_KEYS = ("tcp_pos", "sphere_pos", "sphere_radius", "finger_width", "held")
 
 MaskFn = Callable[[dict], Tensor]
 PolicyFn = Callable[[Tensor, Tensor], Tensor]
-
-
-def episode_seeds(seed: int, split: str, start: int, n: int) -> list[int]:
-    """Scene seeds ``start .. start+n-1`` of run ``seed`` in ``split`` ("train", "heldout" or "test")."""
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {sorted(SPLITS)}; got {split!r}")
-    out = []
-    for k in range(start, start + n):
-        a, b = np.random.SeedSequence([int(seed), SPLITS[split], int(k)]).generate_state(2, np.uint32)
-        out.append(int((int(a) << 31) ^ int(b)))
-    return out
 
 
 def gt_masks(obs: dict) -> Tensor:
@@ -94,27 +77,77 @@ class RolloutResult:
         return {name: int((self.failure == i).sum()) for i, name in enumerate(FAILURE_NAMES)}
 
 
-def _put(state: State, ids: Tensor, fresh: State) -> State:
-    return State(**{k: v.index_copy(0, ids, getattr(fresh, k)) for k, v in state.items()})
+class _MixtureHooks(Hooks):
+    """The DAgger mixture as rollout hooks (see the module docstring)."""
 
+    def __init__(self, env, policy, beta, mask_fn, g, expert_noise, recorder, capture, seeds):
+        self.env, self.policy, self.beta, self.mask_fn, self.g = env, policy, beta, mask_fn, g
+        self.expert_noise, self.recorder, self.seeds = expert_noise, recorder, seeds
+        self.sim: SimConfig = env.cfg
+        self.use_expert = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+        self.frames = {k: {"rgb": [], "mask": []} for k in range(min(capture, len(seeds)))}
+        self.episodes: dict[int, Episode] = {}
+        self._step: tuple | None = None
+        self.driven: np.ndarray | None = None  # N bool: episode driven by the expert
 
-def _reset_slots(env, ids: Tensor, fresh: State) -> dict | None:
-    """Put ``fresh`` scenes into slots ``ids``. GraspEnv: returns None (the loop renders every scene once per
-    step, which is cheaper than an extra small render call); other backends: their ``reset_to`` observation."""
-    if isinstance(env, GraspEnv):
-        env.state = _put(env.state, ids, fresh)
-        return None
-    return env.reset_to(fresh, ids)
+    def on_start(self, slots: Tensor, episodes: Tensor) -> None:
+        if self.driven is None:  # the first batch: one draw per slot, idle ones included
+            self.driven = np.zeros(len(self.seeds), bool)
+            self.use_expert = torch.rand(self.env.num_envs, generator=self.g, device=self.env.device) < self.beta
+        else:
+            self.use_expert[slots] = torch.rand(len(slots), generator=self.g, device=self.env.device) < self.beta
+
+    def act(self, obs: dict, active: Tensor) -> Tensor:
+        sim, B, dev = self.sim, self.env.num_envs, self.env.device
+        mask = self.mask_fn(obs)
+        grip = obs[GRIPPER]
+        priv = self.env.privileged()
+        label = expert_action(priv, sim)  # B,4 expert label for the current true state
+        exp_exec = label
+        if self.expert_noise > 0:
+            exp_exec = label.clone()
+            noise = torch.randn((B, 3), generator=self.g, device=dev) * self.expert_noise
+            exp_exec[:, :3] = (exp_exec[:, :3] + noise).clamp(-sim.max_speed, sim.max_speed)
+        if self.policy is not None and bool((active & ~self.use_expert).any()):
+            action = torch.where(self.use_expert[:, None], exp_exec, self.policy(mask, grip).to(dev))
+        else:
+            action = exp_exec
+        self._step = (mask, grip, label, priv)
+        return action
+
+    def record(self, obs: dict, action: Tensor, active: Tensor, slot_episode: Tensor) -> None:
+        mask, grip, label, priv = self._step
+        if self.recorder is not None:
+            self.recorder.record(
+                {MASK: mask, GRIPPER: grip}, label, {k: priv[k] for k in PRIVILEGED_KEYS},
+                {"executed_actions": action, "expert_driven": self.use_expert}, active=active.cpu(),
+            )
+        for k, fr in self.frames.items():  # at most `capture` slots
+            slot = torch.nonzero(slot_episode == k).flatten()
+            if slot.numel() and bool(active[slot[0]]):
+                s = int(slot[0])
+                fr["rgb"].append(obs[RGB][s].permute(1, 2, 0).cpu().numpy())
+                fr["mask"].append(mask[s].cpu().numpy())
+
+    def on_end(self, fin: Finished) -> None:
+        drv = self.use_expert[fin.slots.to(self.env.device)].cpu().numpy()
+        self.driven[fin.episodes] = drv
+        if self.recorder is not None:
+            attrs = [{"success": bool(s), "failure": FAILURE_NAMES[int(c)], "seed": int(seed),
+                      "episode_index": int(e), "expert_driven": bool(d)}
+                     for e, seed, s, c, d in zip(fin.episodes, fin.seeds, fin.success, fin.failure, drv)]
+            for e, ep in zip(fin.episodes, self.recorder.finish(fin.slots, attrs)):
+                self.episodes[int(e)] = ep
 
 
 def rollout(env, seeds: list[int], *, policy: PolicyFn | None = None, beta: float = 1.0,
             mask_fn: MaskFn = gt_masks, generator: torch.Generator | None = None, expert_noise: float = 0.0,
             record: bool = False, capture: int = 0, progress: Callable[[int], None] | None = None) -> RolloutResult:
-    """Run one episode per seed with ``env`` (GraspEnv or a backend with ``reset_to``); see the module doc.
+    """Run one episode per seed with ``env`` (either backend) through :func:`graspsim.rollout.run_episodes`.
 
     Args:
         env: batched environment; its ``num_envs`` scenes run in parallel, its generator drives dynamics noise.
-        seeds: scene seeds (one episode each).
+        seeds: episode seeds (one episode each; :func:`graspsim.seeds.episode_seeds`).
         policy: learner ``(mask B,H,W bool, gripper B,3) -> B,4`` in simulator units; None = expert only.
         beta: probability that an episode is driven by the expert (per scene, drawn at episode start).
         mask_fn: ``obs -> mask B,H,W bool`` (:func:`gt_masks` or :func:`segmenter_masks`).
@@ -130,111 +163,18 @@ def rollout(env, seeds: list[int], *, policy: PolicyFn | None = None, beta: floa
         raise ValueError(f"beta must be in [0, 1]; got {beta!r}")
     if policy is None and beta < 1.0:
         raise ValueError("rollout: beta < 1 needs a learner policy")
-    N, B = len(seeds), env.num_envs
-    if N == 0:
+    if len(seeds) == 0:
         raise ValueError("rollout: no seeds given")
-    sim: SimConfig = env.cfg
-    dev = env.device
-    g = generator if generator is not None else torch.Generator(device=dev).manual_seed(0)
-    t0 = time.perf_counter()
-
-    success = np.zeros(N, bool)
-    failure = np.zeros(N, np.int64)
-    steps = np.zeros(N, np.int64)
-    driven = np.zeros(N, bool)
-    episodes: dict[int, Episode] = {}
-    frames: dict[int, dict[str, list[np.ndarray]]] = {k: {"rgb": [], "mask": []} for k in range(min(capture, N))}
-
-    n0 = min(B, N)
-    slot_ep = torch.full((B,), -1, dtype=torch.long)  # episode index per slot (-1: idle)
-    slot_ep[:n0] = torch.arange(n0)
-    active = torch.zeros(B, dtype=torch.bool, device=dev)
-    active[:n0] = True
-    ids0 = torch.arange(n0, device=dev)
-    torch_env = isinstance(env, GraspEnv)
-    obs = _reset_slots(env, ids0, seeded_scenes(sim, seeds[:n0], dev))
-    if torch_env:  # render once per step at the top of the loop (after resets), not inside step()
-        saved_render, env.render_obs = env.render_obs, False
-    next_k = n0
-    use_expert = torch.rand(B, generator=g, device=dev) < beta
-    recorder = EpisodeRecorder(B, image_keys=(), capacity=sim.max_steps) if record else None
-    scene_steps, finished_count = 0, 0
-
-    while bool(active.any()):
-        if torch_env:
-            obs = observe(env.state, sim, env.generator)
-        mask = mask_fn(obs)
-        grip = obs["gripper"]
-        priv = env.privileged()
-        label = expert_action(priv, sim)  # B,4 expert label for the current true state
-        exp_exec = label
-        if expert_noise > 0:
-            exp_exec = label.clone()
-            noise = torch.randn((B, 3), generator=g, device=dev) * expert_noise
-            exp_exec[:, :3] = (exp_exec[:, :3] + noise).clamp(-sim.max_speed, sim.max_speed)
-        if policy is not None and bool((active & ~use_expert).any()):
-            learner = policy(mask, grip).to(dev)
-            action = torch.where(use_expert[:, None], exp_exec, learner)
-        else:
-            action = exp_exec
-        if recorder is not None:
-            recorder.record(
-                {"mask": mask, "gripper": grip}, label, {k: priv[k] for k in PRIVILEGED_KEYS},
-                {"executed_actions": action, "expert_driven": use_expert}, active=active.cpu(),
-            )
-        for k, fr in frames.items():  # at most `capture` slots
-            slot = torch.nonzero(slot_ep == k).flatten()
-            if slot.numel() and bool(active[slot[0]]):
-                s = int(slot[0])
-                fr["rgb"].append(obs["rgb"][s].permute(1, 2, 0).cpu().numpy())
-                fr["mask"].append(mask[s].cpu().numpy())
-        step_obs, _, done, info = env.step(action)
-        if not torch_env:
-            obs = step_obs
-        scene_steps += int(active.sum())
-        fin = done & active
-        if bool(fin.any()):
-            ids = torch.nonzero(fin).flatten()
-            ids_cpu = ids.cpu()
-            eps = slot_ep[ids_cpu]
-            succ = info["success"][ids].cpu().numpy()
-            fail = info["failure"][ids].cpu().numpy()
-            nstep = env.state.steps[ids].cpu().numpy() if hasattr(env, "state") else np.zeros(len(ids), np.int64)
-            drv = use_expert[ids].cpu().numpy()
-            e_np = eps.numpy()
-            success[e_np], failure[e_np], steps[e_np], driven[e_np] = succ, fail, nstep, drv
-            if recorder is not None:
-                attrs = [{"success": bool(s), "failure": FAILURE_NAMES[int(c)], "seed": int(seeds[int(e)]),
-                          "episode_index": int(e), "expert_driven": bool(d)}
-                         for e, s, c, d in zip(e_np, succ, fail, drv)]
-                for e, ep in zip(e_np, recorder.finish(ids_cpu, attrs)):
-                    episodes[int(e)] = ep
-            finished_count += len(ids)
-            # refill from the remaining seeds; other finished slots go idle
-            n_new = min(len(ids), N - next_k)
-            active[ids] = False
-            slot_ep[ids_cpu] = -1
-            if n_new:
-                new_ids = ids[:n_new]
-                slot_ep[new_ids.cpu()] = torch.arange(next_k, next_k + n_new)
-                new_obs = _reset_slots(env, new_ids, seeded_scenes(sim, seeds[next_k:next_k + n_new], dev))
-                if new_obs is not None:
-                    obs = new_obs
-                next_k += n_new
-                active[new_ids] = True
-                use_expert[new_ids] = torch.rand(n_new, generator=g, device=dev) < beta
-            if progress is not None:
-                progress(finished_count)
-
-    if torch_env:
-        env.render_obs = saved_render
+    g = generator if generator is not None else torch.Generator(device=env.device).manual_seed(0)
+    recorder = EpisodeRecorder(env.num_envs, image_keys=(), capacity=env.cfg.max_steps) if record else None
+    hooks = _MixtureHooks(env, policy, beta, mask_fn, g, expert_noise, recorder, capture, list(seeds))
+    out = run_episodes(env, seeds, hooks, progress=progress)
     return RolloutResult(
-        success=success, failure=failure, steps=steps, expert_driven=driven, seeds=list(seeds),
-        episodes=[episodes[k] for k in sorted(episodes)],
-        frames={k: {kk: vv for kk, vv in fr.items()} for k, fr in frames.items()},
-        scene_steps=scene_steps, seconds=time.perf_counter() - t0,
+        success=out.success, failure=out.failure, steps=out.steps, expert_driven=hooks.driven, seeds=list(seeds),
+        episodes=[hooks.episodes[k] for k in sorted(hooks.episodes)], frames=hooks.frames,
+        scene_steps=out.scene_steps, seconds=out.seconds,
     )
 
 
-__all__ = ["PRIVILEGED_KEYS", "RolloutResult", "SPLITS", "episode_seeds", "gt_masks", "rollout",
+__all__ = ["PRIVILEGED_KEYS", "RolloutResult", "gt_masks", "rollout",
            "segmenter_masks"]

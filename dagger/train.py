@@ -51,7 +51,9 @@ from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, rep
 from .data import Aggregate, iteration_file, write_iteration
 from .model import ControlNet, ControlNetConfig, count_parameters
 from .policy import MaskPolicy, load_checkpoint, save_checkpoint
-from .rollout import episode_seeds, gt_masks, rollout, segmenter_masks
+from graspsim.seeds import derive_seed, episode_seeds
+
+from .rollout import gt_masks, rollout, segmenter_masks
 
 log = logging.getLogger(__name__)
 
@@ -185,7 +187,7 @@ def beta_at(cfg: DaggerConfig, it: int) -> float:
 
 def stream_seed(seed: int, it: int, purpose: int) -> int:
     """Seed of a random stream (purpose 0: env dynamics, 1: Bernoulli + noise, 2: minibatches, 3: eval env)."""
-    return int(np.random.SeedSequence([int(seed), 0xDA66E2, int(it), int(purpose)]).generate_state(1, np.uint32)[0])
+    return derive_seed(seed, 0xDA66E2, it, purpose)
 
 
 def generator(seed: int, device: torch.device) -> torch.Generator:

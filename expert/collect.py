@@ -2,18 +2,20 @@
 
 >>> summary = collect(CollectConfig(out="demos.h5", episodes=200, num_envs=64, seed=0))
 
-Every episode gets its own scene seed (``demo_K.attrs["seed"]``, derived from the run seed and the
-scene counter): ``graspsim.GraspEnv(cfg.sim, num_envs=1, seed=s)`` rebuilds that scene. Dynamics and
-image noise come from one run-level generator, so the same run seed and config (including
-``num_envs``) give identical arrays. A resumed run draws fresh noise streams and new scenes, so it
-differs from an uninterrupted run but never repeats a scene.
+The file holds episodes 0..``episodes``-1 of the run seed's ``train`` stream (:mod:`graspsim.seeds`):
+``demo_K.attrs["episode_index"]`` is the episode's index k in that stream and ``attrs["seed"]`` its
+episode seed, from which ``graspsim.GraspEnv(cfg.sim, num_envs=1, seed=s)`` rebuilds the scene. The
+loop is the one rollout driver (:func:`graspsim.rollout.run_episodes`). Dynamics and image noise come
+from one run-level generator, so the same run seed and config (including ``num_envs``) give identical
+arrays. A resumed run collects exactly the missing episode indices, so the finished file holds the same
+scenes as an uninterrupted run; it draws fresh noise streams, so the arrays differ.
 
 Per step the file holds the observation the expert acted on (``obs/rgb`` T,H,W,3 uint8, ``obs/mask``
 T,H,W uint8, ``obs/gripper`` T,3 float32), the expert's clean label (``actions`` T,4 float32), the
 executed (noisy) action when ``noise > 0`` (``executed_actions``), robomimic's ``rewards`` / ``dones``,
 and privileged state (``privileged/{tcp_pos, sphere_pos, sphere_radius, finger_width, held, phase}``).
-Episodes are appended in completion order (ties broken by scene slot); in-flight episodes beyond
-``episodes`` are discarded. See :mod:`graspsim.dataset` for the crash-safe file protocol.
+Episodes are appended in completion order (ties broken by scene slot); every started episode runs to
+its end, so short episodes are not favoured. See :mod:`graspsim.dataset` for the crash-safe file protocol.
 """
 
 from __future__ import annotations
@@ -29,10 +31,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, State, observe, sample_scenes
+from graspsim import FAILURE_NAMES, GraspEnv, SimConfig
 from graspsim.config import check_device
 from graspsim.dataset import EpisodeRecorder, EpisodeWriter, demo_attrs, describe
 from graspsim.fileio import check_out_file
+from graspsim.rollout import ExpertHooks, Finished, run_episodes
+from graspsim.seeds import derive_seed, episode_seeds
 
 from .fsm import FSMExpert
 
@@ -41,6 +45,7 @@ log = logging.getLogger(__name__)
 RESUMABLE_KEYS = ("episodes", "resume", "overwrite", "out", "progress", "flush_seconds", "valid_fraction")
 """Config fields that may change when resuming a file (they do not change what is recorded)."""
 PRIVILEGED_KEYS = ("tcp_pos", "sphere_pos", "sphere_radius", "finger_width", "held")
+RGB = "rgb"
 
 
 @dataclass(frozen=True)
@@ -104,30 +109,10 @@ class CollectConfig:
         return d
 
 
-def scene_seed(run_seed: int, k: int) -> int:
-    """Seed of the ``k``-th scene of a run (63-bit, well mixed; distinct runs do not share scenes)."""
-    a, b = np.random.SeedSequence([int(run_seed), int(k)]).generate_state(2, np.uint32)
-    return int((int(a) << 31) ^ int(b))
-
-
 def _stream_seed(run_seed: int, stream: int, start: int) -> int:
-    """Seed of a run-level random stream (0: dynamics and image noise, 1: expert noise) for a run
-    starting at episode ``start`` (so a resumed run does not replay the noise of the first run)."""
-    return int(np.random.SeedSequence([int(run_seed), 1_000_003 + stream, int(start)]).generate_state(1, np.uint32)[0])
-
-
-def seeded_scenes(cfg: SimConfig, seeds: list[int], device: torch.device) -> State:
-    """One scene per seed, exactly as ``GraspEnv(cfg, num_envs=1, seed=s)`` builds it, stacked to ``len(seeds)``."""
-    parts = []
-    for s in seeds:  # loop over newly started episodes only
-        g = torch.Generator(device=device)
-        g.manual_seed(s)
-        parts.append(sample_scenes(cfg, 1, g, device))
-    return State(**{k: torch.cat([getattr(p, k) for p in parts]) for k, _ in parts[0].items()})
-
-
-def _put_scenes(state: State, ids: torch.Tensor, fresh: State) -> State:
-    return State(**{k: v.index_copy(0, ids, getattr(fresh, k)) for k, v in state.items()})
+    """Seed of a run-level random stream (0: dynamics and image noise, 1: expert noise) for a run that
+    starts with ``start`` episodes in the file (a resumed run does not replay the first run's noise)."""
+    return derive_seed(run_seed, 1_000_003 + stream, start)
 
 
 def _env_args(cfg: CollectConfig) -> dict:
@@ -171,14 +156,12 @@ def collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None = Non
         start = writer.num_episodes
         previous = demo_attrs(cfg.out) if start else []
         n_success = sum(bool(a.get("success", False)) for a in previous)
-        next_scene = max((int(a.get("scene_index", -1)) for a in previous), default=-1) + 1
         if start >= cfg.episodes:
             log.info("%s already holds %d episodes (asked for %d); nothing to collect", cfg.out, start, cfg.episodes)
         else:
             if start:
                 log.info("resuming %s at %d of %d episodes", cfg.out, start, cfg.episodes)
-            new_eps, new_steps, scene_steps, n_success = _run(cfg, writer, device, start, next_scene, n_success,
-                                                              progress_fn)
+            new_eps, new_steps, scene_steps, n_success = _run(cfg, writer, device, previous, n_success, progress_fn)
     except KeyboardInterrupt:
         if not writer.num_episodes:  # nothing to keep: leave no empty file behind (and an old one untouched)
             writer.abort()
@@ -228,95 +211,102 @@ def _split(cfg: CollectConfig, writer: EpisodeWriter) -> None:
     writer.set_filter_keys({"train": train.tolist(), "valid": valid.tolist()})
 
 
-def _run(cfg: CollectConfig, writer: EpisodeWriter, device: torch.device, start: int, next_scene: int,
+class _ExpertRecording(ExpertHooks):
+    """Rollout hooks of ``collect``: the (optionally noisy) expert drives, every step is recorded, and
+    finished episodes are committed to the writer at most every ``flush_seconds``."""
+
+    def __init__(self, env, expert: FSMExpert, cfg: CollectConfig, writer: EpisodeWriter, indices: list[int],
+                 n_success: int, progress_fn, bar, task):
+        super().__init__(env, expert)
+        self.cfg, self.writer, self.indices = cfg, writer, indices
+        self.recorder = EpisodeRecorder(env.num_envs, image_keys=(RGB,), capacity=cfg.sim.max_steps)
+        self.pending: list = []
+        self.start = self.written = writer.num_episodes
+        self.n_success, self.new_steps = n_success, 0
+        self.progress_fn, self.bar, self.task = progress_fn, bar, task
+        self.t0 = self.last_flush = time.perf_counter()
+        self._step: tuple | None = None
+
+    def act(self, obs: dict, active: torch.Tensor) -> torch.Tensor:
+        priv = self.env.privileged()
+        label = self.policy.act(priv)  # B,4 clean expert label
+        executed = self.policy.perturb(label)
+        self._step = (label, priv)
+        return executed
+
+    def record(self, obs: dict, action: torch.Tensor, active: torch.Tensor, slot_episode: torch.Tensor) -> None:
+        label, priv = self._step
+        record_priv = {k: priv[k] for k in PRIVILEGED_KEYS}
+        record_priv["phase"] = self.policy.phase
+        extras = {"executed_actions": action} if self.cfg.noise > 0 else None
+        self.recorder.record(obs, label, record_priv, extras, active=active.cpu())
+
+    def on_end(self, fin: Finished) -> None:
+        attrs = [{"success": bool(s), "failure": FAILURE_NAMES[int(c)], "seed": int(seed),
+                  "episode_index": int(self.indices[int(e)])}
+                 for e, seed, s, c in zip(fin.episodes, fin.seeds, fin.success, fin.failure)]
+        for ep in self.recorder.finish(fin.slots, attrs):
+            T = ep.num_samples
+            ep.extras["rewards"] = np.zeros(T, np.float32)
+            ep.extras["rewards"][-1] = float(ep.attrs["success"])
+            ep.extras["dones"] = np.zeros(T, np.uint8)
+            ep.extras["dones"][-1] = 1
+            self.new_steps += T
+            self.pending.append(ep)
+        now = time.perf_counter()
+        if self.written + len(self.pending) >= self.cfg.episodes or now - self.last_flush >= self.cfg.flush_seconds:
+            self.commit()
+            self.last_flush = now
+
+    def commit(self) -> None:
+        if not self.pending:
+            return
+        self.writer.append(self.pending)
+        self.written += len(self.pending)
+        self.n_success += sum(bool(ep.attrs["success"]) for ep in self.pending)
+        self.pending = []
+        rate = (self.written - self.start) / max(time.perf_counter() - self.t0, 1e-9)
+        succ = self.n_success / self.written
+        self.bar.update(self.task, completed=self.written, eps=rate, succ=f"{100 * succ:.1f}%")
+        if self.progress_fn is not None:
+            self.progress_fn({"episodes": self.written, "target": self.cfg.episodes, "success": succ,
+                              "episodes_per_s": rate})
+
+
+def _todo(cfg: CollectConfig, previous: list[dict]) -> list[int]:
+    """Indices (in the run's ``train`` episode stream) of the episodes still missing: the file holds
+    episodes 0..episodes-1 when done, whatever order they finished in and however often the run resumed."""
+    have = {int(a["episode_index"]) for a in previous if "episode_index" in a}
+    need = cfg.episodes - len(previous)
+    todo, k = [], 0
+    while len(todo) < need:
+        if k not in have:
+            todo.append(k)
+        k += 1
+    return todo
+
+
+def _run(cfg: CollectConfig, writer: EpisodeWriter, device: torch.device, previous: list[dict],
          n_success: int, progress_fn: Callable[[dict], None] | None) -> tuple[int, int, int, int]:
     """The collection loop. Returns (new episodes, their steps, scene steps simulated, successes in file)."""
-    B, sim = cfg.num_envs, cfg.sim
-    # one generator for dynamics + image noise and one for expert noise; a resumed run starts new streams
-    env = GraspEnv(sim, num_envs=B, device=device, seed=_stream_seed(cfg.seed, 0, start), render_obs=False)
+    indices = _todo(cfg, previous)
+    seeds = [episode_seeds(cfg.seed, "train", k, 1)[0] for k in indices]
+    B = min(cfg.num_envs, len(seeds))
+    # one generator for dynamics + image noise and one for expert noise
+    env = GraspEnv(cfg.sim, num_envs=B, device=device, seed=_stream_seed(cfg.seed, 0, len(previous)))
     g_expert = torch.Generator(device=device)
-    g_expert.manual_seed(_stream_seed(cfg.seed, 1, start))
-    expert = FSMExpert(sim, B, device, noise_std=cfg.noise, generator=g_expert)
-
-    scene_index = torch.arange(next_scene, next_scene + B, dtype=torch.long)  # B: scene counter per slot
-    seeds = [scene_seed(cfg.seed, k) for k in scene_index.tolist()]
-    slot_seed = torch.tensor(seeds, dtype=torch.long)
-    env.state = seeded_scenes(sim, seeds, device)
-    next_scene += B
-    expert.reset()
-    recorder = EpisodeRecorder(B, image_keys=("rgb",), capacity=sim.max_steps)
-
-    written, pending, new_steps, scene_steps = start, [], 0, 0
-    last_flush = time.perf_counter()
-    t0 = time.perf_counter()
-    bar, task = _progress_bar(cfg.progress, cfg.episodes, start)
-
-    def commit() -> None:
-        nonlocal written, pending, n_success
-        writer.append(pending)
-        written += len(pending)
-        n_success += sum(bool(ep.attrs["success"]) for ep in pending)
-        pending = []
-        rate = (written - start) / max(time.perf_counter() - t0, 1e-9)
-        succ = n_success / written
-        bar.update(task, completed=written, eps=rate, succ=f"{100 * succ:.1f}%")
-        if progress_fn is not None:
-            progress_fn({"episodes": written, "target": cfg.episodes, "success": succ, "episodes_per_s": rate})
-
+    g_expert.manual_seed(_stream_seed(cfg.seed, 1, len(previous)))
+    expert = FSMExpert(cfg.sim, B, device, noise_std=cfg.noise, generator=g_expert)
+    bar, task = _progress_bar(cfg.progress, cfg.episodes, writer.num_episodes)
+    hooks = _ExpertRecording(env, expert, cfg, writer, indices, n_success, progress_fn, bar, task)
     with bar:
         try:
-            obs = observe(env.state, sim, env.generator)
-            while written + len(pending) < cfg.episodes:
-                priv = env.privileged()
-                label = expert.act(priv)  # B,4 clean expert label
-                executed = expert.perturb(label)
-                record_priv = {k: priv[k] for k in PRIVILEGED_KEYS}
-                record_priv["phase"] = expert.phase
-                extras = {"executed_actions": executed} if cfg.noise > 0 else None
-                recorder.record(obs, label, record_priv, extras)
-                _, _, done, info = env.step(executed)
-                scene_steps += B
-                ids = torch.nonzero(done).flatten().cpu()  # ascending slot order: ties broken by slot
-                if ids.numel():
-                    need = cfg.episodes - written - len(pending)
-                    keep = ids[:need]
-                    success = info["success"].cpu()[keep].tolist()
-                    failure = info["failure"].cpu()[keep].tolist()
-                    attrs = [
-                        {"success": bool(s), "failure": FAILURE_NAMES[c], "seed": int(slot_seed[i]),
-                         "scene_index": int(scene_index[i])}
-                        for i, s, c in zip(keep.tolist(), success, failure)
-                    ]
-                    episodes = recorder.finish(keep, attrs)
-                    recorder.discard(ids)
-                    for ep in episodes:
-                        T = ep.num_samples
-                        ep.extras["rewards"] = np.zeros(T, np.float32)
-                        ep.extras["rewards"][-1] = float(ep.attrs["success"])
-                        ep.extras["dones"] = np.zeros(T, np.uint8)
-                        ep.extras["dones"][-1] = 1
-                        new_steps += T
-                    pending += episodes
-                    # fresh scenes for the finished slots
-                    new_index = torch.arange(next_scene, next_scene + ids.numel(), dtype=torch.long)
-                    next_scene += ids.numel()
-                    new_seeds = [scene_seed(cfg.seed, k) for k in new_index.tolist()]
-                    scene_index[ids] = new_index
-                    slot_seed[ids] = torch.tensor(new_seeds, dtype=torch.long)
-                    env.state = _put_scenes(env.state, ids.to(device), seeded_scenes(sim, new_seeds, device))
-                    expert.reset(ids)
-                now = time.perf_counter()
-                finished = written + len(pending) >= cfg.episodes
-                if pending and (finished or now - last_flush >= cfg.flush_seconds):
-                    commit()
-                    last_flush = now
-                if not finished:
-                    obs = observe(env.state, sim, env.generator)
+            out = run_episodes(env, seeds, hooks)
         except KeyboardInterrupt:
-            if pending:  # finished episodes are worth keeping
-                commit()
+            hooks.commit()  # finished episodes are worth keeping
             raise
-    return written - start, new_steps, scene_steps, n_success
+        hooks.commit()
+    return hooks.written - hooks.start, hooks.new_steps, out.scene_steps, hooks.n_success
 
 
-__all__ = ["CollectConfig", "collect", "scene_seed", "seeded_scenes"]
+__all__ = ["CollectConfig", "collect"]

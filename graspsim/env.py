@@ -18,6 +18,7 @@ Observation dict (policy-visible only):
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Sequence
 
 import torch
@@ -25,7 +26,7 @@ from torch import Tensor
 
 from . import physics
 from .config import SimConfig
-from .randomization import sample_scenes
+from .randomization import sample_scenes, scenes_from_seeds
 from .render import RenderOutput, render
 from .state import State
 
@@ -85,37 +86,60 @@ def as_index(env_ids: Tensor | Sequence[int] | None, n: int, device: torch.devic
     return torch.unique(ids)
 
 
+def put_scenes(state: State, env_ids: Tensor, fresh: State) -> State:
+    """``state`` with rows ``env_ids`` (int64 index, one per row of ``fresh``) replaced by ``fresh``. Pure."""
+    if fresh.batch_size != env_ids.numel():
+        raise ValueError(f"put_scenes: {fresh.batch_size} scenes for {env_ids.numel()} env ids")
+    return State(**{k: v.index_copy(0, env_ids, getattr(fresh, k).to(v.device)) for k, v in state.items()})
+
+
 def reset_scenes(state: State | None, env_ids: Tensor, cfg: SimConfig, generator: torch.Generator, n: int,
                  device: torch.device) -> State:
-    """Return ``state`` with scenes ``env_ids`` replaced by freshly sampled ones (all when state is None)."""
+    """Return ``state`` with scenes ``env_ids`` replaced by scenes drawn from ``generator`` (all when state is None)."""
     if state is None:
         return sample_scenes(cfg, n, generator, device)
     if env_ids.numel() == 0:
         return state
-    fresh = sample_scenes(cfg, int(env_ids.numel()), generator, device)
-    out = {}
-    for k, v in state.items():
-        v = v.clone()
-        v[env_ids] = getattr(fresh, k)
-        out[k] = v
-    return State(**out)
+    return put_scenes(state, env_ids, sample_scenes(cfg, int(env_ids.numel()), generator, device))
 
 
-def resample(state: State, env_ids: Tensor | Sequence[int] | None, cfg: SimConfig, generator: torch.Generator,
-             n: int, device: torch.device) -> tuple[State, Tensor]:
-    """Fresh scenes for ``env_ids`` (None = all ``n``); returns (new state, sorted index tensor of reset scenes)."""
-    ids = as_index(env_ids, n, device)
-    if env_ids is None:
-        return sample_scenes(cfg, n, generator, device), ids
-    return reset_scenes(state, ids, cfg, generator, n, device), ids
+def fresh_scenes(state: State, env_ids: Tensor | Sequence[int] | None, seeds: Sequence[int] | None, cfg: SimConfig,
+                 generator: torch.Generator, n: int, device: torch.device) -> tuple[State, Tensor]:
+    """The reset rule shared by both backends: fresh scenes for ``env_ids`` (None = all ``n``), built from
+    the per-episode ``seeds`` (one per id, in the order the ids are given) or, without seeds, drawn from
+    ``generator``. Returns (new state, index tensor of the reset scenes, in the order of ``seeds``)."""
+    if seeds is None:
+        ids = as_index(env_ids, n, device)
+        if env_ids is None:
+            return sample_scenes(cfg, n, generator, device), ids
+        return reset_scenes(state, ids, cfg, generator, n, device), ids
+    seeds = [int(x) for x in seeds]
+    ids = torch.arange(n, device=device) if env_ids is None else torch.as_tensor(env_ids, device=device)
+    if ids.dtype == torch.bool:
+        ids = as_index(ids, n, device)
+    ids = ids.long().flatten()
+    if ids.numel() != len(seeds):
+        raise ValueError(f"reset: {len(seeds)} seeds for {ids.numel()} env ids")
+    if ids.numel() and (ids.min() < 0 or ids.max() >= n or torch.unique(ids).numel() != ids.numel()):
+        raise ValueError(f"reset: env_ids must be distinct and lie in 0..{n - 1}; got {ids.tolist()[:8]}")
+    if not seeds:
+        return state, ids
+    return put_scenes(state, ids, scenes_from_seeds(cfg, seeds, device)), ids
 
 
 class GraspEnv:
-    """A batch of ``num_envs`` randomized wrist-camera grasping scenes on ``device``."""
+    """A batch of ``num_envs`` randomized wrist-camera grasping scenes on ``device``.
+
+    The episode lifecycle shared with :class:`graspsim.bullet.BulletGraspEnv` (the env protocol):
+    ``reset(env_ids=None, seeds=None) -> obs``, ``step(action) -> (obs, reward, done, info)``,
+    ``observe() -> obs``, ``privileged()``, ``rendering(on)`` (a context), ``num_envs``, ``cfg``,
+    ``device``, ``close()``. Only the env assigns its ``state``; loops over episodes go through
+    :func:`graspsim.rollout.run_episodes`.
+    """
 
     def __init__(self, cfg: SimConfig | None = None, num_envs: int = 1, device: str | torch.device = "cpu",
                  seed: int = 0, render_obs: bool = True):
-        if not isinstance(num_envs, int) or num_envs <= 0:
+        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
         self.cfg = cfg or SimConfig()
         self.num_envs = num_envs
@@ -126,12 +150,18 @@ class GraspEnv:
         self.state: State = sample_scenes(self.cfg, num_envs, self.generator, self.device)
 
     # -- core API ---------------------------------------------------------------------------
-    def reset(self, env_ids: Tensor | Sequence[int] | None = None, seed: int | None = None) -> dict[str, Tensor]:
-        """Re-sample the scenes ``env_ids`` (default all). ``seed`` re-seeds the generator first."""
+    def reset(self, env_ids: Tensor | Sequence[int] | None = None, seeds: Sequence[int] | None = None,
+              seed: int | None = None) -> dict[str, Tensor]:
+        """Start new episodes in the scenes ``env_ids`` (default all) and return the observation of every scene.
+
+        ``seeds`` (one per id, see :mod:`graspsim.seeds`) builds each new scene from its episode seed;
+        without them the scenes are drawn from the env's generator. ``seed`` first re-seeds that generator
+        (gymnasium style: it also drives dynamics and image noise).
+        """
         if seed is not None:
             self.generator.manual_seed(int(seed))
-        self.state, _ = resample(self.state, env_ids, self.cfg, self.generator, self.num_envs, self.device)
-        return self.observe()
+        self.state, _ = fresh_scenes(self.state, env_ids, seeds, self.cfg, self.generator, self.num_envs, self.device)
+        return self._obs()
 
     def step(self, action: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
         """Apply ``action`` (B,4) to every scene. Returns (obs, reward B float32, done B bool, info).
@@ -148,12 +178,26 @@ class GraspEnv:
             "timeout": s.done & ~s.success,
             "failure": physics.failure_cause(s),
         }
-        return self.observe(), reward, s.done, info
+        return self._obs(), reward, s.done, info
 
-    def observe(self) -> dict[str, Tensor]:
+    def _obs(self) -> dict[str, Tensor]:
         if not self.render_obs:
             return {"gripper": gripper_obs(self.state, self.cfg)}
+        return self.observe()
+
+    def observe(self) -> dict[str, Tensor]:
+        """Render and return the observation of every scene in its current state (see the module docstring)."""
         return observe(self.state, self.cfg, self.generator)
+
+    @contextmanager
+    def rendering(self, on: bool):
+        """Within the block, ``step`` and ``reset`` render (``on``) or return only ``gripper`` (not ``on``);
+        :meth:`observe` always renders. The previous setting comes back on exit, also on error."""
+        saved, self.render_obs = self.render_obs, bool(on)
+        try:
+            yield self
+        finally:
+            self.render_obs = saved
 
     def privileged(self) -> dict[str, Tensor]:
         return privileged(self.state)
@@ -161,3 +205,12 @@ class GraspEnv:
     def render(self, **kwargs) -> RenderOutput:
         """Full render output (RGB, mask, depth, alpha) of the current state; see ``render.render``."""
         return render(self.state, self.cfg, generator=self.generator, **kwargs)
+
+    def close(self) -> None:
+        """Nothing to release (the protocol's ``close``)."""
+
+    def __enter__(self) -> "GraspEnv":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -88,6 +88,34 @@ def push_out_of_box(c: Tensor, r: Tensor, box_c: Tensor, box_h: Tensor) -> Tenso
     return torch.where(overlap[:, None], push, torch.zeros_like(push))
 
 
+def command(state: State, action: Tensor, cfg: SimConfig,
+            generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+    """The action model shared by both backends: what the controller executes for ``action`` (B,4).
+
+    Returns (executed B,4: the action after the scene's one-step latency, i.e. the previous action where
+    ``state.latency``; commanded velocity B,3 in m/s: executed velocity times the scene's action gain plus
+    Gaussian noise of std ``state.action_noise`` from ``generator``, clipped per axis to ``cfg.max_speed``).
+    """
+    B, dev = state.batch_size, state.device
+    executed = torch.where(state.latency[:, None], state.prev_action, action)
+    noise = torch.randn((B, 3), generator=generator, device=dev) * state.action_noise[:, None]
+    v_cmd = (executed[:, :3] * state.action_gain[:, None] + noise).clamp(-cfg.max_speed, cfg.max_speed)
+    return executed, v_cmd
+
+
+def move_toward(pos: Tensor, vel: Tensor, v_cmd: Tensor, cfg: SimConfig) -> Tensor:
+    """One control step of a point at ``pos`` (B,3, m) moving at ``vel`` (B,3, m/s) towards the commanded
+    velocity ``v_cmd``: the velocity change is limited to ``cfg.max_accel * dt`` per axis and the new
+    position is clamped to the workspace box. Returns the new position B,3 (both backends use it: the
+    torch simulator for the fingertips, pybullet for the fingertip target the arm tracks)."""
+    dt = cfg.dt
+    dv = (v_cmd - vel).clamp(-cfg.max_accel * dt, cfg.max_accel * dt)
+    new = pos + (vel + dv) * dt
+    lo = torch.tensor([-cfg.workspace, -cfg.workspace, 0.0], device=pos.device)
+    hi = torch.tensor([cfg.workspace, cfg.workspace, cfg.max_height], device=pos.device)
+    return torch.maximum(torch.minimum(new, hi), lo)
+
+
 def step(state: State, action: Tensor, cfg: SimConfig, generator: torch.Generator | None = None) -> State:
     """Advance every scene by one control step. Pure: returns a new State, ``state`` is not modified.
 
@@ -98,15 +126,8 @@ def step(state: State, action: Tensor, cfg: SimConfig, generator: torch.Generato
     dt = cfg.dt
     dev = state.device
 
-    executed = torch.where(state.latency[:, None], state.prev_action, action)
-    noise = torch.randn((B, 3), generator=generator, device=dev) * state.action_noise[:, None]
-    v_cmd = (executed[:, :3] * state.action_gain[:, None] + noise).clamp(-cfg.max_speed, cfg.max_speed)
-    dv = (v_cmd - state.tcp_vel).clamp(-cfg.max_accel * dt, cfg.max_accel * dt)
-    vel = state.tcp_vel + dv
-    tcp = state.tcp_pos + vel * dt
-    lo = torch.tensor([-cfg.workspace, -cfg.workspace, 0.0], device=dev)
-    hi = torch.tensor([cfg.workspace, cfg.workspace, cfg.max_height], device=dev)
-    tcp = torch.maximum(torch.minimum(tcp, hi), lo)
+    executed, v_cmd = command(state, action, cfg, generator)
+    tcp = move_toward(state.tcp_pos, state.tcp_vel, v_cmd, cfg)
     vel = (tcp - state.tcp_pos) / dt
 
     close = executed[:, 3] > 0

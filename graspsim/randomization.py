@@ -7,6 +7,7 @@ with the same generator state it returns identical tensors (on CPU).
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -183,3 +184,21 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         missed=torch.zeros((n,), dtype=torch.long, device=dev),
         start_xy=sxy.clone(),
     )
+
+
+def scenes_from_seeds(cfg: SimConfig, seeds: Sequence[int], device: torch.device | str = "cpu") -> State:
+    """One fresh scene per episode seed, stacked to ``len(seeds)`` rows on ``device``. Pure.
+
+    Row ``i`` is exactly the scene ``sample_scenes(cfg, 1, Generator().manual_seed(seeds[i]))`` draws,
+    i.e. what ``GraspEnv(cfg, num_envs=1, seed=seeds[i])`` starts with, whatever the other seeds are
+    (see :mod:`graspsim.seeds` for where episode seeds come from). The loop runs over the given seeds
+    only (the scenes that start an episode), never over the whole batch.
+    """
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("scenes_from_seeds: no seeds given")
+    dev = torch.device(device)
+    parts = [sample_scenes(cfg, 1, torch.Generator(device=dev).manual_seed(s), dev) for s in seeds]
+    if len(parts) == 1:
+        return parts[0]
+    return State(**{k: torch.cat([getattr(p, k) for p in parts]) for k, _ in parts[0].items()})

@@ -252,8 +252,8 @@ def _check_repaired(w: Path, log: str) -> None:
     from graspsim.dataset import describe, read_episodes
 
     assert describe(w / "broken.h5")["episodes"] == 2 and describe(w / "broken.h5")["consolidated"]
-    first = [e.attrs["scene_index"] for e in read_episodes(w / "demos.h5")]
-    assert [e.attrs["scene_index"] for e in read_episodes(w / "broken.h5")] == [first[0], first[2]]
+    first = [e.attrs["episode_index"] for e in read_episodes(w / "demos.h5")]
+    assert [e.attrs["episode_index"] for e in read_episodes(w / "broken.h5")] == [first[0], first[2]]
     assert not (w / "broken.h5.parts").exists()
     assert "demo_1" in log and "dropped 1" in log
 
@@ -682,8 +682,8 @@ def test_damaged_dataset_repair_then_resume(world: Path, capsys):
     assert "--repair" in capsys.readouterr().err
     assert run_cli(["inspect", f"{world}/broken.h5", "--no-media", "--repair"]) == 0
     assert run_cli(["collect", "--out", f"{world}/broken.h5", "--resume", "--episodes", "4", *COLLECT]) == 0
-    first = [e.attrs["scene_index"] for e in read_episodes(world / "demos.h5")]
-    scenes = [e.attrs["scene_index"] for e in read_episodes(world / "broken.h5")]
+    first = [e.attrs["episode_index"] for e in read_episodes(world / "demos.h5")]
+    scenes = [e.attrs["episode_index"] for e in read_episodes(world / "broken.h5")]
     assert describe(world / "broken.h5")["episodes"] == 4
     assert scenes[:2] == [first[0], first[2]] and len(set(scenes)) == 4  # kept episodes first; no scene repeated
 

@@ -132,18 +132,31 @@ def test_workers_match_in_process():
         assert torch.equal(o1["mask"], o2["mask"]) and torch.equal(o1["rgb"], o2["rgb"])
 
 
-def test_reset_to_rebuilds_given_scenes(env):
-    from graspsim import sample_scenes
+def test_reset_with_episode_seeds_rebuilds_those_scenes(env):
+    from graspsim import GraspEnv
 
-    fresh = sample_scenes(env.cfg, 1, torch.Generator().manual_seed(42))
+    fresh = GraspEnv(env.cfg, num_envs=1, seed=42, render_obs=False).privileged()  # the scene of seed 42
     env.reset(seed=0)
     other = env.privileged()["sphere_pos"][1].clone()
-    env.reset_to(fresh, env_ids=[0])
+    env.reset([0], seeds=[42])
     p = env.privileged()
-    assert torch.allclose(p["sphere_pos"][0], fresh.sphere_pos[0], atol=1e-4)
+    assert torch.allclose(p["sphere_pos"][0], fresh["sphere_pos"][0], atol=1e-4)
     assert torch.equal(p["sphere_pos"][1], other)
-    with pytest.raises(ValueError, match="scenes"):
-        env.reset_to(fresh, env_ids=[0, 1])
+    with pytest.raises(ValueError, match="seeds"):
+        env.reset([0, 1], seeds=[42])
+
+
+def test_rendering_off_then_observe_renders_the_current_state(env):
+    env.reset(seed=3)
+    a = torch.zeros(env.num_envs, 4)
+    a[:, 2] = -0.05
+    with env.rendering(False):
+        obs, *_ = env.step(a)
+        assert set(obs) == {"gripper"}
+        late = env.observe()
+    env.reset(seed=3)
+    on, *_ = env.step(a)
+    assert torch.equal(late["mask"], on["mask"])
 
 
 def test_mask_agrees_with_torch_renderer_on_the_same_state():

@@ -15,7 +15,8 @@ from dagger.data import Aggregate, iteration_file
 from dagger.evaluate import EvalSimConfig, evaluate_sim, wilson
 from dagger.model import ControlNet, ControlNetConfig, mask_stats, to_action
 from dagger.policy import KIND, MaskPolicy, load_checkpoint, save_checkpoint
-from dagger.rollout import episode_seeds, rollout
+from dagger.rollout import rollout
+from graspsim.seeds import episode_seeds
 from dagger.train import DaggerConfig, beta_at, run_dagger
 from graspsim import GraspEnv, SimConfig
 from graspsim.dataset import describe
@@ -143,7 +144,7 @@ def test_seed_streams_are_disjoint():
     te = set(episode_seeds(0, "test", 0, 500))
     assert len(tr) == 2000 and not (tr & ho) and not (tr & te) and not (ho & te)
     assert episode_seeds(0, "train", 5, 3) == episode_seeds(0, "train", 0, 8)[5:]
-    with pytest.raises(ValueError, match="split"):
+    with pytest.raises(ValueError, match="stream"):
         episode_seeds(0, "val", 0, 1)
 
 

@@ -39,8 +39,8 @@ import torch
 from torch import Tensor
 
 from ..config import SimConfig
-from ..env import as_index, gripper_obs, privileged, resample
-from ..physics import failure_cause, validate_action
+from ..env import fresh_scenes, gripper_obs, privileged
+from ..physics import command, failure_cause, move_toward, validate_action
 from ..randomization import sample_scenes
 from ..render import postprocess
 from ..state import State
@@ -109,6 +109,7 @@ class BulletGraspEnv:
         H = self.cfg.image_size
         self._rgb = np.zeros((num_envs, H, H, 3), np.uint8)
         self._mask = np.zeros((num_envs, H, H), bool)
+        self._stale = np.zeros(num_envs, bool)  # scenes whose image is older than their state
         self._target = torch.zeros((num_envs, 3), device=self.device)
         self._cmd_vel = torch.zeros((num_envs, 3), device=self.device)
         self.state: State = sample_scenes(self.cfg, num_envs, self.generator, self.device)
@@ -152,48 +153,41 @@ class BulletGraspEnv:
             if self.render_obs:
                 self._rgb[gids.numpy()] = res["rgb"]
                 self._mask[gids.numpy()] = res["mask"]
+        self._stale[ids.numpy()] = not self.render_obs
         dev_ids = ids.to(self.device)
         self._target[dev_ids] = tcp[dev_ids]
         self._cmd_vel[dev_ids] = 0.0
         self.state = self.state.replace(tcp_pos=tcp, sphere_pos=sphere, finger_width=width)
 
     # ------------------------------------------------------------------ core API
-    def reset(self, env_ids: Tensor | Sequence[int] | None = None, seed: int | None = None) -> dict[str, Tensor]:
-        """Re-sample and rebuild the scenes ``env_ids`` (default all). ``seed`` re-seeds the generator first."""
+    def reset(self, env_ids: Tensor | Sequence[int] | None = None, seeds: Sequence[int] | None = None,
+              seed: int | None = None) -> dict[str, Tensor]:
+        """Start new episodes in the scenes ``env_ids`` (default all): rebuild them in pybullet from their
+        episode ``seeds`` (one per id) or, without seeds, from scenes drawn from the env's generator
+        (``seed`` re-seeds it first). Same rule as :meth:`graspsim.GraspEnv.reset`; returns the observation."""
         if seed is not None:
             self.generator.manual_seed(int(seed))
-        self.state, ids = resample(self.state, env_ids, self.cfg, self.generator, self.num_envs, self.device)
+        self.state, ids = fresh_scenes(self.state, env_ids, seeds, self.cfg, self.generator, self.num_envs, self.device)
         if ids.numel():
             self._build(ids.cpu())
-        return self.observe()
+        return self._obs()
 
-    def reset_to(self, scenes: State, env_ids: Tensor | Sequence[int] | None = None) -> dict[str, Tensor]:
-        """Rebuild the scenes ``env_ids`` (default all) from the given fresh ``scenes`` (a State with one row
-        per id, e.g. from ``sample_scenes`` with a per-episode seed). Returns the observation of all scenes."""
-        ids = as_index(env_ids, self.num_envs, self.device)
-        if scenes.batch_size != ids.numel():
-            raise ValueError(f"reset_to: got {scenes.batch_size} scenes for {ids.numel()} env ids")
-        out = {}
-        for k, v in self.state.items():
-            v = v.clone()
-            v[ids] = getattr(scenes, k).to(self.device)
-            out[k] = v
-        self.state = State(**out)
-        if ids.numel():
-            self._build(ids.cpu())
-        return self.observe()
+    @contextmanager
+    def rendering(self, on: bool):
+        """Within the block, ``step`` and ``reset`` render in pybullet (``on``) or skip it and return only
+        ``gripper``; :meth:`observe` renders on demand. The previous setting comes back on exit."""
+        saved, self.render_obs = self.render_obs, bool(on)
+        try:
+            yield self
+        finally:
+            self.render_obs = saved
 
     def _command_targets(self, action: Tensor) -> tuple[Tensor, Tensor]:
         """Integrate the commanded velocities into fingertip targets ``B,3`` (same rules as
         ``graspsim.physics.step``) and return them with the executed close command ``B`` bool."""
         s, cfg, dt = self.state, self.cfg, self.cfg.dt
-        executed = torch.where(s.latency[:, None], s.prev_action, action)
-        noise = torch.randn((self.num_envs, 3), generator=self.generator, device=self.device) * s.action_noise[:, None]
-        v_cmd = (executed[:, :3] * s.action_gain[:, None] + noise).clamp(-cfg.max_speed, cfg.max_speed)
-        vel = self._cmd_vel + (v_cmd - self._cmd_vel).clamp(-cfg.max_accel * dt, cfg.max_accel * dt)
-        lo = torch.tensor([-cfg.workspace, -cfg.workspace, 0.0], device=self.device)
-        hi = torch.tensor([cfg.workspace, cfg.workspace, cfg.max_height], device=self.device)
-        target = torch.maximum(torch.minimum(self._target + vel * dt, hi), lo)
+        executed, v_cmd = command(s, action, cfg, self.generator)
+        target = move_toward(self._target, self._cmd_vel, v_cmd, cfg)
         # anti wind-up: when the arm is blocked (table, objects) the target waits for it
         target = s.tcp_pos + (target - s.tcp_pos).clamp(-MAX_LAG, MAX_LAG)
         self._cmd_vel = (target - self._target) / dt
@@ -223,12 +217,13 @@ class BulletGraspEnv:
         m = {k: np.concatenate([r[k] for r in results]) for k in results[0]}
         if self.render_obs:
             self._rgb, self._mask = m["rgb"], m["mask"]
+        self._stale[:] = not self.render_obs
         self._update_state(m, action, close)
         s = self.state
         before_success = self._success_before
         reward = (s.success & ~before_success).float()
         info = {"success": s.success, "timeout": s.done & ~s.success, "failure": failure_cause(s)}
-        return self.observe(), reward, s.done, info
+        return self._obs(), reward, s.done, info
 
     def _update_state(self, m: dict, action: Tensor, close: Tensor) -> None:
         s, cfg, dev = self.state, self.cfg, self.device
@@ -272,12 +267,31 @@ class BulletGraspEnv:
             missed=missed,
         )
 
-    def observe(self) -> dict[str, Tensor]:
-        """Policy observation: rgb B,3,H,W uint8 (TinyRenderer image + the scene's blur and noise),
-        mask B,H,W bool (pybullet segmentation == sphere body), gripper B,3 float32."""
-        grip = gripper_obs(self.state, self.cfg)
+    def _obs(self) -> dict[str, Tensor]:
         if not self.render_obs:
-            return {"gripper": grip}
+            return {"gripper": gripper_obs(self.state, self.cfg)}
+        return self.observe()
+
+    def _render_stale(self) -> None:
+        """Render in pybullet the scenes whose image is older than their state (after steps or resets
+        taken with rendering off)."""
+        stale = np.flatnonzero(self._stale).tolist()
+        args = []
+        for lo, hi in self.slices:
+            local = [i - lo for i in stale if lo <= i < hi]
+            args.append((local,) if local else None)
+        for (lo, _), a, res in zip(self.slices, args, self._run("render", args)):
+            if res is not None:
+                gids = np.asarray(a[0]) + lo
+                self._rgb[gids], self._mask[gids] = res["rgb"], res["mask"]
+        self._stale[:] = False
+
+    def observe(self) -> dict[str, Tensor]:
+        """Policy observation of the current state: rgb B,3,H,W uint8 (TinyRenderer image + the scene's blur
+        and noise), mask B,H,W bool (pybullet segmentation == sphere body), gripper B,3 float32."""
+        if self._stale.any():
+            self._render_stale()
+        grip = gripper_obs(self.state, self.cfg)
         with _one_thread(self.device):
             color = torch.from_numpy(self._rgb).to(self.device).permute(0, 3, 1, 2).float() / 255.0
             color = postprocess(color, self.state.blur, self.state.image_noise, self.generator)

@@ -54,6 +54,11 @@ class LocalGroup:
                 ims.append(sc.render(m))
         return stack_results(res, ims if render else None)
 
+    def render(self, local_ids: list[int]) -> dict:
+        """Images of scenes ``local_ids`` in their current state: rgb n,H,W,3 uint8, mask n,H,W bool."""
+        ims = [self.scenes[i].render(self.last[i]) for i in local_ids]
+        return {"rgb": np.stack([a for a, _ in ims]), "mask": np.stack([b for _, b in ims])}
+
     def close(self) -> None:
         for sc in self.scenes:
             sc.close_client()
@@ -114,6 +119,10 @@ class ProcessGroup:
 
     def step(self, targets, close, drift, render=True) -> dict:
         self.send("step", targets, close, drift, render)
+        return self.recv()
+
+    def render(self, local_ids) -> dict:
+        self.send("render", local_ids)
         return self.recv()
 
     def close(self) -> None:

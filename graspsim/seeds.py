@@ -1,0 +1,55 @@
+"""The one seed scheme: which scene an episode gets, and where run-level random streams come from.
+
+Every loop over episodes (collect, DAgger rounds, eval-sim, bench, the benchmarks) names its scenes
+by **episode seed**: a 63-bit integer from which :func:`graspsim.randomization.scenes_from_seeds`
+builds exactly one scene (the same one ``GraspEnv(cfg, num_envs=1, seed=s)`` builds).
+
+Episode seeds come from three disjoint **streams** of a run seed:
+
+========== ======================================================================================
+stream      used by
+========== ======================================================================================
+``train``   scenes that produce training data: ``collect`` and DAgger's rollouts
+``heldout`` scenes that choose things during training: DAgger's per-iteration validation
+``test``    scenes that only report: ``eval-sim`` and the benchmarks
+========== ======================================================================================
+
+Episode ``k`` of stream ``S`` of run seed ``r`` is ``episode_seeds(r, S, k, 1)[0]``. It depends on
+(r, S, k) only, never on the batch size, the number of processes or what ran before; two streams
+(or two run seeds) share a scene with odds of about 2^-63. A job split over several processes gives
+each a disjoint range (or stride) of ``k`` and the union is the single-process run's scene set.
+
+Run-level random streams (dynamics noise, Bernoulli choices, minibatch order) come from
+:func:`derive_seed` of the run seed and a fixed tag per purpose. Scenes are per episode; the
+dynamics and image noise that the environment draws per step come from the environment's own
+generator, so a scene's *noise* (not its layout) depends on which episodes share the batch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+STREAMS = {"train": 0x747261696E, "heldout": 0x68656C64, "test": 0x74657374}
+"""Stream tags mixed into episode seeds (the ASCII of the stream's name)."""
+
+
+def episode_seeds(run_seed: int, stream: str, start: int, n: int) -> list[int]:
+    """Episode seeds ``start .. start+n-1`` of ``stream`` ("train", "heldout" or "test") of ``run_seed``."""
+    if stream not in STREAMS:
+        raise ValueError(f"stream must be one of {sorted(STREAMS)}; got {stream!r}")
+    if int(start) < 0 or int(n) < 0:
+        raise ValueError(f"episode_seeds: start and n must be >= 0; got start={start!r}, n={n!r}")
+    out = []
+    for k in range(int(start), int(start) + int(n)):
+        a, b = np.random.SeedSequence([int(run_seed), STREAMS[stream], k]).generate_state(2, np.uint32)
+        out.append(int((int(a) << 31) ^ int(b)))
+    return out
+
+
+def derive_seed(*parts: int) -> int:
+    """A 32-bit seed for a run-level random stream, well mixed from the integers ``parts``
+    (e.g. run seed, a tag naming the purpose, an iteration)."""
+    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1, np.uint32)[0])
+
+
+__all__ = ["STREAMS", "derive_seed", "episode_seeds"]
