@@ -2,7 +2,11 @@
 what a seed produces. If a deliberate change of the seed scheme moves these values, update them once,
 in their own commit, and say why.
 
-* a 64-episode collect at a fixed seed: the hash of every array and attribute in the file;
+* a 64-episode collect at a fixed seed: the hash of every array and attribute in the file. Re-pinned
+  once when collect joined the one seed scheme: its scenes were seeded from (run seed, scene counter)
+  and in-flight episodes beyond ``episodes`` were dropped; now the file holds episodes 0..63 of the run
+  seed's ``train`` stream, each run to its end, with ``attrs["episode_index"]`` instead of
+  ``scene_index``. The eval-sim pin below did not move (DAgger and eval-sim already used that scheme);
 * eval-sim of a fixed control checkpoint (``tests/assets/policy_format0.pt``, a small-preset DAgger
   policy saved before checkpoints carried a format version) on 100 scenes: the success of each episode.
 """
@@ -21,7 +25,7 @@ from expert.collect import CollectConfig, collect
 
 ASSETS = Path(__file__).parent / "assets"
 
-COLLECT_SHA256 = "5db1375f2fbfcbf59d5928b322e62031a5ce4f818ffa6c6d9349de2d380e8c80"
+COLLECT_SHA256 = "8fa6c457a874dfdedcbe7bc3cc739811492540ba8201c02714ce3bfcca605d36"
 EVAL_SUCCESS = "1111111111111111111111111101111111111111111111111111111111111111111111111111111011111111111111111111"
 
 
