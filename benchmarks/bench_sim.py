@@ -3,7 +3,7 @@
     /work/venv/bin/python benchmarks/bench_sim.py --out runs/bench            # default run (< 5 min)
     /work/venv/bin/python benchmarks/bench_sim.py --out /tmp/b --seconds 0.5 --batch-sizes 1 64 256
 
-Calls the library function behind ``graspsim bench`` (``dagger.bench.bench``; same flags) and prints the
+Calls the library function behind ``graspsim bench`` (``scripts.bench.run_bench``; same flags) and prints the
 measured frames/s and every torch/pybullet ratio, all taken side by side in this process.
 """
 
@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import tyro  # noqa: E402
 
-from dagger.bench import BenchConfig, bench  # noqa: E402
+from scripts.bench import BenchConfig, run_bench as bench  # noqa: E402
 
 
 def ratio_table(result: dict) -> str:

@@ -21,8 +21,8 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "eval-real": ("vision.evaluate", "EvalRealConfig", "evaluate_real", "evaluate the segmentation net on a recorded image set"),
     "dagger": ("dagger.train", "DaggerConfig", "run_dagger", "train the mask-driven controller by DAgger"),
     "eval-sim": ("dagger.evaluate", "EvalSimConfig", "evaluate_sim", "closed-loop evaluation in simulation"),
-    "pipeline": ("dagger.pipeline", "PipelineConfig", "run_pipeline", "collect -> vision -> DAgger -> evaluate -> report"),
-    "bench": ("dagger.bench", "BenchConfig", "bench", "throughput benchmark: batched torch sim vs pybullet"),
+    "pipeline": ("scripts.pipeline", "PipelineConfig", "run_pipeline", "collect -> vision -> DAgger -> evaluate -> report"),
+    "bench": ("scripts.bench", "BenchConfig", "run_bench", "throughput benchmark: batched torch sim vs pybullet"),
 }
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dagger.bench import BenchConfig, PeakMemory, bench
+from graspsim.bench import BenchConfig, PeakMemory
+from scripts.bench import run_bench as bench
 
 
 def test_bench_tiny_writes_json_and_plot(tmp_path: Path):

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from dagger.pipeline import PRESETS, PipelineConfig, run_pipeline
+from scripts.pipeline import PRESETS, PipelineConfig, run_pipeline
 from graspsim import SimConfig
 
 SIM = SimConfig(image_size=32, shadows=False, max_steps=40)

@@ -42,7 +42,7 @@ from graspsim.config import check_device
 from graspsim.fileio import check_folder_path, check_in_file, check_out_dir
 from vision.backgrounds import DEFAULT_TRANSFER
 
-from .train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
+from dagger.train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
     from expert.collect import CollectConfig, collect
     from vision.train import CHECKPOINT_NAME, TrainVisionConfig, train_vision
 
-    from .evaluate import EvalSimConfig, evaluate_sim
+    from dagger.evaluate import EvalSimConfig, evaluate_sim
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

@@ -1,22 +1,22 @@
 """``graspsim bench``: throughput of the batched torch simulator against the pybullet backend, in one run.
 
-Measured side by side on the same machine in one process (``bench(cfg) -> dict``):
+Measured side by side on the same machine in one process (``bench(cfg, act, extra) -> dict``; the
+``graspsim bench`` verb is :func:`scripts.bench.run_bench`):
 
 * **torch sim**: frames/s of ``GraspEnv.step`` (physics + RGB and mask render + blur/noise) at each batch
   size of ``batch_sizes`` and each torch thread count of ``threads``; one frame = one scene advanced one
   control step and rendered. The best (batch, threads) counts; later parts use its thread count.
 * **bullet**: frames/s of ``BulletGraspEnv.step`` (IK + 240 Hz contact physics + TinyRenderer RGB and
   segmentation) for each ``(num_envs, workers)`` of ``bullet_configs``.
-* **full loop**: sim step + segmentation-net inference on the RGB + control-net inference on the
-  predicted mask, at ``loop_batch`` scenes (random weights unless checkpoints are given).
-* **training**: samples/s of forward + backward + Adam for both nets on a synthetic batch.
+* **full loop** and **training** of the nets: supplied by the app layer through ``extra``
+  (:mod:`dagger.throughput`), since the simulator imports no learning code.
 * **peak memory per scene**: for each in-process configuration, the rise of the process's peak resident
   set (Linux ``VmHWM``, reset through ``/proc/self/clear_refs`` after ``malloc_trim``) above the resident
   size just before the measurement, divided by the scene count. Worker processes are not included
   (their scenes live in other processes); where ``VmHWM`` cannot be reset, the field is null.
 
-Every timing is preceded by ``warmup`` untimed steps. Scenes are driven by the FSM expert, so both
-backends render realistic approach / grasp / lift states; done scenes keep stepping (no resets inside
+Every timing is preceded by ``warmup`` untimed steps. Scenes are driven by ``act`` (the FSM expert in
+``graspsim bench``), so both backends render realistic approach / grasp / lift states; done scenes keep stepping (no resets inside
 timed windows). ``speedup_vs_bullet`` = best torch frames/s over best bullet frames/s, both at
 ``image_size``; the configurations behind both numbers are recorded. Because the machine may be shared,
 ``speedup_paired`` re-times that best pair in alternating windows (same load for both) and gives the
@@ -41,9 +41,10 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from graspsim import GraspEnv, SimConfig
-from graspsim.config import check_device
-from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically, staged_dir
+from .config import SimConfig
+from .env import GraspEnv
+from .config import check_device
+from .fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically, staged_dir
 
 log = logging.getLogger(__name__)
 
@@ -190,31 +191,34 @@ def _timed(step: Callable[[], None], warmup: int, min_steps: int, seconds: float
     return n, time.perf_counter() - t0
 
 
-def _expert_stepper(env, cfg: SimConfig) -> Callable[[], None]:
-    from expert import expert_action
+Act = Callable[[dict, SimConfig], torch.Tensor]
+"""The policy that drives the benchmarked scenes: ``act(privileged state, sim config) -> B,4 action``
+(the app layer passes the FSM expert, :func:`expert.expert_action`)."""
 
+
+def _stepper(env, cfg: SimConfig, act: Act) -> Callable[[], None]:
     def step() -> None:
-        env.step(expert_action(env.privileged(), cfg))
+        env.step(act(env.privileged(), cfg))
 
     return step
 
 
-def measure_torch_sim(sim: SimConfig, batch: int, device: str, seed: int, warmup: int, min_steps: int,
+def measure_torch_sim(act: Act, sim: SimConfig, batch: int, device: str, seed: int, warmup: int, min_steps: int,
                       seconds: float) -> dict:
     """Frames/s (and peak memory per scene) of the batched torch env stepping ``batch`` scenes."""
     with PeakMemory() as mem:
         env = GraspEnv(sim, num_envs=batch, device=device, seed=seed)
         env.reset()
-        n, dt = _timed(_expert_stepper(env, sim), warmup, min_steps, seconds)
+        n, dt = _timed(_stepper(env, sim, act), warmup, min_steps, seconds)
     return {"batch": batch, "steps": n, "seconds": dt, "fps": batch * n / dt,
             "peak_mem_mb_per_scene": None if mem.peak_bytes is None else mem.peak_bytes / batch / 2**20,
             "load_avg_1min": os.getloadavg()[0]}
 
 
-def measure_bullet(sim: SimConfig, num_envs: int, workers: int, seed: int, warmup: int, min_steps: int,
+def measure_bullet(act: Act, sim: SimConfig, num_envs: int, workers: int, seed: int, warmup: int, min_steps: int,
                    seconds: float) -> dict:
     """Frames/s of the pybullet backend with ``num_envs`` clients over ``workers`` processes (0 = in-process)."""
-    from graspsim.bullet import BulletGraspEnv
+    from .bullet import BulletGraspEnv
 
     with PeakMemory() as mem:
         t0 = time.perf_counter()
@@ -222,7 +226,7 @@ def measure_bullet(sim: SimConfig, num_envs: int, workers: int, seed: int, warmu
         build = time.perf_counter() - t0
         try:
             env.reset()
-            n, dt = _timed(_expert_stepper(env, sim), warmup, min_steps, seconds)
+            n, dt = _timed(_stepper(env, sim, act), warmup, min_steps, seconds)
         finally:
             env.close()
     per_scene = None if (mem.peak_bytes is None or workers > 0) else mem.peak_bytes / num_envs / 2**20
@@ -230,18 +234,18 @@ def measure_bullet(sim: SimConfig, num_envs: int, workers: int, seed: int, warmu
             "build_seconds": build, "peak_mem_mb_per_scene": per_scene, "load_avg_1min": os.getloadavg()[0]}
 
 
-def measure_paired(sim: SimConfig, batch: int, num_envs: int, workers: int, cfg: BenchConfig) -> dict:
+def measure_paired(act: Act, sim: SimConfig, batch: int, num_envs: int, workers: int, cfg: BenchConfig) -> dict:
     """Alternate timing windows of the torch sim (``batch``) and pybullet (``num_envs``, ``workers``),
     ``cfg.paired_rounds`` times with both envs alive, so both see the same machine load; returns the
     per-round frames/s and the median ratio."""
-    from graspsim.bullet import BulletGraspEnv
+    from .bullet import BulletGraspEnv
 
     tenv = GraspEnv(sim, num_envs=batch, device=cfg.device, seed=cfg.seed)
     tenv.reset()
     rounds = []
     with BulletGraspEnv(sim, num_envs=num_envs, seed=cfg.seed, workers=workers) as benv:
         benv.reset()
-        t_step, b_step = _expert_stepper(tenv, sim), _expert_stepper(benv, sim)
+        t_step, b_step = _stepper(tenv, sim, act), _stepper(benv, sim, act)
         for _ in range(cfg.paired_rounds):
             nt, dt_t = _timed(t_step, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
             nb, dt_b = _timed(b_step, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
@@ -253,112 +257,18 @@ def measure_paired(sim: SimConfig, batch: int, num_envs: int, workers: int, cfg:
 
 
 # ----------------------------------------------------------------------------- nets
-def load_nets(cfg: BenchConfig, image_size: int) -> tuple[object, object, dict]:
-    """(``vision.infer.Segmenter``, ``dagger.policy.MaskPolicy``, notes): from the checkpoints when given,
-    else wrapping randomly initialised default-size nets. Raises ImportError when a module is missing."""
-    from dagger.model import ControlNet, ControlNetConfig
-    from dagger.policy import MaskPolicy
-    from vision.infer import Segmenter
-    from vision.model import SegNet
-
-    dev = torch.device(cfg.device)
-    if cfg.vision_checkpoint is not None:
-        seg = Segmenter.from_checkpoint(cfg.vision_checkpoint, dev)
-    else:
-        seg = Segmenter(SegNet(), image_size=image_size, device=dev)
-    if cfg.control_checkpoint is not None:
-        ctl = MaskPolicy.from_checkpoint(cfg.control_checkpoint, dev)
-    else:
-        ctl = MaskPolicy(ControlNet(ControlNetConfig(image_size=image_size)), dev)
-    notes = {"vision": str(cfg.vision_checkpoint or "random init"),
-             "control": str(cfg.control_checkpoint or "random init"),
-             "vision_bf16_inference": bool(seg.bf16)}
-    return seg, ctl, notes
-
-
-def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
-    """Frames/s of torch sim + segmentation inference (``Segmenter.predict_mask``) + control inference
-    (``MaskPolicy.act``) in closed loop, with the share of wall time of each part."""
-    B = cfg.loop_batch
-    env = GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed)
-    obs = {"v": env.reset()}
-    timing = {"sim": 0.0, "vision": 0.0, "control": 0.0}
-
-    @torch.inference_mode()
-    def step() -> None:
-        o = obs["v"]
-        t0 = time.perf_counter()
-        mask = seg.predict_mask(o["rgb"])
-        t1 = time.perf_counter()
-        action = ctl.act(mask, o["gripper"])
-        t2 = time.perf_counter()
-        obs["v"], *_ = env.step(action)
-        t3 = time.perf_counter()
-        timing["vision"] += t1 - t0
-        timing["control"] += t2 - t1
-        timing["sim"] += t3 - t2
-
-    for _ in range(cfg.warmup):
-        step()
-    for k in timing:
-        timing[k] = 0.0
-    n, dt = _timed(step, 0, cfg.min_steps, cfg.seconds)
-    return {"batch": B, "steps": n, "seconds": dt, "fps": B * n / dt, "share": {k: v / dt for k, v in timing.items()}}
-
-
-def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
-    """Samples/s of forward + backward + Adam for each net on a synthetic batch of ``train_batch``.
-    The segmentation net trains as ``vision.train`` does on CPU (channels_last, bfloat16 autocast)."""
-    dev, B, H = torch.device(cfg.device), cfg.train_batch, image_size
-    g = torch.Generator(device=dev).manual_seed(cfg.seed)
-    x = (torch.randint(0, 256, (B, 3, H, H), generator=g, device=dev).float() / 255.0)
-    x = x.contiguous(memory_format=torch.channels_last)
-    target = (torch.rand((B, H, H), generator=g, device=dev) < 0.02).float()
-    mask = torch.rand((B, H, H), generator=g, device=dev) < 0.02
-    grip_dim = GraspEnv(cfg.sim, num_envs=1, device=dev, render_obs=False).observe()["gripper"].shape[1]
-    grip = torch.rand((B, grip_dim), generator=g, device=dev)
-    act = torch.rand((B, 4), generator=g, device=dev) * 2 - 1
-    bce, mse = torch.nn.functional.binary_cross_entropy_with_logits, torch.nn.functional.mse_loss
-    bf16 = dev.type == "cpu"
-
-    def seg_loss():
-        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
-            out = seg.model(x)
-        return bce(out.float(), target)
-
-    out = {}
-    for name, net, loss_fn in (("vision", seg.model, seg_loss),
-                               ("control", ctl.model, lambda: mse(ctl.model(mask, grip).float(), act))):
-        net.train()
-        opt = torch.optim.Adam(net.parameters(), lr=1e-4)
-
-        def step() -> None:
-            opt.zero_grad(set_to_none=True)
-            loss_fn().backward()
-            opt.step()
-
-        n, dt = _timed(step, cfg.warmup, cfg.min_steps, cfg.seconds)
-        net.eval()
-        out[name] = {"batch": B, "steps": n, "seconds": dt, "samples_per_s": B * n / dt,
-                     "params": sum(p.numel() for p in net.parameters()),
-                     "precision": "bf16 autocast" if (name == "vision" and bf16) else "float32"}
-    return out
-
-
 # ----------------------------------------------------------------------------- profile
-def profile_torch_step(sim: SimConfig, batch: int, device: str, seed: int, top: int = 12) -> dict:
+def profile_torch_step(act: Act, sim: SimConfig, batch: int, device: str, seed: int, top: int = 12) -> dict:
     """Where the time of one torch-sim step goes: top operators by self CPU time, and the share of
     ``render`` vs ``physics.step`` vs the rest."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from graspsim import physics
-    from graspsim.render import render
+    from . import physics
+    from .render import render
 
     env = GraspEnv(sim, num_envs=batch, device=device, seed=seed)
     env.reset()
-    from expert import expert_action
-
-    a = expert_action(env.privileged(), sim)
+    a = act(env.privileged(), sim)
     for _ in range(2):
         env.step(a)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -386,8 +296,8 @@ def profile_torch_step(sim: SimConfig, batch: int, device: str, seed: int, top: 
 def _render_ablation(env, action, sim: SimConfig, reps: int = 2) -> dict:
     """Render-only frames/s of the same states with parts switched off (shadows, distractors, fingers,
     blur/noise), to show which feature of the ray caster costs what."""
-    from graspsim import physics
-    from graspsim.render import render
+    from . import physics
+    from .render import render
 
     state = physics.step(env.state, action, sim, env.generator)
     variants = {"full": {}, "no_shadows": {"shadows": False}, "no_post": {"post": False},
@@ -409,8 +319,8 @@ def _render_functions(env, action, sim: SimConfig, reps: int = 2) -> dict:
     import cProfile
     import pstats
 
-    from graspsim import physics
-    from graspsim.render import render
+    from . import physics
+    from .render import render
 
     state = physics.step(env.state, action, sim, env.generator)
     pr = cProfile.Profile()
@@ -464,8 +374,13 @@ def plot_fps(result: dict, path: Path) -> None:
         plt.close(fig)
 
 
-def bench(cfg: BenchConfig) -> dict:
-    """Run every measurement (see module docstring), write ``bench.json`` and the plot; return the dict."""
+def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig], dict] | None = None) -> dict:
+    """Run every measurement (see module docstring), write ``bench.json`` and the plot; return the dict.
+
+    ``act`` drives the scenes (see :data:`Act`).
+    ``extra(cfg, sim)`` (optional) returns more entries for the result (the app layer passes the full-loop
+    and training measurements of :mod:`dagger.throughput`); it runs after the simulator measurements with
+    the best torch thread count."""
     import dataclasses
 
     import pybullet
@@ -495,7 +410,7 @@ def bench(cfg: BenchConfig) -> dict:
         for th in cfg.threads:
             torch.set_num_threads(th or old_threads)
             for b in cfg.batch_sizes:
-                r = measure_torch_sim(sim, b, cfg.device, cfg.seed, cfg.warmup, cfg.min_steps, cfg.seconds)
+                r = measure_torch_sim(act, sim, b, cfg.device, cfg.seed, cfg.warmup, cfg.min_steps, cfg.seconds)
                 r["threads"] = torch.get_num_threads()
                 log.info("torch sim batch %d, %d threads: %.0f frames/s", b, r["threads"], r["fps"])
                 result["torch_sim"].append(r)
@@ -503,7 +418,7 @@ def bench(cfg: BenchConfig) -> dict:
         torch.set_num_threads(max(t or old_threads for t in cfg.threads))
         result["bullet"] = []
         for n, w in cfg.bullet_configs:
-            r = measure_bullet(sim, n, w, cfg.seed, cfg.warmup, cfg.min_steps, cfg.seconds)
+            r = measure_bullet(act, sim, n, w, cfg.seed, cfg.warmup, cfg.min_steps, cfg.seconds)
             log.info("pybullet %d envs, %d workers: %.0f frames/s", n, w, r["fps"])
             result["bullet"].append(r)
         best_t = max(result["torch_sim"], key=lambda r: r["fps"])
@@ -520,30 +435,17 @@ def bench(cfg: BenchConfig) -> dict:
             }
             log.info("speedup vs pybullet at %dx%d: %.1fx", cfg.image_size, cfg.image_size, result["speedup_vs_bullet"])
             if cfg.paired_rounds > 0:
-                pair = measure_paired(sim, best_t["batch"], best_b["num_envs"], best_b["workers"], cfg)
+                pair = measure_paired(act, sim, best_t["batch"], best_b["num_envs"], best_b["workers"], cfg)
                 result["speedup_paired"] = pair
                 log.info("paired rounds (same load): median ratio %.1fx", pair["median_ratio"])
         else:
             result["speedup_vs_bullet"] = None
 
-        nets = None
-        try:
-            seg, ctl, net_notes = load_nets(cfg, cfg.image_size)
-            nets = (seg, ctl)
-        except ImportError as e:
-            net_notes = {"skipped": f"vision/control nets not available: {e}"}
-            log.warning("full loop and training skipped: %s", e)
-        if nets is not None and cfg.loop_batch > 0:
-            result["full_loop"] = measure_full_loop(cfg, sim, *nets) | {"nets": net_notes}
-            log.info("full loop batch %d: %.0f frames/s", cfg.loop_batch, result["full_loop"]["fps"])
-        else:
-            result["full_loop"] = {"skipped": net_notes.get("skipped", "loop_batch = 0")}
-        result["training"] = (measure_training(cfg, *nets, cfg.image_size) if nets is not None
-                              else {"skipped": net_notes["skipped"]})
-
+        if extra is not None:  # measurements of learning code, supplied by the app layer (no upward import)
+            result.update(extra(cfg, sim))
         short = result["speedup_vs_bullet"] is not None and result["speedup_vs_bullet"] < cfg.target_speedup
         if cfg.profile and short:
-            result["profile"] = profile_torch_step(sim, best_t["batch"], cfg.device, cfg.seed)
+            result["profile"] = profile_torch_step(act, sim, best_t["batch"], cfg.device, cfg.seed)
         result["total_seconds"] = time.perf_counter() - t_start
         with staged_dir(out, OUTPUTS.__contains__) as stage:  # replaces --out's earlier outputs as a whole
             _write_json(stage / "bench.json", result)

@@ -1,0 +1,128 @@
+"""Throughput of the learned parts, measured for ``graspsim bench`` (the app layer passes
+:func:`measure_nets` to :func:`graspsim.bench.bench`):
+
+* **full loop**: torch sim step + segmentation-net inference on the RGB + control-net inference on the
+  predicted mask, at ``loop_batch`` scenes (random weights unless checkpoints are given), with the share
+  of wall time of each part;
+* **training**: samples/s of forward + backward + Adam for both nets on a synthetic batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import torch
+
+from graspsim import GraspEnv, SimConfig
+from graspsim.bench import BenchConfig, _timed
+
+log = logging.getLogger(__name__)
+
+
+def measure_nets(cfg: BenchConfig, sim: SimConfig) -> dict:
+    """``{"full_loop": ..., "training": ...}`` for ``graspsim bench`` (see the module docstring)."""
+    seg, ctl, notes = load_nets(cfg, cfg.image_size)
+    out: dict = {}
+    if cfg.loop_batch > 0:
+        out["full_loop"] = measure_full_loop(cfg, sim, seg, ctl) | {"nets": notes}
+        log.info("full loop batch %d: %.0f frames/s", cfg.loop_batch, out["full_loop"]["fps"])
+    else:
+        out["full_loop"] = {"skipped": "loop_batch = 0"}
+    out["training"] = measure_training(cfg, seg, ctl, cfg.image_size)
+    return out
+
+
+def load_nets(cfg: BenchConfig, image_size: int) -> tuple[object, object, dict]:
+    """(``vision.infer.Segmenter``, ``dagger.policy.MaskPolicy``, notes): from the checkpoints when given,
+    else wrapping randomly initialised default-size nets. Raises ImportError when a module is missing."""
+    from dagger.model import ControlNet, ControlNetConfig
+    from dagger.policy import MaskPolicy
+    from vision.infer import Segmenter
+    from vision.model import SegNet
+
+    dev = torch.device(cfg.device)
+    if cfg.vision_checkpoint is not None:
+        seg = Segmenter.from_checkpoint(cfg.vision_checkpoint, dev)
+    else:
+        seg = Segmenter(SegNet(), image_size=image_size, device=dev)
+    if cfg.control_checkpoint is not None:
+        ctl = MaskPolicy.from_checkpoint(cfg.control_checkpoint, dev)
+    else:
+        ctl = MaskPolicy(ControlNet(ControlNetConfig(image_size=image_size)), dev)
+    notes = {"vision": str(cfg.vision_checkpoint or "random init"),
+             "control": str(cfg.control_checkpoint or "random init"),
+             "vision_bf16_inference": bool(seg.bf16)}
+    return seg, ctl, notes
+
+
+def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
+    """Frames/s of torch sim + segmentation inference (``Segmenter.predict_mask``) + control inference
+    (``MaskPolicy.act``) in closed loop, with the share of wall time of each part."""
+    B = cfg.loop_batch
+    env = GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed)
+    obs = {"v": env.reset()}
+    timing = {"sim": 0.0, "vision": 0.0, "control": 0.0}
+
+    @torch.inference_mode()
+    def step() -> None:
+        o = obs["v"]
+        t0 = time.perf_counter()
+        mask = seg.predict_mask(o["rgb"])
+        t1 = time.perf_counter()
+        action = ctl.act(mask, o["gripper"])
+        t2 = time.perf_counter()
+        obs["v"], *_ = env.step(action)
+        t3 = time.perf_counter()
+        timing["vision"] += t1 - t0
+        timing["control"] += t2 - t1
+        timing["sim"] += t3 - t2
+
+    for _ in range(cfg.warmup):
+        step()
+    for k in timing:
+        timing[k] = 0.0
+    n, dt = _timed(step, 0, cfg.min_steps, cfg.seconds)
+    return {"batch": B, "steps": n, "seconds": dt, "fps": B * n / dt, "share": {k: v / dt for k, v in timing.items()}}
+
+
+def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
+    """Samples/s of forward + backward + Adam for each net on a synthetic batch of ``train_batch``.
+    The segmentation net trains as ``vision.train`` does on CPU (channels_last, bfloat16 autocast)."""
+    dev, B, H = torch.device(cfg.device), cfg.train_batch, image_size
+    g = torch.Generator(device=dev).manual_seed(cfg.seed)
+    x = (torch.randint(0, 256, (B, 3, H, H), generator=g, device=dev).float() / 255.0)
+    x = x.contiguous(memory_format=torch.channels_last)
+    target = (torch.rand((B, H, H), generator=g, device=dev) < 0.02).float()
+    mask = torch.rand((B, H, H), generator=g, device=dev) < 0.02
+    grip_dim = GraspEnv(cfg.sim, num_envs=1, device=dev, render_obs=False).observe()["gripper"].shape[1]
+    grip = torch.rand((B, grip_dim), generator=g, device=dev)
+    act = torch.rand((B, 4), generator=g, device=dev) * 2 - 1
+    bce, mse = torch.nn.functional.binary_cross_entropy_with_logits, torch.nn.functional.mse_loss
+    bf16 = dev.type == "cpu"
+
+    def seg_loss():
+        with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16):
+            out = seg.model(x)
+        return bce(out.float(), target)
+
+    out = {}
+    for name, net, loss_fn in (("vision", seg.model, seg_loss),
+                               ("control", ctl.model, lambda: mse(ctl.model(mask, grip).float(), act))):
+        net.train()
+        opt = torch.optim.Adam(net.parameters(), lr=1e-4)
+
+        def step() -> None:
+            opt.zero_grad(set_to_none=True)
+            loss_fn().backward()
+            opt.step()
+
+        n, dt = _timed(step, cfg.warmup, cfg.min_steps, cfg.seconds)
+        net.eval()
+        out[name] = {"batch": B, "steps": n, "seconds": dt, "samples_per_s": B * n / dt,
+                     "params": sum(p.numel() for p in net.parameters()),
+                     "precision": "bf16 autocast" if (name == "vision" and bf16) else "float32"}
+    return out
+
+
+__all__ = ["load_nets", "measure_full_loop", "measure_nets", "measure_training"]
