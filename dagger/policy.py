@@ -1,9 +1,11 @@
 """Control checkpoints and the inference wrapper ``MaskPolicy``.
 
-A checkpoint is a ``torch.save`` dict: ``kind="graspsim-control"``, ``model`` (state dict),
-``optimizer`` (state dict or None), ``config`` (the ``ControlNetConfig`` as a dict), ``iteration``
-(DAgger iteration that produced it), plus optional ``run_config`` and ``metrics``. It is written
-atomically (temporary file in the same folder, then ``os.replace``).
+A checkpoint has the one format of :mod:`graspsim.runs`: ``kind="graspsim-control"``,
+``format_version``, ``model`` (state dict), ``config`` (the ``ControlNetConfig`` as a dict), ``iteration``
+(DAgger iteration that produced it), plus optional ``run_config`` and ``metrics``. Only resumable
+training checkpoints (``checkpoints/iter_NNN.pt``) add ``optimizer``; the deployable ``policy.pt`` and
+``best.pt`` hold none. Files from before the format version (version 0, where ``policy.pt`` carried the
+optimizer) load unchanged.
 """
 
 from __future__ import annotations
@@ -15,44 +17,40 @@ import torch
 from torch import Tensor
 
 from graspsim.env import GRIPPER_DIM
-from graspsim.fileio import check_in_file, replace_atomically
+from graspsim import runs
 
 from .model import ControlNet, ControlNetConfig, to_action
 
 KIND = "graspsim-control"
+FORMAT_VERSION = 1
 
 
 def save_checkpoint(path: str | os.PathLike, model: ControlNet, optimizer: torch.optim.Optimizer | None,
                     iteration: int, **extra) -> None:
-    """Write a control checkpoint atomically (see the module docstring)."""
-    path = Path(path)
+    """Write a control checkpoint atomically (see the module docstring); ``optimizer`` None = deployable."""
     payload = {
-        "kind": KIND,
         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "config": model.cfg.to_dict(),
         "iteration": int(iteration),
         **extra,
     }
-    with replace_atomically(path) as tmp:
-        torch.save(payload, tmp)
+    if optimizer is not None:
+        payload["optimizer"] = optimizer.state_dict()
+    runs.save_checkpoint(path, KIND, FORMAT_VERSION, payload)
+
+
+def _upgrade(ckpt: dict, version: int) -> dict:
+    """Version 0 (no ``format_version``) has the layout of version 1, with ``optimizer`` possibly None."""
+    if ckpt.get("optimizer", 0) is None:
+        del ckpt["optimizer"]
+    return ckpt
 
 
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
     """Read a control checkpoint; FileNotFoundError if missing, ValueError if it is not one."""
-    path = check_in_file(path, "control checkpoint", "control checkpoint", inside="best.pt")
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as e:  # corrupt or not a torch file
-        raise ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__}: {e})") from e
-    kind = ckpt.get("kind") if isinstance(ckpt, dict) else None
-    if kind != KIND:
-        raise ValueError(f"{path} is a {kind!r} checkpoint, not a {KIND!r} one (give a control checkpoint "
-                         f"written by 'graspsim dagger')")
-    for key in ("model", "config", "iteration"):
-        if key not in ckpt:
-            raise ValueError(f"{path}: control checkpoint lacks the '{key}' entry")
-    return ckpt
+    return runs.load_checkpoint(path, KIND, FORMAT_VERSION, what="control checkpoint", inside="best.pt",
+                                written_by="'graspsim dagger'", required=("model", "config", "iteration"),
+                                upgrade=_upgrade, map_location=map_location)
 
 
 def model_from_checkpoint(ckpt: dict) -> ControlNet:

@@ -13,7 +13,8 @@ Iteration ``i`` (all scenes batched on ``device``):
 4. **Evaluate** the learner alone (beta = 0) on ``eval_episodes`` held-out scenes (seeds from the
    ``heldout`` stream, the same scenes every iteration, never used for training).
 5. **Checkpoint** ``out/checkpoints/iter_NNN.pt``, ``out/policy.pt`` (latest) and ``out/best.pt`` (the
-   iteration with the best held-out success so far, later iteration on ties) (model + optimizer + config),
+   iteration with the best held-out success so far, later iteration on ties) (model + config; only the
+   resumable ``iter_NNN.pt`` also holds the optimizer),
    then append the iteration's row to ``metrics.json`` / ``metrics.csv`` (the commit point), TensorBoard
    scalars under ``out/tb`` and ``learning_curve.png``.
 
@@ -51,6 +52,7 @@ from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, rep
 from .data import Aggregate, iteration_file, write_iteration
 from .model import ControlNet, ControlNetConfig, count_parameters
 from .policy import MaskPolicy, load_checkpoint, save_checkpoint
+from graspsim import runs
 from graspsim.seeds import derive_seed, episode_seeds
 
 from .rollout import gt_masks, rollout, segmenter_masks
@@ -297,14 +299,11 @@ def _check_resume(cfg: DaggerConfig, out: Path) -> list[dict]:
         log.info("--resume: %s has no finished iteration; starting fresh", out)
         return []
     try:
-        old = json.loads((out / "config.json").read_text())
         rows = json.loads(metrics.read_text())
     except (OSError, ValueError) as e:
         raise ValueError(f"--resume: {out} is not a readable DAgger run folder ({e}); choose another --out") from None
-    new = cfg.to_dict()
-    diff = sorted(k for k in set(old) | set(new) if k not in RESUMABLE_KEYS and old.get(k) != new.get(k))
-    if diff:
-        raise ValueError(f"--resume: config of {out} differs in {diff}; only {list(RESUMABLE_KEYS)} may change")
+    if not runs.resume_config(out, cfg.to_dict(), RESUMABLE_KEYS):
+        raise ValueError(f"--resume: {out} has no {runs.CONFIG_NAME}; it is not a DAgger run folder")
     for r in rows:
         ck = out / "checkpoints" / f"iter_{r['iteration']:03d}.pt"
         if not ck.is_file():
@@ -326,7 +325,7 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
     mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
     out.mkdir(parents=True, exist_ok=True)
     (out / "checkpoints").mkdir(exist_ok=True)
-    atomic_write_text(out / "config.json", json.dumps(cfg.to_dict(), indent=2))
+    runs.write_config(out, cfg.to_dict())
 
     torch.manual_seed(cfg.seed)
     model = ControlNet(cfg.model).to(dev)
@@ -400,9 +399,9 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
                 }
                 save_checkpoint(out / "checkpoints" / f"iter_{it:03d}.pt", model, opt, it,
                                 run_config=cfg.to_dict(), metrics=row)
-                save_checkpoint(out / "policy.pt", model, opt, it, run_config=cfg.to_dict(), metrics=row)
+                save_checkpoint(out / "policy.pt", model, None, it, run_config=cfg.to_dict(), metrics=row)
                 if all(row["eval_success"] >= r["eval_success"] for r in rows):  # ties go to the later iteration
-                    save_checkpoint(out / "best.pt", model, opt, it, run_config=cfg.to_dict(), metrics=row)
+                    save_checkpoint(out / "best.pt", model, None, it, run_config=cfg.to_dict(), metrics=row)
                 rows.append(row)
                 write_metrics(out, rows)  # commit point of the iteration
                 for k in ("eval_success", "rollout_success", "rollout_learner_success", "beta", "samples"):

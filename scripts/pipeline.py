@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from graspsim import SimConfig
+from graspsim import runs as run_folder
 from graspsim.config import check_device
 from graspsim.fileio import check_folder_path, check_in_file, check_out_dir
 from vision.backgrounds import DEFAULT_TRANSFER
@@ -57,6 +58,8 @@ PRESETS: dict[str, dict[str, int]] = {
 """Stage budgets per preset (episodes, optimizer steps). ``vision_mirror``: train and use the vision net with
 test-time mirror averaging (``TrainVisionConfig.mirror_tta``); off in ``small``, where the doubled segmentation
 cost of every DAgger, BC and evaluation rollout would not fit the preset's time budget."""
+RESUMABLE_KEYS = ("resume", "progress", "threads", "gifs")
+"""Settings that may differ when resuming a pipeline run folder (they do not change results)."""
 OVERRIDES = ("collect_episodes", "vision_steps", "iterations", "episodes_per_iter", "train_steps",
              "dagger_eval_episodes", "eval_episodes", "num_envs")
 
@@ -177,7 +180,9 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
     out = check_out_dir(cfg.runs_dir / name, flag="--runs-dir/--name", resume=cfg.resume)
     out.mkdir(parents=True, exist_ok=True)
     b = cfg.budgets()
-    atomic_write_text(out / "config.json", json.dumps(cfg.to_dict(), indent=2))
+    if cfg.resume:  # the one resume rule: a changed preset or setting would mix budgets across stages
+        run_folder.resume_config(out, cfg.to_dict(), RESUMABLE_KEYS)
+    run_folder.write_config(out, cfg.to_dict())
     summary: dict = _json(out / "summary.json") or {"name": name, "preset": cfg.preset, "budgets": b, "seconds": {}}
     common = dict(device=cfg.device, progress=cfg.progress)
 

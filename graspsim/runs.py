@@ -1,0 +1,180 @@
+"""The run folder: its ``config.json``, the one resume rule and the one checkpoint format.
+
+Every verb that writes a run folder (``collect``'s file, ``train-vision``, ``dagger``, ``pipeline``)
+keeps the resolved config there as JSON and, with ``--resume``, follows one rule (:func:`check_resume`):
+it refuses when a setting that changes results differs from the stored one, and names every such key
+(dotted, e.g. ``sim.randomization.sphere_diameter``). Each verb lists the keys that may change
+(budgets such as the total number of episodes or iterations, and switches such as ``progress``).
+
+Checkpoints are one ``torch.save`` dict (:func:`save_checkpoint` / :func:`load_checkpoint`):
+
+=================== ===========================================================================
+``kind``            what wrote it, e.g. ``"graspsim-vision"``, ``"graspsim-control"``
+``format_version``  the layout version of that kind (files without it are version 0)
+``config``          the model's config as a dict
+``model``           the weights (a state dict on CPU)
+``optimizer`` ...   training state (:data:`TRAINING_ONLY`): only in resumable training checkpoints;
+                    a deployable checkpoint (``policy.pt``, ``best.pt``, shipped weights) has none
+=================== ===========================================================================
+
+plus kind-specific entries (iteration, threshold, metrics...). Files are written atomically.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+from typing import Any, Callable, Collection
+
+import torch
+
+from .fileio import atomic_write_text, check_in_file, replace_atomically
+
+CONFIG_NAME = "config.json"
+TRAINING_ONLY = ("optimizer", "scheduler", "generator_state")
+"""Checkpoint entries that only resuming training needs; deployable checkpoints leave them out."""
+
+
+# ------------------------------------------------------------------------------------------ config + resume
+def flatten_config(d: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}`` (lists kept as values)."""
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) and v:
+            out.update(flatten_config(v, key))
+        else:
+            out[key] = v
+    return out
+
+
+def _jsonable(d: dict) -> dict:
+    return json.loads(json.dumps(d, default=str))  # tuples -> lists, paths -> str: compare as stored
+
+
+def config_differences(old: dict, new: dict, ignore: Collection[str] = ()) -> list[str]:
+    """Dotted keys whose values differ between two configs (``ignore`` lists top-level or dotted keys)."""
+    a, b = flatten_config(_jsonable(old)), flatten_config(_jsonable(new))
+    ign = set(ignore)
+
+    def ignored(k: str) -> bool:
+        return any(k == i or k.startswith(i + ".") for i in ign)
+
+    return sorted(k for k in set(a) | set(b) if not ignored(k) and a.get(k, "<missing>") != b.get(k, "<missing>"))
+
+
+def describe_differences(old: dict, new: dict, keys: list[str], most: int = 8) -> str:
+    """``"N setting(s): k1, k2, ... (k1: old -> new, ...)"``: every key's name, the values of the first ``most``."""
+    a, b = flatten_config(_jsonable(old)), flatten_config(_jsonable(new))
+    values = ", ".join(f"{k}: {a.get(k, '<missing>')!r} -> {b.get(k, '<missing>')!r}" for k in keys[:most])
+    return f"{len(keys)} setting(s): {', '.join(keys)} ({values}{', ...' if len(keys) > most else ''})"
+
+
+def check_resume(old: dict, new: dict, may_change: Collection[str], where: str | os.PathLike) -> None:
+    """The one resume rule: raise ValueError naming every dotted key (except those in ``may_change``)
+    whose value differs between the stored config ``old`` and the requested ``new``."""
+    diff = config_differences(old, new, ignore=may_change)
+    if diff:
+        raise ValueError(f"--resume: the config of {where} differs in {describe_differences(old, new, diff)}; "
+                         "these change results, so "
+                         f"resuming would mix two runs. Only {sorted(may_change)} may change; start a new run "
+                         "folder instead (or repeat the stored settings)")
+
+
+def read_config(run_dir: str | os.PathLike) -> dict | None:
+    """The stored ``config.json`` of a run folder, or None if there is none; ValueError if unreadable."""
+    path = Path(run_dir) / CONFIG_NAME
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not a readable run config ({e}); choose another output folder") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a run config (a JSON object); choose another output folder")
+    return data
+
+
+def write_config(run_dir: str | os.PathLike, config: dict) -> Path:
+    """Write ``config`` as the run folder's ``config.json`` (atomically); returns its path."""
+    path = Path(run_dir) / CONFIG_NAME
+    atomic_write_text(path, json.dumps(config, indent=2, default=str))
+    return path
+
+
+def resume_config(run_dir: str | os.PathLike, config: dict, may_change: Collection[str]) -> bool:
+    """Apply the resume rule to a run folder: compare ``config`` with its stored ``config.json``
+    (:func:`check_resume`). Returns False when the folder has no stored config (nothing to resume)."""
+    old = read_config(run_dir)
+    if old is None:
+        return False
+    check_resume(old, config, may_change, Path(run_dir) / CONFIG_NAME)
+    return True
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+def save_checkpoint(path: str | os.PathLike, kind: str, format_version: int, payload: dict) -> None:
+    """Atomically write ``payload`` (with ``model`` and ``config``) as a checkpoint of ``kind``."""
+    missing = [k for k in ("model", "config") if k not in payload]
+    if missing:
+        raise ValueError(f"save_checkpoint: payload lacks {missing}")
+    data = {"kind": kind, "format_version": int(format_version), **payload}
+    buf = io.BytesIO()
+    torch.save(data, buf)
+    with replace_atomically(Path(path)) as tmp:
+        Path(tmp).write_bytes(buf.getvalue())
+
+
+def deployable(ckpt: dict) -> dict:
+    """A copy of a loaded checkpoint without its training state (:data:`TRAINING_ONLY`)."""
+    return {k: v for k, v in ckpt.items() if k not in TRAINING_ONLY}
+
+
+def load_checkpoint(path: str | os.PathLike, kind: str, format_version: int, *, what: str, inside: str,
+                    written_by: str, required: Collection[str] = ("model", "config"),
+                    upgrade: Callable[[dict, int], dict] | None = None,
+                    map_location: str | torch.device = "cpu") -> dict:
+    """Load and check a checkpoint of ``kind``.
+
+    FileNotFoundError if missing (``inside`` names the file to look for when ``path`` is a folder);
+    ValueError if it is not a torch checkpoint, is of another kind, lacks ``required`` entries, or has a
+    ``format_version`` this code cannot read. An older version is passed to ``upgrade(ckpt, version)``
+    (which returns the current layout or raises ValueError saying how to convert the file); without
+    ``upgrade`` an older version is refused with that advice.
+    """
+    path = check_in_file(path, what, what, inside=inside)
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=False)
+    except Exception as e:  # any unpickling/zip error means "not a checkpoint"
+        raise ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__}: {e})") from None
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{path} is not a graspsim checkpoint (got a {type(ckpt).__name__}, expected a dict)")
+    found = ckpt.get("kind")
+    if found != kind:
+        raise ValueError(f"{path} is a checkpoint of kind {found!r}, expected {kind!r} (a {what} written by "
+                         f"{written_by})")
+    version = int(ckpt.get("format_version", 0))
+    if version > format_version:
+        raise ValueError(f"{what} {path} has format_version {version}, newer than this code reads "
+                         f"({format_version}); update graspsim")
+    if version < format_version:
+        if upgrade is None:
+            raise ValueError(f"{what} {path} has format_version {version}; this code reads {format_version}. "
+                             f"Retrain it with {written_by}")
+        ckpt = upgrade(ckpt, version)
+        ckpt["format_version"] = format_version
+    missing = [k for k in required if k not in ckpt]
+    if missing:
+        raise ValueError(f"{what} {path} lacks the entries {missing}")
+    return ckpt
+
+
+__all__ = [
+    "CONFIG_NAME", "TRAINING_ONLY", "check_resume", "config_differences", "deployable", "describe_differences",
+    "flatten_config",
+    "load_checkpoint", "read_config", "resume_config", "save_checkpoint", "write_config",
+]

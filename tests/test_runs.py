@@ -1,0 +1,79 @@
+"""The run folder (issue 17 item 4): one resume rule for every verb, one checkpoint format."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from dagger.model import ControlNet, ControlNetConfig
+from dagger.policy import MaskPolicy, load_checkpoint, save_checkpoint
+from graspsim import runs
+
+ASSETS = Path(__file__).parent / "assets"
+
+
+def test_check_resume_names_every_changed_key_except_the_allowed_ones():
+    old = {"seed": 0, "iterations": 3, "sim": {"randomization": {"sphere_diameter": [0.01, 0.02]}}}
+    new = {"seed": 0, "iterations": 5, "sim": {"randomization": {"sphere_diameter": (0.01, 0.03)}}}
+    runs.check_resume(old, {**new, "sim": old["sim"]}, ["iterations"], "run")  # tuples compare as stored lists
+    with pytest.raises(ValueError, match=r"sim\.randomization\.sphere_diameter: \[0\.01, 0\.02\] -> \[0\.01, 0\.03\]"):
+        runs.check_resume(old, new, ["iterations"], "run")
+    with pytest.raises(ValueError, match="iterations"):
+        runs.check_resume(old, {**old, "iterations": 4}, [], "run")
+
+
+def test_resume_config_reads_the_folder(tmp_path):
+    assert runs.resume_config(tmp_path, {"a": 1}, []) is False  # nothing stored: nothing to compare
+    runs.write_config(tmp_path, {"a": 1, "b": {"c": 2}})
+    assert runs.resume_config(tmp_path, {"a": 1, "b": {"c": 2}}, [])
+    with pytest.raises(ValueError, match="b.c"):
+        runs.resume_config(tmp_path, {"a": 1, "b": {"c": 3}}, [])
+    (tmp_path / "config.json").write_text("{broken")
+    with pytest.raises(ValueError, match="not a readable run config"):
+        runs.read_config(tmp_path)
+
+
+def test_deployable_control_checkpoint_has_no_optimizer_and_training_one_has(tmp_path):
+    model = ControlNet(ControlNetConfig())
+    opt = torch.optim.AdamW(model.parameters())
+    save_checkpoint(tmp_path / "policy.pt", model, None, 2)
+    save_checkpoint(tmp_path / "iter_002.pt", model, opt, 2)
+    dep, train = load_checkpoint(tmp_path / "policy.pt"), load_checkpoint(tmp_path / "iter_002.pt")
+    assert "optimizer" not in dep and "optimizer" in train
+    assert dep["kind"] == "graspsim-control" and dep["format_version"] == 1 == train["format_version"]
+    assert set(runs.deployable(train)) == set(dep)
+
+
+def test_old_control_checkpoint_without_format_version_loads():
+    raw = torch.load(ASSETS / "policy_format0.pt", weights_only=False)
+    assert "format_version" not in raw
+    ckpt = load_checkpoint(ASSETS / "policy_format0.pt")
+    assert ckpt["format_version"] == 1
+    MaskPolicy.from_checkpoint(ASSETS / "policy_format0.pt")
+
+
+def test_newer_or_foreign_checkpoints_are_refused_with_the_reason(tmp_path):
+    model = ControlNet(ControlNetConfig())
+    save_checkpoint(tmp_path / "p.pt", model, None, 0)
+    data = torch.load(tmp_path / "p.pt", weights_only=False)
+    data["format_version"] = 99
+    torch.save(data, tmp_path / "new.pt")
+    with pytest.raises(ValueError, match="newer"):
+        load_checkpoint(tmp_path / "new.pt")
+    data["kind"] = "graspsim-vision"
+    torch.save(data, tmp_path / "vision.pt")
+    with pytest.raises(ValueError, match="graspsim-vision"):
+        load_checkpoint(tmp_path / "vision.pt")
+
+
+def test_pipeline_resume_refuses_a_changed_preset(tmp_path):
+    from scripts.pipeline import PipelineConfig, run_pipeline
+
+    first = PipelineConfig(name="r", runs_dir=tmp_path, preset="small")
+    (tmp_path / "r").mkdir()
+    runs.write_config(tmp_path / "r", first.to_dict())
+    with pytest.raises(ValueError, match="preset"):
+        run_pipeline(PipelineConfig(name="r", runs_dir=tmp_path, preset="medium", resume=True))
+    assert runs.read_config(tmp_path / "r")["preset"] == "small"  # the stored config is left as it was
