@@ -25,11 +25,11 @@ from torch import Tensor
 
 from . import physics
 from .config import SimConfig
+from .keys import OBS_KEYS, PRIVILEGED_KEYS  # noqa: F401 (re-exported; the key names live in graspsim.keys)
 from .randomization import sample_scenes
 from .render import RenderOutput, render
 from .state import State
 
-OBS_KEYS = ("rgb", "mask", "gripper")
 GRIPPER_DIM = 3
 """Width of ``obs["gripper"]``: (finger gap / open gap, last close command 0/1, table contact 0/1)."""
 

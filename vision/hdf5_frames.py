@@ -9,8 +9,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graspsim.dataset import repair_hint
+from graspsim.dataset import DATA, OBS, repair_hint
 from graspsim.fileio import check_in_file
+from graspsim.keys import MASK, RGB
 
 log = logging.getLogger(__name__)
 
@@ -27,17 +28,17 @@ class HDF5Frames:
         except OSError as e:
             raise ValueError(f"cannot open HDF5 dataset {path}: {e}") from None
         with f:
-            if "data" not in f:
+            if DATA not in f:
                 raise ValueError(f"HDF5 dataset {path} has no 'data' group (expected graspsim-episodes-v1)")
-            demos = sorted(f["data"].keys())
+            demos = sorted(f[DATA].keys())
             rgbs, masks = [], []
             for k in demos:
                 try:
-                    obs = f["data"][k].get("obs")
-                    if obs is None or "rgb" not in obs or "mask" not in obs:
+                    obs = f[DATA][k].get(OBS)
+                    if obs is None or RGB not in obs or MASK not in obs:
                         raise ValueError(f"HDF5 dataset {path}: data/{k}/obs lacks rgb or mask")
-                    rgbs.append(obs["rgb"][()])
-                    masks.append(obs["mask"][()])
+                    rgbs.append(obs[RGB][()])
+                    masks.append(obs[MASK][()])
                 except (KeyError, OSError) as e:  # e.g. a damaged part file of an interrupted collection
                     raise ValueError(f"HDF5 dataset {path}: data/{k} cannot be read ({e}). {repair_hint(path)}") from None
         if not rgbs:

@@ -12,6 +12,7 @@ from typing import Any, Collection, Iterable, Iterator, Sequence
 import h5py
 import numpy as np
 
+from ..keys import CONTROL_OBS_KEYS
 from .format import (
     ACTIONS, MASK, OBS, PRIVILEGED, RESERVED, _PART_RE, Episode, _attr_value, _check_episode_file, _open_h5,
     _sorted_demos, demo_index, demo_name, parts_dir, repair_hint,
@@ -63,7 +64,7 @@ def read_episodes(path: str | os.PathLike, keys: Collection[str] | None = None,
             yield _read_demo(_demo(data, n, path), keys)
 
 
-def load_steps(path: str | os.PathLike, obs_keys: Sequence[str] = ("mask", "gripper"),
+def load_steps(path: str | os.PathLike, obs_keys: Sequence[str] = CONTROL_OBS_KEYS,
                extra_keys: Sequence[str] = ()) -> dict[str, np.ndarray]:
     """All steps of all demos concatenated: ``{obs key: N,..., "actions": N,A, extra key: N,...,
     "episode": N int64 (demo index K), "step": N int64 (step within the episode)}``."""

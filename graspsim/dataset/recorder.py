@@ -7,6 +7,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from ..keys import RGB
 from .format import ACTIONS, Episode
 
 
@@ -25,7 +26,7 @@ class EpisodeRecorder:
         buffer_device: where the buffers live (CPU by default: episodes are written from there).
     """
 
-    def __init__(self, num_envs: int, image_keys: Sequence[str] = ("rgb",), capacity: int = 64,
+    def __init__(self, num_envs: int, image_keys: Sequence[str] = (RGB,), capacity: int = 64,
                  buffer_device: str | torch.device = "cpu"):
         if not isinstance(num_envs, int) or num_envs <= 0:
             raise ValueError(f"EpisodeRecorder: num_envs must be a positive int; got {num_envs!r}")
