@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graspsim.env import GRIPPER_DIM
+from graspsim.validate import finite_positive, positive_int
 
 NUM_STATS = 7  # visible, cx, cy, sqrt(area), width, height, 1/sqrt(area) proxy (see mask_stats)
 
@@ -54,10 +55,8 @@ class ControlNetConfig:
         if len(ch) != 3 or not all(isinstance(c, int) and c > 0 for c in ch):
             raise ValueError(f"ControlNetConfig.channels must be three positive ints; got {self.channels!r}")
         object.__setattr__(self, "channels", ch)
-        if not isinstance(self.hidden, int) or self.hidden <= 0:
-            raise ValueError(f"ControlNetConfig.hidden must be a positive int; got {self.hidden!r}")
-        if not (isinstance(self.max_speed, (int, float)) and math.isfinite(self.max_speed) and self.max_speed > 0):
-            raise ValueError(f"ControlNetConfig.max_speed must be a positive number (m/s); got {self.max_speed!r}")
+        positive_int("ControlNetConfig", "hidden", self.hidden)
+        finite_positive("ControlNetConfig", "max_speed", self.max_speed, unit="m/s")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

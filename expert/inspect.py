@@ -19,6 +19,7 @@ import tyro
 from graspsim.dataset import OBS, Episode, describe, read_episodes, repair
 from graspsim.fileio import check_folder_path, check_out_file, replace_atomically
 from graspsim.keys import MASK, RGB
+from graspsim.validate import int_in, non_negative_int
 
 log = logging.getLogger(__name__)
 
@@ -51,12 +52,9 @@ class InspectConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
-        if not isinstance(self.demo, int) or self.demo < 0:
-            raise ValueError(f"InspectConfig.demo must be a non-negative int; got {self.demo!r}")
-        if not isinstance(self.frames, int) or not 1 <= self.frames <= 256:
-            raise ValueError(f"InspectConfig.frames must be an int in 1..256; got {self.frames!r}")
-        if not isinstance(self.scale, int) or not 1 <= self.scale <= 16:
-            raise ValueError(f"InspectConfig.scale must be an int in 1..16; got {self.scale!r}")
+        non_negative_int("InspectConfig", "demo", self.demo)
+        int_in("InspectConfig", "frames", self.frames, 1, 256)
+        int_in("InspectConfig", "scale", self.scale, 1, 16)
         for name in ("png", "gif"):
             p = getattr(self, name)
             if p is not None and Path(p).suffix.lower() != f".{name}":

@@ -32,7 +32,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from graspsim.config import check_device
+from graspsim.validate import check_device, positive_int
 from graspsim.fileio import check_in_file, check_out_dir, staged_dir
 
 from .infer import PRECISIONS, Segmenter
@@ -85,9 +85,7 @@ class EvalRealConfig:
         if self.peak_threshold is not None and not (isinstance(self.peak_threshold, (int, float)) and 0.0 <= self.peak_threshold < 1.0):
             raise ValueError(f"EvalRealConfig.peak_threshold must be in [0, 1); got {self.peak_threshold!r}")
         for name in ("min_pixels", "batch_size", "max_report_images"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"EvalRealConfig.{name} must be a positive int; got {v!r}")
+            positive_int("EvalRealConfig", name, getattr(self, name))
         if self.precision not in PRECISIONS:
             raise ValueError(f"EvalRealConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
         check_device("EvalRealConfig", self.device)

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
 from graspsim import SimConfig
-from graspsim.config import check_device
+from graspsim.validate import (boolean, check_device, finite_non_negative, finite_positive, non_negative_int, positive_int,
+                               probability)
 
 from .augment import AugmentConfig
-from .backgrounds import DEFAULT_BACKGROUNDS, DEFAULT_TRANSFER, check_prob
+from .backgrounds import DEFAULT_BACKGROUNDS, DEFAULT_TRANSFER
 from .compose import ComposeConfig
 from .model import SegNetConfig
 
@@ -149,32 +149,27 @@ class TrainVisionConfig:
     """Simulator config for rendering targets (image_size sets the training resolution)."""
 
     def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "layer_reuse", "val_every", "ckpt_every", "n_val", "n_test", "hdf5_max_frames", "min_pixels"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"TrainVisionConfig.{name} must be a positive int; got {v!r}")
-        for name in ("lr", "weight_decay", "dice_weight", "pos_weight", "frame_loss_weight"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (name == "lr" and v == 0):
-                raise ValueError(f"TrainVisionConfig.{name} must be a finite {'positive' if name == 'lr' else 'non-negative'} number; got {v!r}")
+        owner = "TrainVisionConfig"
+        for name in ("steps", "batch_size", "layer_reuse", "val_every", "ckpt_every", "n_val", "n_test", "hdf5_max_frames",
+                     "min_pixels", "patches_per_frame"):
+            positive_int(owner, name, getattr(self, name))
+        finite_positive(owner, "lr", self.lr)
+        for name in ("weight_decay", "dice_weight", "pos_weight", "frame_loss_weight"):
+            finite_non_negative(owner, name, getattr(self, name))
         if not isinstance(self.patch, int) or self.patch < 0 or (self.patch and self.patch % (2 ** self.model.depth)):
             raise ValueError(f"TrainVisionConfig.patch must be 0 or a positive multiple of 2**model.depth = "
                              f"{2 ** self.model.depth}; got {self.patch!r}")
-        if not isinstance(self.patches_per_frame, int) or self.patches_per_frame < 1:
-            raise ValueError(f"TrainVisionConfig.patches_per_frame must be a positive int; got {self.patches_per_frame!r}")
         for name in ("tversky_beta", "patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
                      "min_precision", "max_fp_image_rate", "transfer_min_precision", "transfer_max_fp_image_rate"):
-            check_prob(name, getattr(self, name), "TrainVisionConfig")
+            probability(owner, name, getattr(self, name))
         for name in ("mirror_tta", "frame_gate", "bf16", "progress", "resume", "skip_bad"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"TrainVisionConfig.{name} must be true or false; got {getattr(self, name)!r}")
-        if not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"TrainVisionConfig.threads must be a non-negative int; got {self.threads!r}")
+            boolean(owner, name, getattr(self, name))
+        non_negative_int(owner, "threads", self.threads)
         if self.operating_point not in ("composite", "transfer", "both"):
             raise ValueError(f"TrainVisionConfig.operating_point must be composite, transfer or both; got {self.operating_point!r}")
         if self.operating_point != "composite" and self.transfer is None:
             raise ValueError(f"TrainVisionConfig.operating_point={self.operating_point!r} needs the transfer sets (--transfer)")
-        check_device("TrainVisionConfig", self.device)
+        check_device(owner, self.device)
         if self.sim.image_size % (2 ** self.model.depth):
             raise ValueError(f"TrainVisionConfig: sim.image_size {self.sim.image_size} must be a multiple of "
                              f"2**model.depth = {2 ** self.model.depth}")

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from ..keys import RGB
+from ..validate import positive_int
 from .format import ACTIONS, Episode
 
 
@@ -28,10 +29,8 @@ class EpisodeRecorder:
 
     def __init__(self, num_envs: int, image_keys: Sequence[str] = (RGB,), capacity: int = 64,
                  buffer_device: str | torch.device = "cpu"):
-        if not isinstance(num_envs, int) or num_envs <= 0:
-            raise ValueError(f"EpisodeRecorder: num_envs must be a positive int; got {num_envs!r}")
-        if not isinstance(capacity, int) or capacity <= 0:
-            raise ValueError(f"EpisodeRecorder: capacity must be a positive int; got {capacity!r}")
+        positive_int("EpisodeRecorder", "num_envs", num_envs)
+        positive_int("EpisodeRecorder", "capacity", capacity)
         self.num_envs = num_envs
         self.image_keys = tuple(image_keys)
         self.capacity = capacity

@@ -45,6 +45,7 @@ import h5py
 import numpy as np
 
 from ..fileio import fsync_dir, replace_atomically
+from ..validate import int_in
 from .format import (
     ACTIONS, CHUNK_FRAMES, DATA, FORMAT, MASK, OBS, _PART_RE, Episode, _attr_value, _default_env_args, _open_h5,
     _signature, _sorted_demos, _storable, config_differences, demo_index, demo_name, flatten_config, parts_dir,
@@ -152,8 +153,7 @@ class EpisodeWriter:
             raise ValueError("EpisodeWriter: choose either resume or overwrite, not both")
         if compression not in (None, "gzip", "lzf"):
             raise ValueError(f"EpisodeWriter: compression must be 'gzip', 'lzf' or None; got {compression!r}")
-        if not (isinstance(compression_level, int) and 0 <= compression_level <= 9):
-            raise ValueError(f"EpisodeWriter: compression_level must be an int in 0..9; got {compression_level!r}")
+        int_in("EpisodeWriter", "compression_level", compression_level, 0, 9)
         try:
             self._config_json = json.dumps(config, sort_keys=True)
         except (TypeError, ValueError) as e:
