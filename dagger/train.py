@@ -46,9 +46,10 @@ import torch.nn.functional as F
 
 from graspsim import GraspEnv, SimConfig
 from graspsim.config import from_dict
+from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically
+from graspsim.progress import progress_bar
 from graspsim.validate import (check_device, finite_non_negative, finite_positive, non_negative_int, positive_int,
                                probability)
-from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically
 
 from .data import Aggregate, iteration_file, write_iteration
 from .model import ControlNet, ControlNetConfig, count_parameters
@@ -273,13 +274,6 @@ def plot_learning_curve(path: Path, curves: dict[str, list[dict]]) -> None:
     plt.close(fig)
 
 
-def _progress(enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not enabled)
-
-
 def _check_resume(cfg: DaggerConfig, out: Path) -> list[dict]:
     """Finished iteration rows of an existing run (validating its config), or [] for a fresh run."""
     metrics = out / "metrics.json"
@@ -340,7 +334,7 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
     log.info("DAgger: %d iterations x %d episodes, %d-parameter control net, masks=%s, schedule=%s",
              cfg.iterations, cfg.episodes_per_iter, count_parameters(model), cfg.masks, cfg.schedule)
     try:
-        with _progress(cfg.progress) as bar:
+        with progress_bar(None, cfg.progress, fields=("{task.fields[info]}",), remaining=False) as bar:
             for it in range(start, cfg.iterations):
                 t0 = time.perf_counter()
                 beta = beta_at(cfg, it)

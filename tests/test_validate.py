@@ -1,4 +1,4 @@
-"""The shared config checks (graspsim.validate) and key names (graspsim.keys): one place each."""
+"""Helpers defined once: config checks (graspsim.validate), key names (graspsim.keys), the progress bar."""
 
 from __future__ import annotations
 
@@ -59,4 +59,15 @@ def test_observation_keys_are_what_the_env_returns():
     env = GraspEnv(SimConfig(image_size=16, max_steps=4), num_envs=2, seed=0)
     assert tuple(env.reset()) == OBS_KEYS
     assert set(PRIVILEGED_KEYS) <= set(env.privileged())
+
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_progress_bar_runs_with_fields(enabled):
+    from graspsim.progress import progress_bar
+
+    with progress_bar("label", enabled, fields=("{task.fields[info]}",)) as bar:
+        task = bar.add_task("work", total=3, info="")
+        bar.update(task, advance=2, info="two done")
+    assert bar.tasks[0].completed == 2
 

@@ -32,8 +32,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from graspsim.validate import check_device, positive_int
 from graspsim.fileio import check_in_file, check_out_dir, staged_dir
+from graspsim.progress import progress_bar
+from graspsim.validate import check_device, positive_int
 
 from .infer import PRECISIONS, Segmenter
 from .io import MASK_MAX_LEVELS, IMAGE_EXTENSIONS, atomic_write_bytes, list_images, load_mask, read_image, write_png
@@ -332,10 +333,8 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
             rows.append(row)
         batch.clear()
 
-    from rich.progress import Progress
-
     batch: list = []
-    with Progress(transient=True) as bar:
+    with progress_bar("eval-real", transient=True) as bar:
         task = bar.add_task("eval-real", total=len(images))
         for path in images:
             item = load(path)

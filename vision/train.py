@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from graspsim.fileio import check_out_dir
+from graspsim.progress import progress_bar
 
 from .backgrounds import BackgroundBank, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -75,13 +76,6 @@ def _check_disjoint(train_dir: Path, val_dir: Path) -> None:
     if common:
         names = sorted(_file_hashes(val_dir)[h] for h in common)
         raise ValueError(f"validation backgrounds {val_dir} share identical files with training backgrounds {train_dir}: {names}")
-
-
-def _progress(enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    return Progress(TextColumn("[bold]train-vision"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                    TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled, transient=False)
 
 
 def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
@@ -211,7 +205,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     model.train()
     layers = None
     t_start = time.perf_counter()
-    with _progress(cfg.progress) as bar:
+    with progress_bar("train-vision", cfg.progress, fields=("{task.fields[info]}",)) as bar:
         task = bar.add_task("train", total=cfg.steps, completed=start, info="")
         for step in range(start, cfg.steps):
             for grp in opt.param_groups:
