@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graspsim.env import GRIPPER_DIM
+from graspsim.torch_util import count_parameters  # re-exported (defined once in graspsim.torch_util)
 from graspsim.validate import finite_positive, positive_int
 
 NUM_STATS = 7  # visible, cx, cy, sqrt(area), width, height, 1/sqrt(area) proxy (see mask_stats)
@@ -146,10 +147,6 @@ def to_action(raw: Tensor, max_speed: float) -> Tensor:
     """Raw net outputs ``B,4`` -> simulator action ``B,4`` float32: (vx, vy, vz) m/s and grip (> 0 closes)."""
     vel = torch.tanh(raw[:, :3]) * max_speed
     return torch.cat([vel, raw[:, 3:4]], 1).float()
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 __all__ = ["ControlNet", "ControlNetConfig", "NUM_STATS", "count_parameters", "mask_stats", "to_action"]

@@ -48,11 +48,12 @@ from graspsim import GraspEnv, SimConfig
 from graspsim.config import from_dict
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically
 from graspsim.progress import progress_bar
+from graspsim.torch_util import count_parameters
 from graspsim.validate import (check_device, finite_non_negative, finite_positive, non_negative_int, positive_int,
                                probability)
 
 from .data import Aggregate, iteration_file, write_iteration
-from .model import ControlNet, ControlNetConfig, count_parameters
+from .model import ControlNet, ControlNetConfig
 from .policy import MaskPolicy, load_checkpoint, save_checkpoint
 from .rollout import episode_seeds, gt_masks, rollout, segmenter_masks
 

@@ -1,4 +1,4 @@
-"""Helpers defined once: config checks (graspsim.validate), key names (graspsim.keys), the progress bar."""
+"""Helpers defined once: config checks (graspsim.validate), key names (graspsim.keys), the progress bar, parameter counts."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import math
 import re
 
 import pytest
+import torch
 
 from graspsim import validate as v
 from graspsim.keys import OBS_KEYS, PRIVILEGED_KEYS
@@ -71,3 +72,11 @@ def test_progress_bar_runs_with_fields(enabled):
         bar.update(task, advance=2, info="two done")
     assert bar.tasks[0].completed == 2
 
+
+def test_one_parameter_count():
+    from dagger.model import count_parameters as control_count
+    from graspsim.torch_util import count_parameters
+    from vision.model import count_parameters as vision_count
+
+    net = torch.nn.Linear(3, 2)
+    assert count_parameters(net) == control_count(net) == vision_count(net) == 8

@@ -14,6 +14,7 @@ import torch
 from torch import Tensor, nn
 import torch.nn.functional as F
 
+from graspsim.torch_util import count_parameters  # noqa: F401 (re-exported; defined once in graspsim.torch_util)
 from graspsim.validate import boolean, int_in
 
 
@@ -130,7 +131,3 @@ def cpu_has_fast_bf16() -> bool:
     except OSError:
         return False
     return bool({"amx_bf16", "avx512_bf16"} & flags)
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

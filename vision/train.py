@@ -27,6 +27,7 @@ from torch import Tensor
 
 from graspsim.fileio import check_out_dir
 from graspsim.progress import progress_bar
+from graspsim.torch_util import count_parameters
 
 from .backgrounds import BackgroundBank, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
@@ -36,7 +37,7 @@ from .hdf5_frames import HDF5Frames
 from .io import atomic_write_bytes, list_images
 from .losses import lr_at, seg_loss
 from .metrics import PEAKS, best_threshold, choose_thresholds_on, evaluate_set, gate_frames
-from .model import SegNet, SegNetConfig, count_parameters, cpu_has_fast_bf16
+from .model import SegNet, SegNetConfig, cpu_has_fast_bf16
 from .patches import _hdf5_share, random_patches, training_batch
 from .train_config import TrainVisionConfig
 from .transfer_report import load_transfer_sets, operating_point_gap, transfer_breakdown
