@@ -18,8 +18,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graspsim.dataset import Episode, EpisodeWriter, load_steps
+from graspsim.dataset import ACTIONS, Episode, EpisodeWriter, load_steps
 from graspsim.env import GRIPPER_DIM
+from graspsim.keys import CONTROL_OBS_KEYS, GRIPPER, MASK
 
 
 def iteration_file(out: Path, it: int) -> Path:
@@ -76,15 +77,15 @@ class Aggregate:
     def add_episodes(self, episodes: Sequence[Episode], iteration: int) -> None:
         if not episodes:
             return
-        self.add_arrays(np.concatenate([e.obs["mask"] for e in episodes]),
-                        np.concatenate([e.obs["gripper"] for e in episodes]),
+        self.add_arrays(np.concatenate([e.obs[MASK] for e in episodes]),
+                        np.concatenate([e.obs[GRIPPER] for e in episodes]),
                         np.concatenate([e.actions for e in episodes]), iteration,
                         [e.num_samples for e in episodes])
 
     def add_file(self, path: str | os.PathLike, iteration: int) -> None:
-        steps = load_steps(path, obs_keys=("mask", "gripper"))
+        steps = load_steps(path, obs_keys=CONTROL_OBS_KEYS)
         _, lengths = np.unique(steps["episode"], return_counts=True)  # episodes are stored consecutively
-        self.add_arrays(steps["mask"], steps["gripper"], steps["actions"], iteration, lengths.tolist())
+        self.add_arrays(steps[MASK], steps[GRIPPER], steps[ACTIONS], iteration, lengths.tolist())
 
     @classmethod
     def from_files(cls, paths: Sequence[Path], image_size: int, device: str | torch.device = "cpu") -> "Aggregate":

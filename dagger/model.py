@@ -30,6 +30,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graspsim.env import GRIPPER_DIM
+from graspsim.torch_util import count_parameters  # re-exported (defined once in graspsim.torch_util)
+from graspsim.validate import finite_positive, positive_int
 
 NUM_STATS = 7  # visible, cx, cy, sqrt(area), width, height, 1/sqrt(area) proxy (see mask_stats)
 
@@ -54,10 +56,8 @@ class ControlNetConfig:
         if len(ch) != 3 or not all(isinstance(c, int) and c > 0 for c in ch):
             raise ValueError(f"ControlNetConfig.channels must be three positive ints; got {self.channels!r}")
         object.__setattr__(self, "channels", ch)
-        if not isinstance(self.hidden, int) or self.hidden <= 0:
-            raise ValueError(f"ControlNetConfig.hidden must be a positive int; got {self.hidden!r}")
-        if not (isinstance(self.max_speed, (int, float)) and math.isfinite(self.max_speed) and self.max_speed > 0):
-            raise ValueError(f"ControlNetConfig.max_speed must be a positive number (m/s); got {self.max_speed!r}")
+        positive_int("ControlNetConfig", "hidden", self.hidden)
+        finite_positive("ControlNetConfig", "max_speed", self.max_speed, unit="m/s")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -147,10 +147,6 @@ def to_action(raw: Tensor, max_speed: float) -> Tensor:
     """Raw net outputs ``B,4`` -> simulator action ``B,4`` float32: (vx, vy, vz) m/s and grip (> 0 closes)."""
     vel = torch.tanh(raw[:, :3]) * max_speed
     return torch.cat([vel, raw[:, 3:4]], 1).float()
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 __all__ = ["ControlNet", "ControlNetConfig", "NUM_STATS", "count_parameters", "mask_stats", "to_action"]

@@ -11,7 +11,6 @@ optimizer) load unchanged.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import torch
 from torch import Tensor

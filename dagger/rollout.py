@@ -29,10 +29,9 @@ from torch import Tensor
 from expert import expert_action
 from graspsim import FAILURE_NAMES, SimConfig
 from graspsim.dataset import Episode, EpisodeRecorder
+from graspsim.keys import GRIPPER, MASK, PRIVILEGED_KEYS, RGB
 from graspsim.rollout import Finished, Hooks, run_episodes
 
-GRIPPER, MASK, RGB = "gripper", "mask", "rgb"
-PRIVILEGED_KEYS = ("tcp_pos", "sphere_pos", "sphere_radius", "finger_width", "held")
 
 MaskFn = Callable[[dict], Tensor]
 PolicyFn = Callable[[Tensor, Tensor], Tensor]
@@ -40,14 +39,14 @@ PolicyFn = Callable[[Tensor, Tensor], Tensor]
 
 def gt_masks(obs: dict) -> Tensor:
     """The simulator's exact target mask ``B,H,W`` bool."""
-    return obs["mask"]
+    return obs[MASK]
 
 
 def segmenter_masks(segmenter) -> MaskFn:
     """``mask_fn`` that runs ``vision.infer.Segmenter.predict_mask`` on ``obs["rgb"]``."""
     def fn(obs: dict) -> Tensor:
         with torch.no_grad():
-            return segmenter.predict_mask(obs["rgb"])
+            return segmenter.predict_mask(obs[RGB])
     return fn
 
 

@@ -46,11 +46,15 @@ import torch
 import torch.nn.functional as F
 
 from graspsim import GraspEnv, SimConfig
-from graspsim.config import check_device, from_dict
+from graspsim.config import from_dict
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically
+from graspsim.progress import progress_bar
+from graspsim.torch_util import count_parameters
+from graspsim.validate import (check_device, finite_non_negative, finite_positive, non_negative_int, positive_int,
+                               probability)
 
 from .data import Aggregate, iteration_file, write_iteration
-from .model import ControlNet, ControlNetConfig, count_parameters
+from .model import ControlNet, ControlNetConfig
 from .policy import MaskPolicy, load_checkpoint, save_checkpoint
 from graspsim import runs
 from graspsim.seeds import derive_seed, episode_seeds
@@ -131,22 +135,16 @@ class DaggerConfig:
         object.__setattr__(self, "out", Path(self.out))
         if self.vision is not None:
             object.__setattr__(self, "vision", Path(self.vision))
+        owner = "DaggerConfig"
         for name in ("iterations", "episodes_per_iter", "eval_episodes", "num_envs", "train_steps", "batch_size"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"DaggerConfig.{name} must be a positive int; got {v!r}")
+            positive_int(owner, name, getattr(self, name))
         if self.schedule not in SCHEDULES:
             raise ValueError(f"DaggerConfig.schedule must be one of {SCHEDULES}; got {self.schedule!r}")
         for name in ("beta_start", "beta_decay"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and 0.0 <= v <= 1.0):
-                raise ValueError(f"DaggerConfig.{name} must be in [0, 1]; got {v!r}")
+            probability(owner, name, getattr(self, name))
         for name in ("expert_noise", "weight_decay", "grip_weight", "grip_pos_weight"):
-            v = getattr(self, name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"DaggerConfig.{name} must be a finite number >= 0; got {v!r}")
-        if not (isinstance(self.lr, (int, float)) and math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"DaggerConfig.lr must be a positive number; got {self.lr!r}")
+            finite_non_negative(owner, name, getattr(self, name))
+        finite_positive(owner, "lr", self.lr)
         if not (isinstance(self.lr_final_frac, (int, float)) and 0.0 < self.lr_final_frac <= 1.0):
             raise ValueError(f"DaggerConfig.lr_final_frac must be in (0, 1]; got {self.lr_final_frac!r}")
         if self.sample_by not in ("episode", "step"):
@@ -157,14 +155,12 @@ class DaggerConfig:
             raise ValueError("DaggerConfig: --masks predicted needs --vision CKPT (a train-vision checkpoint)")
         if self.vision is not None:
             check_in_file(self.vision, "DaggerConfig.vision", "vision checkpoint", inside="checkpoint.pt")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"DaggerConfig.seed must be a non-negative int; got {self.seed!r}")
-        if not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"DaggerConfig.threads must be a non-negative int; got {self.threads!r}")
+        non_negative_int(owner, "seed", self.seed)
+        non_negative_int(owner, "threads", self.threads)
         # the net's input size and velocity scale are the simulator's
         object.__setattr__(self, "model", dataclasses.replace(self.model, image_size=self.sim.image_size,
                                                               max_speed=self.sim.max_speed))
-        check_device("DaggerConfig", self.device)
+        check_device(owner, self.device)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
@@ -283,13 +279,6 @@ def plot_learning_curve(path: Path, curves: dict[str, list[dict]]) -> None:
     plt.close(fig)
 
 
-def _progress(enabled: bool):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[info]}"), TimeElapsedColumn(), disable=not enabled)
-
-
 def _check_resume(cfg: DaggerConfig, out: Path) -> list[dict]:
     """Finished iteration rows of an existing run (validating its config), or [] for a fresh run."""
     metrics = out / "metrics.json"
@@ -347,7 +336,7 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
     log.info("DAgger: %d iterations x %d episodes, %d-parameter control net, masks=%s, schedule=%s",
              cfg.iterations, cfg.episodes_per_iter, count_parameters(model), cfg.masks, cfg.schedule)
     try:
-        with _progress(cfg.progress) as bar:
+        with progress_bar(None, cfg.progress, fields=("{task.fields[info]}",), remaining=False) as bar:
             for it in range(start, cfg.iterations):
                 t0 = time.perf_counter()
                 beta = beta_at(cfg, it)

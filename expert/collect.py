@@ -35,6 +35,7 @@ from graspsim import FAILURE_NAMES, GraspEnv, SimConfig
 from graspsim.config import check_device
 from graspsim.dataset import EpisodeRecorder, EpisodeWriter, demo_attrs, describe
 from graspsim.fileio import check_out_file
+from graspsim.keys import PRIVILEGED_KEYS, RGB
 from graspsim.rollout import ExpertHooks, Finished, run_episodes
 from graspsim.seeds import derive_seed, episode_seeds
 
@@ -44,8 +45,7 @@ log = logging.getLogger(__name__)
 
 RESUMABLE_KEYS = ("episodes", "resume", "overwrite", "out", "progress", "flush_seconds", "valid_fraction")
 """Config fields that may change when resuming a file (they do not change what is recorded)."""
-PRIVILEGED_KEYS = ("tcp_pos", "sphere_pos", "sphere_radius", "finger_width", "held")
-RGB = "rgb"
+
 
 
 @dataclass(frozen=True)

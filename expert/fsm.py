@@ -29,6 +29,7 @@ from torch import Tensor
 
 from graspsim.config import SimConfig
 from graspsim.env import table_contact
+from graspsim.validate import finite_non_negative
 
 PHASES = ("RESET", "APPROACH", "GRASP", "LIFT")
 RESET, APPROACH, GRASP, LIFT = range(4)
@@ -151,8 +152,7 @@ class FSMExpert:
 
     def __init__(self, cfg: SimConfig | None = None, num_envs: int = 1, device: str | torch.device = "cpu",
                  noise_std: float = 0.0, generator: torch.Generator | None = None):
-        if noise_std < 0 or noise_std != noise_std:
-            raise ValueError(f"noise_std must be a non-negative number; got {noise_std!r}")
+        finite_non_negative("", "noise_std", noise_std)
         self.cfg = cfg or SimConfig()
         self.num_envs = num_envs
         self.device = torch.device(device)

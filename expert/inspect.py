@@ -16,8 +16,10 @@ from typing import Any, Optional
 import numpy as np
 import tyro
 
-from graspsim.dataset import Episode, describe, read_episodes, repair
+from graspsim.dataset import OBS, Episode, describe, read_episodes, repair
 from graspsim.fileio import check_folder_path, check_out_file, replace_atomically
+from graspsim.keys import MASK, RGB
+from graspsim.validate import int_in, non_negative_int
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +52,9 @@ class InspectConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "path", Path(self.path))
-        if not isinstance(self.demo, int) or self.demo < 0:
-            raise ValueError(f"InspectConfig.demo must be a non-negative int; got {self.demo!r}")
-        if not isinstance(self.frames, int) or not 1 <= self.frames <= 256:
-            raise ValueError(f"InspectConfig.frames must be an int in 1..256; got {self.frames!r}")
-        if not isinstance(self.scale, int) or not 1 <= self.scale <= 16:
-            raise ValueError(f"InspectConfig.scale must be an int in 1..16; got {self.scale!r}")
+        non_negative_int("InspectConfig", "demo", self.demo)
+        int_in("InspectConfig", "frames", self.frames, 1, 256)
+        int_in("InspectConfig", "scale", self.scale, 1, 16)
         for name in ("png", "gif"):
             p = getattr(self, name)
             if p is not None and Path(p).suffix.lower() != f".{name}":
@@ -72,9 +71,9 @@ def _pair(rgb: np.ndarray, mask: np.ndarray | None, scale: int) -> np.ndarray:
 
 
 def _frames(ep: Episode, scale: int) -> list[np.ndarray]:
-    if "rgb" not in ep.obs:
+    if RGB not in ep.obs:
         raise ValueError("the episode has no obs/rgb array to draw")
-    rgb, mask = ep.obs["rgb"], ep.obs.get("mask")
+    rgb, mask = ep.obs[RGB], ep.obs.get(MASK)
     if rgb.ndim != 4 or rgb.shape[-1] != 3:
         raise ValueError(f"obs/rgb must be T,H,W,3; got {rgb.shape}")
     return [_pair(rgb[t], None if mask is None else mask[t], scale) for t in range(len(rgb))]
@@ -140,7 +139,7 @@ def inspect(cfg: InspectConfig) -> dict[str, Any]:
             if p.parent != out and not p.parent.is_dir():
                 raise FileNotFoundError(f"{flag} {p}: folder {p.parent} does not exist; create it or give another path")
         out.mkdir(parents=True, exist_ok=True)
-        ep = next(read_episodes(cfg.path, keys=[k for k in ("rgb", "mask") if f"obs/{k}" in info["arrays"]],
+        ep = next(read_episodes(cfg.path, keys=[k for k in (RGB, MASK) if f"{OBS}/{k}" in info["arrays"]],
                                 demos=[cfg.demo]))
         outcome = ep.attrs.get("failure", "success" if ep.attrs.get("success") else "?")
         title = f"{cfg.path.name} demo_{cfg.demo}: {ep.num_samples} steps, {outcome}, seed {ep.attrs.get('seed', '?')}"

@@ -13,53 +13,13 @@ import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Tuple
+from typing import Tuple
+
+from .validate import (  # noqa: F401 (check_device is re-exported: configs elsewhere import it from here)
+    check_device, finite_non_negative, finite_positive, int_in, positive_int, probability, value_range,
+)
 
 Range = Tuple[float, float]
-
-
-def _check_range(owner: str, name: str, value: Any, lo: float = -math.inf, hi: float = math.inf) -> None:
-    """Raise ValueError unless ``value`` is a (low, high) pair with lo <= low <= high <= hi."""
-    ok = (
-        isinstance(value, (tuple, list))
-        and len(value) == 2
-        and all(isinstance(v, (int, float)) and math.isfinite(v) for v in value)
-    )
-    if not ok or not (lo <= value[0] <= value[1] <= hi):
-        raise ValueError(
-            f"{owner}.{name} must be a (low, high) pair with {lo} <= low <= high <= {hi}; got {value!r}"
-        )
-
-
-def _check_positive(owner: str, name: str, value: Any, allow_zero: bool = False) -> None:
-    good = isinstance(value, (int, float)) and math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not good:
-        raise ValueError(f"{owner}.{name} must be a finite {'non-negative' if allow_zero else 'positive'} number; got {value!r}")
-
-
-def check_device(owner: str, value: Any) -> None:
-    """The one check of every config's ``device`` field: a torch device this machine has (cpu, cuda, cuda:N,
-    mps). Raises ValueError naming the field and what to use instead."""
-    import torch
-
-    try:
-        dev = torch.device(value)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"{owner}.device {value!r} is not a torch device; use cpu or cuda (cuda:N for one GPU)") from None
-    if dev.type == "cpu":
-        return
-    if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"{owner}.device {value!r}: CUDA is not available on this machine; use --device cpu")
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise ValueError(f"{owner}.device {value!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
-                             f"(cuda:0..cuda:{torch.cuda.device_count() - 1})")
-        return
-    if dev.type == "mps":
-        if not torch.backends.mps.is_available():
-            raise ValueError(f"{owner}.device {value!r}: MPS is not available on this machine; use --device cpu")
-        return
-    raise ValueError(f"{owner}.device {value!r}: graspsim runs on cpu, cuda or mps, not {dev.type}")
 
 
 @dataclass(frozen=True)
@@ -140,32 +100,30 @@ class RandomizationConfig:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
             if isinstance(v, tuple):
-                _check_range(owner, f.name, v)
-        _check_range(owner, "sphere_diameter", self.sphere_diameter, 0.002, 0.06)
-        _check_range(owner, "sphere_xy", self.sphere_xy, -0.2, 0.2)
-        _check_range(owner, "target_speed", self.target_speed, 0.0, 0.2)
-        _check_range(owner, "target_hue", self.target_hue, -0.5, 1.0)
+                value_range(owner, f.name, v)
+        value_range(owner, "sphere_diameter", self.sphere_diameter, 0.002, 0.06)
+        value_range(owner, "sphere_xy", self.sphere_xy, -0.2, 0.2)
+        value_range(owner, "target_speed", self.target_speed, 0.0, 0.2)
+        value_range(owner, "target_hue", self.target_hue, -0.5, 1.0)
         if self.target_hue[1] - self.target_hue[0] + 2 * self.distractor_hue_margin >= 0.9:
             raise ValueError(
                 "RandomizationConfig.target_hue plus twice distractor_hue_margin must leave hues for distractors; "
                 f"got target_hue={self.target_hue!r}, distractor_hue_margin={self.distractor_hue_margin!r}"
             )
-        _check_range(owner, "start_height", self.start_height, 0.02, 0.3)
-        _check_range(owner, "distractor_size", self.distractor_size, 0.001, 0.08)
-        _check_range(owner, "fov", self.fov, 0.2, 2.5)
-        _check_range(owner, "blur", self.blur, 0.0, 1.0)
-        _check_range(owner, "action_gain", self.action_gain, 0.0, 5.0)
-        _check_range(owner, "action_noise", self.action_noise, 0.0, 1.0)
-        _check_range(owner, "image_noise", self.image_noise, 0.0, 1.0)
-        _check_range(owner, "slip_rate", self.slip_rate, 0.0, 1.0)
-        if not isinstance(self.max_distractors, int) or not 0 <= self.max_distractors <= 8:
-            raise ValueError(f"RandomizationConfig.max_distractors must be an int in 0..8; got {self.max_distractors!r}")
-        if not 0.0 <= self.latency_prob <= 1.0:
-            raise ValueError(f"RandomizationConfig.latency_prob must be in [0, 1]; got {self.latency_prob!r}")
-        _check_positive(owner, "distractor_min_gap", self.distractor_min_gap, allow_zero=True)
-        _check_positive(owner, "distractor_hue_margin", self.distractor_hue_margin, allow_zero=True)
-        _check_positive(owner, "mount_jitter_pos", self.mount_jitter_pos, allow_zero=True)
-        _check_positive(owner, "mount_jitter_rot", self.mount_jitter_rot, allow_zero=True)
+        value_range(owner, "start_height", self.start_height, 0.02, 0.3)
+        value_range(owner, "distractor_size", self.distractor_size, 0.001, 0.08)
+        value_range(owner, "fov", self.fov, 0.2, 2.5)
+        value_range(owner, "blur", self.blur, 0.0, 1.0)
+        value_range(owner, "action_gain", self.action_gain, 0.0, 5.0)
+        value_range(owner, "action_noise", self.action_noise, 0.0, 1.0)
+        value_range(owner, "image_noise", self.image_noise, 0.0, 1.0)
+        value_range(owner, "slip_rate", self.slip_rate, 0.0, 1.0)
+        int_in(owner, "max_distractors", self.max_distractors, 0, 8)
+        probability(owner, "latency_prob", self.latency_prob)
+        finite_non_negative(owner, "distractor_min_gap", self.distractor_min_gap)
+        finite_non_negative(owner, "distractor_hue_margin", self.distractor_hue_margin)
+        finite_non_negative(owner, "mount_jitter_pos", self.mount_jitter_pos)
+        finite_non_negative(owner, "mount_jitter_rot", self.mount_jitter_rot)
 
     @classmethod
     def none(cls) -> "RandomizationConfig":
@@ -221,13 +179,11 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         owner = "SimConfig"
-        if not isinstance(self.image_size, int) or not 16 <= self.image_size <= 512:
-            raise ValueError(f"SimConfig.image_size must be an int in 16..512; got {self.image_size!r}")
-        if not isinstance(self.max_steps, int) or self.max_steps <= 0:
-            raise ValueError(f"SimConfig.max_steps must be a positive int; got {self.max_steps!r}")
+        int_in(owner, "image_size", self.image_size, 16, 512)
+        positive_int(owner, "max_steps", self.max_steps)
         for name in ("control_hz", "max_speed", "max_accel", "finger_speed", "open_width", "pad_width",
                      "finger_length", "finger_thickness", "lift_height", "workspace", "max_height", "contact_height"):
-            _check_positive(owner, name, getattr(self, name))
+            finite_positive(owner, name, getattr(self, name))
         if len(self.camera_offset) != 3 or not all(math.isfinite(v) for v in self.camera_offset):
             raise ValueError(f"SimConfig.camera_offset must be three finite numbers; got {self.camera_offset!r}")
         if self.camera_offset[2] <= self.finger_length:

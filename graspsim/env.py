@@ -26,11 +26,11 @@ from torch import Tensor
 
 from . import physics
 from .config import SimConfig
+from .keys import GRIPPER, MASK, OBS_KEYS, PRIVILEGED_KEYS, RGB  # noqa: F401 (OBS_KEYS, PRIVILEGED_KEYS re-exported)
 from .randomization import sample_scenes, scenes_from_seeds
 from .render import RenderOutput, render
 from .state import State
 
-OBS_KEYS = ("rgb", "mask", "gripper")
 GRIPPER_DIM = 3
 """Width of ``obs["gripper"]``: (finger gap / open gap, last close command 0/1, table contact 0/1)."""
 
@@ -38,7 +38,7 @@ GRIPPER_DIM = 3
 def observe(state: State, cfg: SimConfig, generator: torch.Generator | None = None) -> dict[str, Tensor]:
     """Render and package the policy observation of every scene (see module docstring)."""
     out: RenderOutput = render(state, cfg, generator=generator)
-    return {"rgb": out.rgb, "mask": out.mask, "gripper": gripper_obs(state, cfg)}
+    return {RGB: out.rgb, MASK: out.mask, GRIPPER: gripper_obs(state, cfg)}
 
 
 def gripper_obs(state: State, cfg: SimConfig) -> Tensor:
@@ -182,7 +182,7 @@ class GraspEnv:
 
     def _obs(self) -> dict[str, Tensor]:
         if not self.render_obs:
-            return {"gripper": gripper_obs(self.state, self.cfg)}
+            return {GRIPPER: gripper_obs(self.state, self.cfg)}
         return self.observe()
 
     def observe(self) -> dict[str, Tensor]:

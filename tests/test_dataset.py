@@ -15,6 +15,7 @@ import torch
 from graspsim import dataset as ds
 from graspsim import fileio
 from graspsim.dataset import Episode, EpisodeRecorder, EpisodeWriter, describe, load_steps, read_episodes
+from graspsim.dataset import writer as ds_writer  # where the writer looks up what the crash tests patch
 
 CONFIG = {"seed": 1, "episodes": 10, "sim": {"image_size": 8, "max_steps": 20}}
 
@@ -258,8 +259,8 @@ def _run_and_die(path, kill_at: int) -> None:
     fileio.os = type("os_proxy", (), {"__getattr__": staticmethod(lambda n: getattr(os, n))})()
     fileio.os.replace = wrap_before(wrap(os.replace))  # die just before and just after each rename
     fileio.fsync_file = wrap(fileio.fsync_file)
-    fileio.fsync_dir = ds.fsync_dir = wrap(fileio.fsync_dir)
-    ds._write_demo = wrap(ds._write_demo)  # die in the middle of writing a part
+    fileio.fsync_dir = ds_writer.fsync_dir = wrap(fileio.fsync_dir)
+    ds_writer._write_demo = wrap(ds_writer._write_demo)  # die in the middle of writing a part
     resume = path.exists()
     with EpisodeWriter(path, CONFIG, resume=resume) as w:
         for j in range(3):
@@ -345,14 +346,14 @@ def test_recorder_emits_exact_per_scene_episodes():
 
 def test_ctrl_c_during_append_is_deferred_until_commit(tmp_path, monkeypatch):
     path = tmp_path / "d.h5"
-    real = ds._write_demo
+    real = ds_writer._write_demo
 
     def interrupted(*a, **k):
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of writing a part
         return real(*a, **k)
 
     with EpisodeWriter(path, CONFIG) as w:
-        monkeypatch.setattr(ds, "_write_demo", interrupted)
+        monkeypatch.setattr(ds_writer, "_write_demo", interrupted)
         with pytest.raises(KeyboardInterrupt):
             w.append([make_episode(3, 0), make_episode(4, 1)])
         assert w.num_episodes == 2  # raised only after the commit was recorded

@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .backgrounds import check_prob
+from graspsim.validate import probability
+
 
 Range = Tuple[float, float]
 KERNEL = 7  # side of the per-frame blur kernels (px)
@@ -103,7 +104,7 @@ class AugmentConfig:
         for f in fields(self):
             v = getattr(self, f.name)
             if f.name.endswith("_prob"):
-                check_prob(f.name, v, "AugmentConfig")
+                probability("AugmentConfig", f.name, v)
             elif isinstance(v, tuple):
                 if len(v) != 2 or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in v) or v[0] > v[1] or v[0] < 0:
                     raise ValueError(f"AugmentConfig.{f.name} must be a (low, high) pair with 0 <= low <= high; got {v!r}")

@@ -17,13 +17,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graspsim.validate import probability
+
 from .io import list_images, read_image
 
-
-def check_prob(name: str, v, owner: str) -> None:
-    """Raise ValueError naming ``owner.name`` unless ``v`` is a number in [0, 1] (shared by the vision configs)."""
-    if not isinstance(v, (int, float)) or not 0.0 <= v <= 1.0:
-        raise ValueError(f"{owner}.{name} must be in [0, 1]; got {v!r}")
 
 log = logging.getLogger(__name__)
 
@@ -96,8 +93,8 @@ class BackgroundBank:
         self.names = list(names)
         self.size = size
         self.skipped = list(skipped or [])
-        check_prob("hue_rotation_prob", hue_rotation_prob, "BackgroundBank")
-        check_prob("camouflage_prob", camouflage_prob, "BackgroundBank")
+        probability("BackgroundBank", "hue_rotation_prob", hue_rotation_prob)
+        probability("BackgroundBank", "camouflage_prob", camouflage_prob)
         self.hue_rotation_prob = hue_rotation_prob
         self.camouflage_prob = camouflage_prob
         self.camouflage_hue = (float(camouflage_hue[0]), float(camouflage_hue[1]))

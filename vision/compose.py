@@ -18,9 +18,10 @@ from torch import Tensor
 
 from graspsim import SimConfig, render, sample_scenes
 from graspsim.render import postprocess
+from graspsim.validate import probability
 
 from .augment import AugmentConfig, augment_frame, augment_layer, jpeg_frames, scale_targets
-from .backgrounds import BackgroundBank, check_prob
+from .backgrounds import BackgroundBank
 
 Range = Tuple[float, float]
 
@@ -55,7 +56,7 @@ class ComposeConfig:
         if not (0.0 <= lo <= hi <= 0.35):
             raise ValueError(f"ComposeConfig.height must satisfy 0 <= low <= high <= 0.35; got {self.height!r}")
         for n in ("view_margin", "empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob"):
-            check_prob(n, getattr(self, n), "ComposeConfig")
+            probability("ComposeConfig", n, getattr(self, n))
         if self.empty_prob + self.held_prob > 1.0:
             raise ValueError("ComposeConfig.empty_prob + held_prob must be <= 1")
         for n in ("gain", "channel_gain"):
@@ -190,7 +191,7 @@ class Composer:
 
     def __init__(self, bank: BackgroundBank, sim_cfg: SimConfig | None = None, cfg: ComposeConfig | None = None,
                  device: torch.device | str = "cpu", color_match_prob: float = 0.0, augment: AugmentConfig | None = None):
-        check_prob("color_match_prob", color_match_prob, "Composer")
+        probability("Composer", "color_match_prob", color_match_prob)
         self.augment = augment
         self.color_match_prob = float(color_match_prob)
         self.sim_cfg = sim_cfg or SimConfig()

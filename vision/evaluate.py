@@ -32,8 +32,9 @@ from typing import Optional
 import numpy as np
 import torch
 
-from graspsim.config import check_device
 from graspsim.fileio import check_in_file, check_out_dir, staged_dir
+from graspsim.progress import progress_bar
+from graspsim.validate import check_device, positive_int
 
 from .infer import PRECISIONS, Segmenter
 from .io import MASK_MAX_LEVELS, IMAGE_EXTENSIONS, atomic_write_bytes, list_images, load_mask, read_image, write_png
@@ -85,9 +86,7 @@ class EvalRealConfig:
         if self.peak_threshold is not None and not (isinstance(self.peak_threshold, (int, float)) and 0.0 <= self.peak_threshold < 1.0):
             raise ValueError(f"EvalRealConfig.peak_threshold must be in [0, 1); got {self.peak_threshold!r}")
         for name in ("min_pixels", "batch_size", "max_report_images"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"EvalRealConfig.{name} must be a positive int; got {v!r}")
+            positive_int("EvalRealConfig", name, getattr(self, name))
         if self.precision not in PRECISIONS:
             raise ValueError(f"EvalRealConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
         check_device("EvalRealConfig", self.device)
@@ -334,10 +333,8 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
             rows.append(row)
         batch.clear()
 
-    from rich.progress import Progress
-
     batch: list = []
-    with Progress(transient=True) as bar:
+    with progress_bar("eval-real", transient=True) as bar:
         task = bar.add_task("eval-real", total=len(images))
         for path in images:
             item = load(path)

@@ -14,6 +14,8 @@ import os
 import torch
 from torch import Tensor
 
+from graspsim.validate import boolean
+
 from .checkpoint import load_checkpoint
 from .metrics import gate_frames
 from .model import SegNet, SegNetConfig, cpu_has_fast_bf16
@@ -49,8 +51,7 @@ class Segmenter:
         self.model = model.to(self.device).eval()
         if not 0.0 <= float(peak_threshold) < 1.0:
             raise ValueError(f"peak_threshold must be in [0, 1); got {peak_threshold!r}")
-        if not isinstance(mirror_tta, bool):
-            raise ValueError(f"mirror_tta must be true or false; got {mirror_tta!r}")
+        boolean("", "mirror_tta", mirror_tta)
         self.threshold = float(threshold)
         self.peak_threshold = float(peak_threshold)
         self.mirror_tta = mirror_tta

@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from graspsim.validate import positive_int
+
 BINS = 1000
 THRESHOLDS = np.round(np.arange(1, 100) / 100.0, 2)  # 0.01 .. 0.99
 # candidate peak thresholds of the frame-level gate (0 = no gate); the top ones matter because confident
@@ -58,8 +60,7 @@ class SegMetrics:
     def __init__(self, threshold: float = 0.5, min_pixels: int = 1):
         if not 0.0 < threshold < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
-        if not isinstance(min_pixels, int) or min_pixels < 1:
-            raise ValueError(f"min_pixels must be an int >= 1; got {min_pixels!r}")
+        positive_int("", "min_pixels", min_pixels)
         self.threshold = float(threshold)
         self.min_pixels = min_pixels
         self.tp = self.fp = self.fn = 0

@@ -14,6 +14,9 @@ import torch
 from torch import Tensor, nn
 import torch.nn.functional as F
 
+from graspsim.torch_util import count_parameters  # noqa: F401 (re-exported; defined once in graspsim.torch_util)
+from graspsim.validate import boolean, int_in
+
 
 @dataclass(frozen=True)
 class SegNetConfig:
@@ -31,14 +34,11 @@ class SegNetConfig:
     and highlights. Off in older checkpoints."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.base_channels, int) or not 4 <= self.base_channels <= 128:
-            raise ValueError(f"SegNetConfig.base_channels must be an int in 4..128; got {self.base_channels!r}")
+        int_in("SegNetConfig", "base_channels", self.base_channels, 4, 128)
         if not isinstance(self.max_channels, int) or self.max_channels < self.base_channels:
             raise ValueError(f"SegNetConfig.max_channels must be an int >= base_channels; got {self.max_channels!r}")
-        if not isinstance(self.depth, int) or not 1 <= self.depth <= 5:
-            raise ValueError(f"SegNetConfig.depth must be an int in 1..5; got {self.depth!r}")
-        if not isinstance(self.chroma, bool):
-            raise ValueError(f"SegNetConfig.chroma must be true or false; got {self.chroma!r}")
+        int_in("SegNetConfig", "depth", self.depth, 1, 5)
+        boolean("SegNetConfig", "chroma", self.chroma)
 
 
 def _block(cin: int, cout: int) -> nn.Sequential:
@@ -131,7 +131,3 @@ def cpu_has_fast_bf16() -> bool:
     except OSError:
         return False
     return bool({"amx_bf16", "avx512_bf16"} & flags)
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
