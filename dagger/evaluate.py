@@ -34,6 +34,9 @@ import torch
 from graspsim import FAILURE_NAMES, SimConfig
 from graspsim.config import check_device
 from graspsim.fileio import check_in_file, check_out_dir, replace_atomically, staged_dir
+from graspsim.keys import MASK, RGB
+from graspsim.progress import progress_bar
+from graspsim.validate import non_negative_int, positive_int
 
 from .policy import MaskPolicy
 from graspsim.seeds import episode_seeds
@@ -99,21 +102,16 @@ class EvalSimConfig:
             raise ValueError(f"EvalSimConfig.masks must be 'gt' or 'predicted'; got {self.masks!r}")
         if self.masks == "predicted" and self.vision is None:
             raise ValueError("EvalSimConfig: --masks predicted needs --vision CKPT")
-        for name in ("episodes", "num_envs"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
-                raise ValueError(f"EvalSimConfig.{name} must be a positive int; got {v!r}")
-        if not isinstance(self.gifs, int) or self.gifs < 0:
-            raise ValueError(f"EvalSimConfig.gifs must be an int >= 0; got {self.gifs!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"EvalSimConfig.seed must be a non-negative int; got {self.seed!r}")
+        positive_int("EvalSimConfig", "episodes", self.episodes)
+        positive_int("EvalSimConfig", "num_envs", self.num_envs)
+        non_negative_int("EvalSimConfig", "gifs", self.gifs)
+        non_negative_int("EvalSimConfig", "seed", self.seed)
         lo, hi = self.moving_speed
         if not (0.0 <= lo <= hi <= 0.2):
             raise ValueError(f"EvalSimConfig.moving_speed must satisfy 0 <= low <= high <= 0.2 m/s; got {self.moving_speed!r}")
         if self.backend not in ("torch", "bullet"):
             raise ValueError(f"EvalSimConfig.backend must be 'torch' or 'bullet'; got {self.backend!r}")
-        if not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"EvalSimConfig.threads must be a non-negative int; got {self.threads!r}")
+        non_negative_int("EvalSimConfig", "threads", self.threads)
         check_device("EvalSimConfig", self.device)
 
     @property
@@ -201,8 +199,6 @@ def _make_env(backend: str, sim: SimConfig, num_envs: int, device: str, seed: in
 
 def evaluate_sim(cfg: EvalSimConfig) -> dict:
     """Run the evaluation and write the outputs; returns the metrics dict (also in ``metrics.json``)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     dev = torch.device(cfg.device)
@@ -214,8 +210,7 @@ def evaluate_sim(cfg: EvalSimConfig) -> dict:
     out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
     env = _make_env(cfg.backend, sim, min(cfg.num_envs, cfg.episodes), cfg.device, stream_seed(cfg.seed, 0, 5))
-    bar = Progress(TextColumn("[bold]eval-sim"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                   disable=not cfg.progress)
+    bar = progress_bar("eval-sim", cfg.progress, remaining=False)
     try:
         with bar:
             task = bar.add_task("eval", total=cfg.episodes)
@@ -238,7 +233,7 @@ def evaluate_sim(cfg: EvalSimConfig) -> dict:
         for k, fr in sorted(res.frames.items()):
             name = f"rollout_{k}.gif"
             outcome = FAILURE_NAMES[int(res.failure[k])]
-            write_gif(stage / name, fr["rgb"], fr["mask"], f"ep {k}: {outcome} ({cfg.mask_source} mask)")
+            write_gif(stage / name, fr[RGB], fr[MASK], f"ep {k}: {outcome} ({cfg.mask_source} mask)")
             gifs.append({"file": name, "outcome": outcome, "steps": int(res.steps[k])})
         metrics["gifs"] = gifs
         atomic_write_text(stage / "metrics.json", json.dumps(metrics, indent=2))

@@ -84,7 +84,7 @@ class _MixtureHooks(Hooks):
         self.expert_noise, self.recorder, self.seeds = expert_noise, recorder, seeds
         self.sim: SimConfig = env.cfg
         self.use_expert = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
-        self.frames = {k: {"rgb": [], "mask": []} for k in range(min(capture, len(seeds)))}
+        self.frames = {k: {RGB: [], MASK: []} for k in range(min(capture, len(seeds)))}
         self.episodes: dict[int, Episode] = {}
         self._step: tuple | None = None
         self.driven: np.ndarray | None = None  # N bool: episode driven by the expert
@@ -125,8 +125,8 @@ class _MixtureHooks(Hooks):
             slot = torch.nonzero(slot_episode == k).flatten()
             if slot.numel() and bool(active[slot[0]]):
                 s = int(slot[0])
-                fr["rgb"].append(obs[RGB][s].permute(1, 2, 0).cpu().numpy())
-                fr["mask"].append(mask[s].cpu().numpy())
+                fr[RGB].append(obs[RGB][s].permute(1, 2, 0).cpu().numpy())
+                fr[MASK].append(mask[s].cpu().numpy())
 
     def on_end(self, fin: Finished) -> None:
         drv = self.use_expert[fin.slots.to(self.env.device)].cpu().numpy()

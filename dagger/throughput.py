@@ -14,8 +14,9 @@ import time
 
 import torch
 
-from graspsim import GraspEnv, SimConfig
+from graspsim import GRIPPER_DIM, GraspEnv, SimConfig
 from graspsim.bench import BenchConfig, _timed
+from graspsim.keys import GRIPPER, RGB
 
 log = logging.getLogger(__name__)
 
@@ -68,9 +69,9 @@ def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
     def step() -> None:
         o = obs["v"]
         t0 = time.perf_counter()
-        mask = seg.predict_mask(o["rgb"])
+        mask = seg.predict_mask(o[RGB])
         t1 = time.perf_counter()
-        action = ctl.act(mask, o["gripper"])
+        action = ctl.act(mask, o[GRIPPER])
         t2 = time.perf_counter()
         obs["v"], *_ = env.step(action)
         t3 = time.perf_counter()
@@ -95,7 +96,7 @@ def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
     x = x.contiguous(memory_format=torch.channels_last)
     target = (torch.rand((B, H, H), generator=g, device=dev) < 0.02).float()
     mask = torch.rand((B, H, H), generator=g, device=dev) < 0.02
-    grip_dim = GraspEnv(cfg.sim, num_envs=1, device=dev, render_obs=False).observe()["gripper"].shape[1]
+    grip_dim = GRIPPER_DIM
     grip = torch.rand((B, grip_dim), generator=g, device=dev)
     act = torch.rand((B, 4), generator=g, device=dev) * 2 - 1
     bce, mse = torch.nn.functional.binary_cross_entropy_with_logits, torch.nn.functional.mse_loss

@@ -36,6 +36,8 @@ from graspsim.config import check_device
 from graspsim.dataset import EpisodeRecorder, EpisodeWriter, demo_attrs, describe
 from graspsim.fileio import check_out_file
 from graspsim.keys import PRIVILEGED_KEYS, RGB
+from graspsim.progress import progress_bar
+from graspsim.validate import finite_non_negative, non_negative_int, positive_int
 from graspsim.rollout import ExpertHooks, Finished, run_episodes
 from graspsim.seeds import derive_seed, episode_seeds
 
@@ -85,18 +87,13 @@ class CollectConfig:
         object.__setattr__(self, "out", Path(self.out))
         if self.out.suffix.lower() not in (".h5", ".hdf5"):
             raise ValueError(f"CollectConfig.out must end in .h5 or .hdf5; got {str(self.out)!r}")
-        if not isinstance(self.episodes, int) or self.episodes <= 0:
-            raise ValueError(f"CollectConfig.episodes must be a positive int; got {self.episodes!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"CollectConfig.seed must be a non-negative int; got {self.seed!r}")
-        if not isinstance(self.num_envs, int) or self.num_envs <= 0:
-            raise ValueError(f"CollectConfig.num_envs must be a positive int; got {self.num_envs!r}")
-        if not (isinstance(self.noise, (int, float)) and math.isfinite(self.noise) and self.noise >= 0):
-            raise ValueError(f"CollectConfig.noise must be a finite number >= 0 (m/s); got {self.noise!r}")
+        positive_int("CollectConfig", "episodes", self.episodes)
+        non_negative_int("CollectConfig", "seed", self.seed)
+        positive_int("CollectConfig", "num_envs", self.num_envs)
+        finite_non_negative("CollectConfig", "noise", self.noise, unit="m/s")
         if self.compression not in ("gzip", "lzf", "none"):
             raise ValueError(f"CollectConfig.compression must be gzip, lzf or none; got {self.compression!r}")
-        if not (isinstance(self.flush_seconds, (int, float)) and 0 <= self.flush_seconds < math.inf):
-            raise ValueError(f"CollectConfig.flush_seconds must be a finite number >= 0; got {self.flush_seconds!r}")
+        finite_non_negative("CollectConfig", "flush_seconds", self.flush_seconds, unit="s")
         if not (isinstance(self.valid_fraction, (int, float)) and 0 <= self.valid_fraction < 1):
             raise ValueError(f"CollectConfig.valid_fraction must be in [0, 1); got {self.valid_fraction!r}")
         if self.resume and self.overwrite:
@@ -122,14 +119,7 @@ def _env_args(cfg: CollectConfig) -> dict:
 
 
 def _progress_bar(enabled: bool, total: int, done: int):
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-
-    bar = Progress(
-        TextColumn("[bold]collect"), BarColumn(), MofNCompleteColumn(),
-        TextColumn("{task.fields[eps]:.1f} eps/s"), TextColumn("success {task.fields[succ]}"),
-        TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled,
-    )
+    bar = progress_bar("collect", enabled, fields=("{task.fields[eps]:.1f} eps/s", "success {task.fields[succ]}"))
     task = bar.add_task("collect", total=total, completed=done, eps=0.0, succ="-")
     return bar, task
 
@@ -219,7 +209,7 @@ class _ExpertRecording(ExpertHooks):
                  n_success: int, progress_fn, bar, task):
         super().__init__(env, expert)
         self.cfg, self.writer, self.indices = cfg, writer, indices
-        self.recorder = EpisodeRecorder(env.num_envs, image_keys=(RGB,), capacity=cfg.sim.max_steps)
+        self.recorder = EpisodeRecorder(env.num_envs, image_keys=(RGB,), capacity=cfg.sim.max_steps)  # rgb as T,H,W,3
         self.pending: list = []
         self.start = self.written = writer.num_episodes
         self.n_success, self.new_steps = n_success, 0

@@ -41,10 +41,10 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-from .config import SimConfig
+from .config import SimConfig, check_device
 from .env import GraspEnv
-from .config import check_device
 from .fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically, staged_dir
+from .validate import finite_positive, int_in, non_negative_int, positive_int
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,7 @@ class BenchConfig:
     """Simulator configuration (image_size is overridden by the field above)."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.image_size, int) or not 16 <= self.image_size <= 512:
-            raise ValueError(f"BenchConfig.image_size must be an int in 16..512; got {self.image_size!r}")
+        int_in("BenchConfig", "image_size", self.image_size, 16, 512)
         if not self.batch_sizes or any(not isinstance(b, int) or b <= 0 for b in self.batch_sizes):
             raise ValueError(f"BenchConfig.batch_sizes must be positive ints; got {self.batch_sizes!r}")
         for pair in self.bullet_configs:
@@ -110,19 +109,14 @@ class BenchConfig:
             if not ok:
                 raise ValueError(f"BenchConfig.bullet_configs entries must be (num_envs > 0, workers >= 0); "
                                  f"got {pair!r}")
-        for name in ("loop_batch", "paired_rounds", "train_batch", "min_steps"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < (0 if name in ("loop_batch", "paired_rounds") else 1):
-                raise ValueError(f"BenchConfig.{name} must be a positive int (0 skips loop_batch, paired_rounds); "
-                                 f"got {v!r}")
-        if not isinstance(self.warmup, int) or self.warmup < 0:
-            raise ValueError(f"BenchConfig.warmup must be a non-negative int; got {self.warmup!r}")
-        if not (isinstance(self.seconds, (int, float)) and self.seconds > 0):
-            raise ValueError(f"BenchConfig.seconds must be positive; got {self.seconds!r}")
+        for name in ("loop_batch", "paired_rounds", "warmup"):  # 0 skips the full loop / the paired rounds
+            non_negative_int("BenchConfig", name, getattr(self, name))
+        positive_int("BenchConfig", "train_batch", self.train_batch)
+        positive_int("BenchConfig", "min_steps", self.min_steps)
+        finite_positive("BenchConfig", "seconds", self.seconds, unit="s")
         if not self.threads or any(not isinstance(t, int) or t < 0 for t in self.threads):
             raise ValueError(f"BenchConfig.threads must be non-negative ints (0 = default); got {self.threads!r}")
-        if not self.target_speedup > 0:
-            raise ValueError(f"BenchConfig.target_speedup must be positive; got {self.target_speedup!r}")
+        finite_positive("BenchConfig", "target_speedup", self.target_speedup)
         for name, inside in (("vision_checkpoint", "checkpoint.pt"), ("control_checkpoint", "best.pt")):
             p = getattr(self, name)
             if p is not None:

@@ -30,6 +30,7 @@ from .keys import GRIPPER, MASK, OBS_KEYS, PRIVILEGED_KEYS, RGB  # noqa: F401 (O
 from .randomization import sample_scenes, scenes_from_seeds
 from .render import RenderOutput, render
 from .state import State
+from .validate import positive_int
 
 GRIPPER_DIM = 3
 """Width of ``obs["gripper"]``: (finger gap / open gap, last close command 0/1, table contact 0/1)."""
@@ -139,8 +140,7 @@ class GraspEnv:
 
     def __init__(self, cfg: SimConfig | None = None, num_envs: int = 1, device: str | torch.device = "cpu",
                  seed: int = 0, render_obs: bool = True):
-        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs <= 0:
-            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
+        positive_int("", "num_envs", num_envs)
         self.cfg = cfg or SimConfig()
         self.num_envs = num_envs
         self.device = torch.device(device)

@@ -21,7 +21,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from . import physics
 from .config import SimConfig
-from .env import GRIPPER_DIM, GraspEnv, observe, reset_scenes
+from .env import GRIPPER_DIM, GraspEnv
+from .keys import GRIPPER, MASK, RGB
 
 ENV_ID = "graspsim/WristGrasp-v0"
 
@@ -30,9 +31,9 @@ def _spaces(cfg: SimConfig) -> tuple[spaces.Dict, spaces.Box]:
     s = cfg.image_size
     obs = spaces.Dict(
         {
-            "rgb": spaces.Box(0, 255, (s, s, 3), np.uint8),
-            "mask": spaces.Box(0, 1, (s, s), np.uint8),
-            "gripper": spaces.Box(0.0, 1.0, (GRIPPER_DIM,), np.float32),
+            RGB: spaces.Box(0, 255, (s, s, 3), np.uint8),
+            MASK: spaces.Box(0, 1, (s, s), np.uint8),
+            GRIPPER: spaces.Box(0.0, 1.0, (GRIPPER_DIM,), np.float32),
         }
     )
     v = cfg.max_speed
@@ -42,9 +43,9 @@ def _spaces(cfg: SimConfig) -> tuple[spaces.Dict, spaces.Box]:
 
 def _to_numpy(obs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
     return {
-        "rgb": obs["rgb"].permute(0, 2, 3, 1).cpu().numpy(),
-        "mask": obs["mask"].to(torch.uint8).cpu().numpy(),
-        "gripper": obs["gripper"].clamp(0.0, 1.0).cpu().numpy().astype(np.float32),
+        RGB: obs[RGB].permute(0, 2, 3, 1).cpu().numpy(),
+        MASK: obs[MASK].to(torch.uint8).cpu().numpy(),
+        GRIPPER: obs[GRIPPER].clamp(0.0, 1.0).cpu().numpy().astype(np.float32),
     }
 
 
@@ -90,7 +91,7 @@ class WristGraspEnv(gym.Env):
     def render(self):
         if self._last is None:
             return None
-        return self._last["rgb"]
+        return self._last[RGB]
 
     @property
     def privileged(self) -> dict[str, np.ndarray]:
@@ -123,11 +124,12 @@ class WristGraspVectorEnv(VectorEnv):
         env = self._env
         a = _action_tensor(actions, self.num_envs, env.device)
         ids = torch.nonzero(self._autoreset).flatten()
-        stepped = physics.step(env.state, a, self.cfg, env.generator)
-        stepped = reset_scenes(stepped, ids, self.cfg, env.generator, self.num_envs, env.device)
         before_success = env.state.success & ~self._autoreset
-        env.state = stepped
-        obs = observe(stepped, self.cfg, env.generator)
+        with env.rendering(False):  # one render below, after the autoresets
+            env.step(a)  # slots in self._autoreset take a step that their reset then discards
+            env.reset(ids)
+        stepped = env.state
+        obs = env.observe()
         success = stepped.success
         reward = (success & ~before_success & ~self._autoreset).float()
         terminated = success & ~self._autoreset

@@ -16,6 +16,8 @@ import torch
 
 from .config import SimConfig, check_device
 from .fileio import check_out_file, replace_atomically
+from .keys import MASK, RGB
+from .validate import int_in
 
 log = logging.getLogger(__name__)
 
@@ -42,12 +44,10 @@ class ShowConfig:
     """Simulator configuration."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.num, int) or not 1 <= self.num <= 256:
-            raise ValueError(f"ShowConfig.num must be an int in 1..256; got {self.num!r}")
+        int_in("ShowConfig", "num", self.num, 1, 256)
         if self.backend not in ("torch", "bullet"):
             raise ValueError(f"ShowConfig.backend must be 'torch' or 'bullet'; got {self.backend!r}")
-        if not isinstance(self.scale, int) or not 1 <= self.scale <= 16:
-            raise ValueError(f"ShowConfig.scale must be an int in 1..16; got {self.scale!r}")
+        int_in("ShowConfig", "scale", self.scale, 1, 16)
         if Path(self.out).suffix.lower() != ".png":
             raise ValueError(f"ShowConfig.out must end in .png; got {str(self.out)!r}")
         check_device("ShowConfig", self.device)
@@ -96,7 +96,7 @@ def show(cfg: ShowConfig) -> Path:
     check_out_file(cfg.out, overwrite=cfg.overwrite)
     env = make_env(cfg.backend, cfg.sim, num_envs=cfg.num, device=cfg.device, seed=cfg.seed)
     obs = env.reset(seed=cfg.seed)
-    views = [(obs["rgb"].permute(0, 2, 3, 1).cpu().numpy(), obs["mask"].cpu().numpy())]
+    views = [(obs[RGB].permute(0, 2, 3, 1).cpu().numpy(), obs[MASK].cpu().numpy())]
     if cfg.backend == "torch":
         s = env.state
         tcp = s.sphere_pos.clone()

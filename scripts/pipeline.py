@@ -41,6 +41,7 @@ from graspsim import SimConfig
 from graspsim import runs as run_folder
 from graspsim.config import check_device
 from graspsim.fileio import check_folder_path, check_in_file, check_out_dir
+from graspsim.validate import non_negative_int, positive_int
 from vision.backgrounds import DEFAULT_TRANSFER
 
 from dagger.train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
@@ -123,20 +124,17 @@ class PipelineConfig:
         if self.preset not in PRESETS:
             raise ValueError(f"PipelineConfig.preset must be one of {sorted(PRESETS)}; got {self.preset!r}")
         for k in OVERRIDES:
-            v = getattr(self, k)
-            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
-                raise ValueError(f"PipelineConfig.{k} must be a positive int; got {v!r}")
+            if getattr(self, k) is not None:
+                positive_int("PipelineConfig", k, getattr(self, k))
         if self.resume and not self.name:
             raise ValueError("PipelineConfig: --resume needs --name of the run to continue")
         if self.name is not None and (not self.name or "/" in self.name or self.name in (".", "..")):
             raise ValueError(f"PipelineConfig.name must be a plain folder name; got {self.name!r}")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"PipelineConfig.seed must be a non-negative int; got {self.seed!r}")
+        non_negative_int("PipelineConfig", "seed", self.seed)
         if self.vision_checkpoint is not None:
             object.__setattr__(self, "vision_checkpoint", check_in_file(self.vision_checkpoint, "PipelineConfig.vision_checkpoint",
                                                                         "vision checkpoint", inside="checkpoint.pt"))
-        if not isinstance(self.gifs, int) or self.gifs < 0:
-            raise ValueError(f"PipelineConfig.gifs must be an int >= 0; got {self.gifs!r}")
+        non_negative_int("PipelineConfig", "gifs", self.gifs)
         check_device("PipelineConfig", self.device)
 
     def budgets(self) -> dict[str, int]:

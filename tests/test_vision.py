@@ -551,6 +551,8 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
     assert load_checkpoint(tmp_path / "run" / "checkpoint.pt")["step"] == 15
     with pytest.raises(FileExistsError):
         train_vision(TrainVisionConfig(steps=30, **kw))
+    with pytest.raises(ValueError, match=r"lr: 0\.01 -> 0\.02"):  # the one resume rule names the changed setting
+        train_vision(TrainVisionConfig(steps=30, resume=True, **{**kw, "lr": 2e-2}))
     r2 = train_vision(TrainVisionConfig(steps=30, resume=True, **kw))
     hist = r2["history"]
     assert [h["step"] for h in hist] == [0, 15, 30]

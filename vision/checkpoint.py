@@ -1,4 +1,4 @@
-"""Vision checkpoints: one ``torch.save`` dict, written atomically, checked for its kind on load.
+"""Vision checkpoints: the one checkpoint format of :mod:`graspsim.runs`, kind ``"graspsim-vision"``.
 
 Keys: ``kind`` = "graspsim-vision", ``format_version``, ``model`` (state_dict), ``model_config`` (dict of
 :class:`~vision.model.SegNetConfig`), ``optimizer``, ``scheduler``, ``config`` (the training config as a
@@ -10,14 +10,11 @@ check reduced-precision inference), ``generator_state`` (training data RNG, for 
 
 from __future__ import annotations
 
-import io
 import os
 
 import torch
 
-from graspsim.fileio import check_in_file
-
-from .io import atomic_write_bytes
+from graspsim import runs
 
 KIND = "graspsim-vision"
 FORMAT_VERSION = 1
@@ -25,16 +22,11 @@ REQUIRED = ("model", "model_config", "config", "step", "threshold", "image_size"
 
 
 def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
-    """Atomically write ``payload`` (``kind`` and ``format_version`` are added) to ``path``."""
-    data = dict(payload)
-    data["kind"] = KIND
-    data["format_version"] = FORMAT_VERSION
-    buf = io.BytesIO()
-    torch.save(data, buf)
-    atomic_write_bytes(path, buf.getvalue())
+    """Atomically write ``payload`` as a vision checkpoint (the one format of :mod:`graspsim.runs`)."""
+    runs.save_checkpoint(path, KIND, FORMAT_VERSION, payload)
 
 
-TRAINING_ONLY = ("optimizer", "scheduler", "generator_state")
+TRAINING_ONLY = runs.TRAINING_ONLY
 
 
 def save_deployable(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
@@ -42,8 +34,7 @@ def save_deployable(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
     optimizer and data-RNG state): weights, configs, thresholds, metrics and probe images stay. Returns the payload
     written. The result loads with :func:`load_checkpoint` and :meth:`vision.infer.Segmenter.from_checkpoint`, but
     cannot be resumed."""
-    ckpt = load_checkpoint(src)
-    payload = {k: v for k, v in ckpt.items() if k not in TRAINING_ONLY and k not in ("kind", "format_version")}
+    payload = {k: v for k, v in runs.deployable(load_checkpoint(src)).items() if k not in ("kind", "format_version")}
     save_checkpoint(dst, payload)
     return payload
 
@@ -52,23 +43,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     """Load and validate a vision checkpoint.
 
     FileNotFoundError if missing; ValueError if it is not a torch checkpoint, is of another kind (e.g. a
-    control checkpoint, ``kind="graspsim-control"``) or lacks required keys.
+    control checkpoint, ``kind="graspsim-control"``), lacks required keys or has a newer format version.
     """
-    path = check_in_file(path, "vision checkpoint", "vision checkpoint", inside="checkpoint.pt")
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=False)
-    except Exception as e:  # any unpickling/zip error means "not a checkpoint"
-        raise ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__}: {e})") from None
-    if not isinstance(ckpt, dict):
-        raise ValueError(f"{path} is not a graspsim checkpoint (got a {type(ckpt).__name__}, expected a dict)")
-    kind = ckpt.get("kind")
-    if kind != KIND:
-        raise ValueError(f"{path} is a checkpoint of kind {kind!r}, expected {KIND!r} (a segmentation checkpoint "
-                         "written by `graspsim train-vision`)")
-    missing = [k for k in REQUIRED if k not in ckpt]
-    if missing:
-        raise ValueError(f"vision checkpoint {path} lacks keys {missing}")
-    if ckpt.get("format_version", 0) > FORMAT_VERSION:
-        raise ValueError(f"vision checkpoint {path} has format_version {ckpt['format_version']}, newer than this "
-                         f"code ({FORMAT_VERSION})")
-    return ckpt
+    return runs.load_checkpoint(path, KIND, FORMAT_VERSION, what="vision checkpoint", inside="checkpoint.pt",
+                                written_by="`graspsim train-vision`", required=REQUIRED, map_location=map_location)

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from graspsim import runs
 from graspsim.fileio import check_out_dir
 from graspsim.progress import progress_bar
 from graspsim.torch_util import count_parameters
@@ -37,7 +38,7 @@ from .hdf5_frames import HDF5Frames
 from .io import atomic_write_bytes, list_images
 from .losses import lr_at, seg_loss
 from .metrics import PEAKS, best_threshold, choose_thresholds_on, evaluate_set, gate_frames
-from .model import SegNet, SegNetConfig, cpu_has_fast_bf16
+from .model import SegNet, cpu_has_fast_bf16
 from .patches import _hdf5_share, random_patches, training_batch
 from .train_config import TrainVisionConfig
 from .transfer_report import load_transfer_sets, operating_point_gap, transfer_breakdown
@@ -45,6 +46,8 @@ from .transfer_report import load_transfer_sets, operating_point_gap, transfer_b
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "checkpoint.pt"
+RESUMABLE_KEYS = ("steps", "resume", "progress", "threads", "ckpt_every", "out")
+"""Settings that may change on --resume (``steps`` is the new total: the cosine schedule stretches to it)."""
 
 __all__ = [  # the config, losses, batches and evaluation sets live in their own modules; importable from here too
     "CHECKPOINT_NAME", "HDF5Frames", "TrainVisionConfig", "build_composers", "lr_at", "make_set", "new_training_state",
@@ -140,9 +143,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
         if "optimizer" not in ckpt or "generator_state" not in ckpt:
             raise ValueError(f"--resume: {ckpt_path} is a deployable checkpoint without optimizer and data-RNG state "
                              "(e.g. a shipped net); it can be used for inference but not resumed")
-        if SegNetConfig(**ckpt["model_config"]) != cfg.model:  # keys added later take their defaults
-            raise ValueError(f"--resume: checkpoint model config {ckpt['model_config']} differs from "
-                             f"{dataclasses.asdict(cfg.model)}")
+        runs.check_resume(ckpt["config"], cfg.to_dict(), RESUMABLE_KEYS, ckpt_path)  # the one resume rule
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         gen.set_state(ckpt["generator_state"])
@@ -151,7 +152,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
         log.info("resumed %s at step %d", ckpt_path, start)
         if start >= cfg.steps:
             log.info("checkpoint already at step %d >= --steps %d; only re-evaluating", start, cfg.steps)
-    atomic_write_bytes(out / "config.json", json.dumps(cfg.to_dict(), indent=2).encode())
+    runs.write_config(out, cfg.to_dict())
 
     log.info("rendering %d validation composites", cfg.n_val)
     val_rgb, val_mask = make_set(val_composer, cfg.n_val, cfg.val_seed)

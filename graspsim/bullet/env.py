@@ -44,6 +44,8 @@ from ..physics import command, failure_cause, move_toward, validate_action
 from ..randomization import sample_scenes
 from ..render import postprocess
 from ..state import State
+from ..keys import GRIPPER, MASK, RGB
+from ..validate import non_negative_int, positive_int
 from .scene import scene_params
 from .workers import LocalGroup, ProcessGroup
 
@@ -79,10 +81,8 @@ class BulletGraspEnv:
 
     def __init__(self, cfg: SimConfig | None = None, num_envs: int = 1, device: str | torch.device = "cpu",
                  seed: int = 0, workers: int = 0, render_obs: bool = True):
-        if not isinstance(num_envs, int) or isinstance(num_envs, bool) or num_envs <= 0:
-            raise ValueError(f"num_envs must be a positive int; got {num_envs!r}")
-        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
-            raise ValueError(f"workers must be a non-negative int; got {workers!r}")
+        positive_int("", "num_envs", num_envs)
+        non_negative_int("", "workers", workers)
         self.cfg = cfg or SimConfig()
         self.num_envs = num_envs
         self.device = torch.device(device)
@@ -269,7 +269,7 @@ class BulletGraspEnv:
 
     def _obs(self) -> dict[str, Tensor]:
         if not self.render_obs:
-            return {"gripper": gripper_obs(self.state, self.cfg)}
+            return {GRIPPER: gripper_obs(self.state, self.cfg)}
         return self.observe()
 
     def _render_stale(self) -> None:
@@ -296,7 +296,7 @@ class BulletGraspEnv:
             color = torch.from_numpy(self._rgb).to(self.device).permute(0, 3, 1, 2).float() / 255.0
             color = postprocess(color, self.state.blur, self.state.image_noise, self.generator)
             rgb = (color * 255.0 + 0.5).to(torch.uint8)
-        return {"rgb": rgb, "mask": torch.from_numpy(self._mask.copy()).to(self.device), "gripper": grip}
+        return {RGB: rgb, MASK: torch.from_numpy(self._mask.copy()).to(self.device), GRIPPER: grip}
 
     def privileged(self) -> dict[str, Tensor]:
         """True poses measured in pybullet, same keys as :func:`graspsim.privileged` (expert only)."""
