@@ -1,6 +1,6 @@
 """FSM expert on identical scenes in both backends: success rate, failure causes, episode length.
 
-    /work/venv/bin/python benchmarks/expert_backends.py --episodes 100 --num-envs 8 --workers 2
+    python benchmarks/expert_backends.py --episodes 100 --num-envs 8 --workers 2
 
 Episode k uses the scene drawn by ``sample_scenes`` from a generator seeded with ``seed + k``, in the
 batched torch simulator and in the pybullet backend (Franka Panda, contact physics). This is the
@@ -9,19 +9,38 @@ reference for a learned policy evaluated in pybullet: what the privileged expert
 
 from __future__ import annotations
 
-import argparse
-import sys
+import logging
 import time
 from collections import Counter
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
+import tyro
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from expert import FSMExpert
+from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, State, sample_scenes
+from graspsim.bullet import BulletGraspEnv
+from graspsim.perf import tune_allocator
 
-from expert import FSMExpert  # noqa: E402
-from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, State, sample_scenes  # noqa: E402
-from graspsim.bullet import BulletGraspEnv  # noqa: E402
+
+@dataclass(frozen=True)
+class ExpertBackendsConfig:
+    """Run the FSM expert on the same seeded scenes in the torch simulator and in pybullet."""
+
+    episodes: int = 100
+    """Episodes per backend (episode k uses the scene of seed + k)."""
+    num_envs: int = 8
+    """Scenes stepped at once in each backend."""
+    workers: int = 2
+    """pybullet worker processes (0 = in-process)."""
+    seed: int = 1000
+    """Seed of episode 0."""
+
+    def __post_init__(self) -> None:
+        for name, least in (("episodes", 1), ("num_envs", 1), ("workers", 0)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < least:
+                raise ValueError(f"ExpertBackendsConfig.{name} must be an int >= {least}; got {v!r}")
 
 
 def episode_scenes(cfg: SimConfig, seeds: list[int]) -> State:
@@ -82,15 +101,9 @@ def run_expert(env, cfg: SimConfig, episodes: int, seed: int) -> dict:
             "frames_per_s": frames / (time.perf_counter() - t0), "per_episode": outcomes}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=100)
-    ap.add_argument("--num-envs", type=int, default=8)
-    ap.add_argument("--workers", type=int, default=2, help="pybullet worker processes (0 = in-process)")
-    ap.add_argument("--seed", type=int, default=1000)
-    args = ap.parse_args()
-    if args.episodes <= 0 or args.num_envs <= 0 or args.workers < 0:
-        ap.error("episodes and num-envs must be positive, workers non-negative")
+def main(args: ExpertBackendsConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    tune_allocator()
     torch.set_num_threads(1)
     cfg = SimConfig()
     res = {}
@@ -107,4 +120,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(tyro.cli(ExpertBackendsConfig, description=__doc__.splitlines()[0]))

@@ -1,6 +1,6 @@
 """Observation gap seen by the control net: target-mask statistics along expert trajectories, both backends.
 
-    /work/venv/bin/python benchmarks/mask_gap.py --num-envs 16 --steps 40
+    python benchmarks/mask_gap.py --num-envs 16 --steps 40
 
 The FSM expert drives identical scenes (seeded per scene) in the torch simulator and in pybullet. Every
 step's mask area and centroid is binned by the fingertip height above the sphere centre (free sphere
@@ -10,20 +10,38 @@ box fingers), not from different states.
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
+import logging
+from dataclasses import dataclass
 
 import torch
+import tyro
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from expert import FSMExpert
+from graspsim import GraspEnv, SimConfig
+from graspsim.bullet import BulletGraspEnv
+from graspsim.perf import tune_allocator
 
-from expert_backends import episode_scenes, put_scenes  # noqa: E402
+# the sibling benchmark: running ``python benchmarks/mask_gap.py`` puts this folder first on sys.path
+from expert_backends import episode_scenes, put_scenes
 
-from expert import FSMExpert  # noqa: E402
-from graspsim import GraspEnv, SimConfig  # noqa: E402
-from graspsim.bullet import BulletGraspEnv  # noqa: E402
+
+@dataclass(frozen=True)
+class MaskGapConfig:
+    """Compare target-mask statistics along expert trajectories in the torch simulator and in pybullet."""
+
+    num_envs: int = 16
+    """Scenes (one trajectory each) per backend."""
+    steps: int = 40
+    """Steps per trajectory."""
+    seed: int = 2000
+    """Seed of the first scene (scene k: seed + k)."""
+
+    def __post_init__(self) -> None:
+        for name in ("num_envs", "steps"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"MaskGapConfig.{name} must be a positive int; got {v!r}")
+
 
 BINS = ((0.1, 0.3), (0.05, 0.1), (0.02, 0.05), (0.005, 0.02), (-0.01, 0.005))
 
@@ -49,14 +67,9 @@ def trajectory_mask_stats(env, cfg: SimConfig, scenes, steps: int) -> torch.Tens
     return torch.stack(rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--num-envs", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=2000)
-    args = ap.parse_args()
-    if args.num_envs <= 0 or args.steps <= 0:
-        ap.error("num-envs and steps must be positive")
+def main(args: MaskGapConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    tune_allocator()
     torch.set_num_threads(1)
     cfg = SimConfig()
     scenes = episode_scenes(cfg, list(range(args.seed, args.seed + args.num_envs)))
@@ -76,4 +89,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(tyro.cli(MaskGapConfig, description=__doc__.splitlines()[0]))
