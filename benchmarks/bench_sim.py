@@ -1,7 +1,7 @@
 """Reproducible throughput comparison: batched torch simulator vs the pybullet backend, one run.
 
-    /work/venv/bin/python benchmarks/bench_sim.py --out runs/bench            # default run (< 5 min)
-    /work/venv/bin/python benchmarks/bench_sim.py --out /tmp/b --seconds 0.5 --batch-sizes 1 64 256
+    python benchmarks/bench_sim.py --out runs/bench            # default run (< 5 min)
+    python benchmarks/bench_sim.py --out /tmp/b --seconds 0.5 --batch-sizes 1 64 256
 
 Calls the library function behind ``graspsim bench`` (``scripts.bench.run_bench``; same flags) and prints the
 measured frames/s and every torch/pybullet ratio, all taken side by side in this process.
@@ -10,14 +10,12 @@ measured frames/s and every torch/pybullet ratio, all taken side by side in this
 from __future__ import annotations
 
 import logging
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import tyro
 
-import tyro  # noqa: E402
-
-from scripts.bench import BenchConfig, run_bench as bench  # noqa: E402
+from graspsim.perf import tune_allocator
+from scripts.bench import BenchConfig
+from scripts.bench import run_bench as bench
 
 
 def ratio_table(result: dict) -> str:
@@ -50,11 +48,11 @@ def ratio_table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(cfg: BenchConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    cfg = tyro.cli(BenchConfig, description=__doc__.splitlines()[0])
+    tune_allocator()
     print(ratio_table(bench(cfg)))
 
 
 if __name__ == "__main__":
-    main()
+    main(tyro.cli(BenchConfig, description=__doc__.splitlines()[0]))

@@ -3,8 +3,8 @@
 Measures the per-step cost of the default recipe and of variants in one run, and projects each one's wall time
 against the 15-minute target of issue 16 (issue 4's was 5 minutes).
 
-    .venv/bin/python benchmarks/bench_vision_train.py                       # all variants, 2 threads (~1 min)
-    .venv/bin/python benchmarks/bench_vision_train.py --variants default batch-16 --threads 1
+    python benchmarks/bench_vision_train.py                       # all variants, 2 threads (~1 min)
+    python benchmarks/bench_vision_train.py --variants default batch-16 --threads 1
 
 For every variant it times, over interleaved rounds (so a change in machine load hits all variants alike), the two
 halves of a training step as ``vision.train`` runs them: drawing the batch (:func:`vision.train.training_batch`:
@@ -28,23 +28,21 @@ import json
 import logging
 import math
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
+import tyro
 
-import torch  # noqa: E402
-import tyro  # noqa: E402
-
-from vision.augment import AugmentConfig  # noqa: E402
-from vision.io import atomic_write_bytes  # noqa: E402
-from vision.model import SegNetConfig  # noqa: E402
-from vision.train import (TrainVisionConfig, build_composers, make_set, new_training_state, predict_probs,  # noqa: E402
-                          train_step, training_batch)
+from graspsim.perf import tune_allocator
+from vision.augment import AugmentConfig
+from vision.io import atomic_write_bytes
+from vision.model import SegNetConfig
+from vision.train import (TrainVisionConfig, build_composers, make_set, new_training_state, predict_probs, train_step,
+                          training_batch)
 
 BUDGET_S = 900.0
 TRANSFER_FRAMES = 1024  # frames in each transfer set (data/transfer/{val,test})
@@ -193,9 +191,9 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(cfg: BenchVisionConfig) -> None:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    cfg = tyro.cli(BenchVisionConfig, description=__doc__.splitlines()[0])
+    tune_allocator()
     result = bench_vision(cfg)
     print(table(result))
     if cfg.out is not None:
@@ -204,4 +202,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(tyro.cli(BenchVisionConfig, description=__doc__.splitlines()[0]))

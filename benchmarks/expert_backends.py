@@ -1,6 +1,6 @@
 """FSM expert on identical scenes in both backends: success rate, failure causes, episode length.
 
-    /work/venv/bin/python benchmarks/expert_backends.py --episodes 100 --num-envs 8 --workers 2
+    python benchmarks/expert_backends.py --episodes 100 --num-envs 8 --workers 2
 
 Episode k uses the scene of episode seed k of the ``test`` stream (:mod:`graspsim.seeds`), in the
 batched torch simulator and in the pybullet backend (Franka Panda, contact physics). This is the
@@ -9,21 +9,39 @@ reference for a learned policy evaluated in pybullet: what the privileged expert
 
 from __future__ import annotations
 
-import argparse
-import sys
-import time
+import logging
 from collections import Counter
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
+import tyro
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from expert import FSMExpert
+from graspsim import FAILURE_NAMES, GraspEnv, SimConfig
+from graspsim.bullet import BulletGraspEnv
+from graspsim.perf import tune_allocator
+from graspsim.rollout import ExpertHooks, run_episodes
+from graspsim.seeds import episode_seeds
+from graspsim.validate import non_negative_int, positive_int
 
-from expert import FSMExpert  # noqa: E402
-from graspsim import FAILURE_NAMES, GraspEnv, SimConfig  # noqa: E402
-from graspsim.rollout import ExpertHooks, run_episodes  # noqa: E402
-from graspsim.seeds import episode_seeds  # noqa: E402
-from graspsim.bullet import BulletGraspEnv  # noqa: E402
+
+@dataclass(frozen=True)
+class ExpertBackendsConfig:
+    """Run the FSM expert on the same seeded scenes in the torch simulator and in pybullet."""
+
+    episodes: int = 100
+    """Episodes per backend (episode k: the scene of episode k of the test stream of --seed)."""
+    num_envs: int = 8
+    """Scenes stepped at once in each backend."""
+    workers: int = 2
+    """pybullet worker processes (0 = in-process)."""
+    seed: int = 1000
+    """Run seed of the scenes (graspsim.seeds)."""
+
+    def __post_init__(self) -> None:
+        positive_int("ExpertBackendsConfig", "episodes", self.episodes)
+        positive_int("ExpertBackendsConfig", "num_envs", self.num_envs)
+        non_negative_int("ExpertBackendsConfig", "workers", self.workers)
 
 
 def run_expert(env, cfg: SimConfig, episodes: int, seed: int) -> dict:
@@ -38,15 +56,9 @@ def run_expert(env, cfg: SimConfig, episodes: int, seed: int) -> dict:
             "frames_per_s": out.scene_steps / out.seconds, "per_episode": outcomes}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=100)
-    ap.add_argument("--num-envs", type=int, default=8)
-    ap.add_argument("--workers", type=int, default=2, help="pybullet worker processes (0 = in-process)")
-    ap.add_argument("--seed", type=int, default=1000)
-    args = ap.parse_args()
-    if args.episodes <= 0 or args.num_envs <= 0 or args.workers < 0:
-        ap.error("episodes and num-envs must be positive, workers non-negative")
+def main(args: ExpertBackendsConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    tune_allocator()
     torch.set_num_threads(1)
     cfg = SimConfig()
     res = {}
@@ -63,4 +75,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(tyro.cli(ExpertBackendsConfig, description=__doc__.splitlines()[0]))

@@ -1,8 +1,8 @@
 """Observation gap seen by the control net: target-mask statistics along expert trajectories, both backends.
 
-    /work/venv/bin/python benchmarks/mask_gap.py --num-envs 16 --steps 40
+    python benchmarks/mask_gap.py --num-envs 16 --steps 40
 
-The FSM expert drives identical scenes (seeded per scene) in the torch simulator and in pybullet. Every
+The FSM expert drives identical scenes (the same episode seeds) in the torch simulator and in pybullet. Every
 step's mask area and centroid is binned by the fingertip height above the sphere centre (free sphere
 only), so differences come from rendering (TinyRenderer mesh vs analytic ray cast, Panda fingers vs
 box fingers), not from different states.
@@ -10,35 +10,51 @@ box fingers), not from different states.
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
+import logging
+from dataclasses import dataclass
 
 import torch
+import tyro
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from expert import FSMExpert
+from graspsim import GraspEnv, SimConfig
+from graspsim.bullet import BulletGraspEnv
+from graspsim.perf import tune_allocator
+from graspsim.keys import MASK
+from graspsim.seeds import episode_seeds
+from graspsim.validate import positive_int
 
-from expert_backends import episode_scenes, put_scenes  # noqa: E402
 
-from expert import FSMExpert  # noqa: E402
-from graspsim import GraspEnv, SimConfig  # noqa: E402
-from graspsim.bullet import BulletGraspEnv  # noqa: E402
+@dataclass(frozen=True)
+class MaskGapConfig:
+    """Compare target-mask statistics along expert trajectories in the torch simulator and in pybullet."""
+
+    num_envs: int = 16
+    """Scenes (one trajectory each) per backend."""
+    steps: int = 40
+    """Steps per trajectory."""
+    seed: int = 2000
+    """Run seed of the scenes (scene k: episode k of its test stream, graspsim.seeds)."""
+
+    def __post_init__(self) -> None:
+        positive_int("MaskGapConfig", "num_envs", self.num_envs)
+        positive_int("MaskGapConfig", "steps", self.steps)
+
 
 BINS = ((0.1, 0.3), (0.05, 0.1), (0.02, 0.05), (0.005, 0.02), (-0.01, 0.005))
 
 
-def trajectory_mask_stats(env, cfg: SimConfig, scenes, steps: int) -> torch.Tensor:
-    """T,B,6 per step: (tcp height above sphere centre, xy distance, mask area px, centroid x, y, held)."""
+def trajectory_mask_stats(env, cfg: SimConfig, seeds: list[int], steps: int) -> torch.Tensor:
+    """T,B,6 per step: (tcp height above sphere centre, xy distance, mask area px, centroid x, y, held), one
+    fixed-length trajectory per episode seed (no refill: every slot runs ``steps`` steps)."""
     n = env.num_envs
-    put_scenes(env, torch.arange(n), scenes)
+    obs = env.reset(torch.arange(n), seeds=seeds)
     expert = FSMExpert(cfg, n)
-    obs = env.observe()
     rows = []
     pix = torch.arange(cfg.image_size).float()
     for _ in range(steps):
         p = env.privileged()
-        m = obs["mask"].float()
+        m = obs[MASK].float()
         area = m.sum((1, 2))
         cx = (m.sum(1) * pix).sum(1) / area.clamp_min(1)
         cy = (m.sum(2) * pix).sum(1) / area.clamp_min(1)
@@ -49,20 +65,15 @@ def trajectory_mask_stats(env, cfg: SimConfig, scenes, steps: int) -> torch.Tens
     return torch.stack(rows)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--num-envs", type=int, default=16)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=2000)
-    args = ap.parse_args()
-    if args.num_envs <= 0 or args.steps <= 0:
-        ap.error("num-envs and steps must be positive")
+def main(args: MaskGapConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    tune_allocator()
     torch.set_num_threads(1)
     cfg = SimConfig()
-    scenes = episode_scenes(cfg, list(range(args.seed, args.seed + args.num_envs)))
-    stats = {"torch": trajectory_mask_stats(GraspEnv(cfg, num_envs=args.num_envs), cfg, scenes, args.steps)}
+    seeds = episode_seeds(args.seed, "test", 0, args.num_envs)
+    stats = {"torch": trajectory_mask_stats(GraspEnv(cfg, num_envs=args.num_envs), cfg, seeds, args.steps)}
     with BulletGraspEnv(cfg, num_envs=args.num_envs) as env:
-        stats["bullet"] = trajectory_mask_stats(env, cfg, scenes, args.steps)
+        stats["bullet"] = trajectory_mask_stats(env, cfg, seeds, args.steps)
     print(f"{'height above sphere (m)':>24} {'backend':>7} {'n':>4} {'visible':>7} {'area px':>7} {'cx':>5} {'cy':>5}")
     for lo, hi in BINS:
         for name, r in stats.items():
@@ -76,4 +87,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(tyro.cli(MaskGapConfig, description=__doc__.splitlines()[0]))

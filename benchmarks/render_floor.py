@@ -1,6 +1,6 @@
 """Floor of per-pixel work for an eager-torch wrist render on this machine (context for the 20x target).
 
-    /work/venv/bin/python benchmarks/render_floor.py --threads 2
+    python benchmarks/render_floor.py --threads 2
 
 Times the least a frame needs: the textured table plane seen through per-scene ray directions that are
 cached (the camera never rotates within an episode), i.e. one division, a few multiply-adds and one
@@ -11,18 +11,39 @@ this design can reach here. Prints frames/s per batch size next to the full ``gr
 
 from __future__ import annotations
 
-import argparse
-import sys
+import logging
+import math
 import time
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Tuple
 
 import torch
+import tyro
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from graspsim import GraspEnv, SimConfig
+from graspsim.perf import tune_allocator
+from graspsim.render import pixel_rays, render
+from graspsim.textures import texture_bank
 
-from graspsim import GraspEnv, SimConfig  # noqa: E402
-from graspsim.render import pixel_rays, render  # noqa: E402
-from graspsim.textures import texture_bank  # noqa: E402
+
+@dataclass(frozen=True)
+class RenderFloorConfig:
+    """Time the per-pixel floor of a table-only render next to the full renderer."""
+
+    threads: int = 2
+    """torch.set_num_threads for the run."""
+    seconds: float = 1.0
+    """Timing window per measurement (at least two calls are timed)."""
+    batch_sizes: Tuple[int, ...] = (64, 256, 1024)
+    """Scenes per render call, one measurement each."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.threads, int) or self.threads < 1:
+            raise ValueError(f"RenderFloorConfig.threads must be a positive int; got {self.threads!r}")
+        if not (isinstance(self.seconds, (int, float)) and math.isfinite(self.seconds) and self.seconds > 0):
+            raise ValueError(f"RenderFloorConfig.seconds must be a positive number; got {self.seconds!r}")
+        if not self.batch_sizes or any(not isinstance(b, int) or b < 1 for b in self.batch_sizes):
+            raise ValueError(f"RenderFloorConfig.batch_sizes must be positive ints; got {self.batch_sizes!r}")
 
 
 def fps(fn, batch: int, seconds: float) -> float:
@@ -34,12 +55,9 @@ def fps(fn, batch: int, seconds: float) -> float:
     return batch * k / (time.perf_counter() - t0)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--seconds", type=float, default=1.0)
-    ap.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256, 1024])
-    args = ap.parse_args()
+def main(args: RenderFloorConfig) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    tune_allocator()
     torch.set_num_threads(args.threads)
     cfg = SimConfig()
     bank = texture_bank("cpu")
@@ -61,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(tyro.cli(RenderFloorConfig, description=__doc__.splitlines()[0]))

@@ -30,6 +30,9 @@ def make_env(backend: str = "torch", cfg: SimConfig | None = None, num_envs: int
 
 
 def _register_gym() -> None:
+    """Add ``graspsim/WristGrasp-v0`` to gymnasium's registry, as gymnasium environment packages do on import, so
+    ``import graspsim; gymnasium.make("graspsim/WristGrasp-v0")`` works. It only adds an entry to that registry
+    (idempotent); the allocator, threads, logging and random state are left alone (tests/test_perf.py)."""
     try:
         from .gym_env import register
     except ImportError:  # gymnasium missing: the torch API still works

@@ -25,17 +25,15 @@ How it stays cheap (the work per pixel and per candidate is what limits a CPU; s
   offsets drawn from the caller's generator (seeded, so the same seed gives the same images).
 * **Memory.** Colour is built channel-major (``3,B,H,W``) so each texture channel is one contiguous
   gather; ``rgb`` is written from it in one conversion. Batches are rendered in passes of at most
-  ``CHUNK_PIXELS`` and glibc is told to keep freed memory (``_tune_allocator``), so buffers are reused
-  instead of page-faulted in on every call. ``color`` and ``depth`` are computed only when read.
+  ``CHUNK_PIXELS``; the ``graspsim`` command and the benchmarks tell glibc to keep freed memory
+  (:func:`graspsim.perf.tune_allocator`; importing this module does not), so buffers are reused instead of
+  page-faulted in on every call. ``color`` and ``depth`` are computed only when read.
 
 Nothing loops over scenes (loops run over the three primitive kinds).
 """
 
 from __future__ import annotations
 
-import ctypes
-import os
-import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -47,31 +45,6 @@ from .config import SimConfig
 from .physics import finger_boxes
 from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, State
 from .textures import TEXTURE_SIZE, texture_bank
-
-
-
-def _tune_allocator() -> None:
-    """glibc: keep freed heap memory for reuse instead of handing it back to the OS after every call.
-
-    A render allocates a few buffers of about 4 MB per 256 scenes; with glibc's defaults they are
-    mmap'ed or trimmed on free, so every call page-faults them in again (measured: that doubled the
-    render time at batch 256). Raising the trim threshold, the top pad and a fixed 32 MB mmap threshold
-    keeps them in the heap (the peak resident size stays allocated). Process-wide; set
-    ``GRASPSIM_MALLOC_TUNING=0`` to leave the allocator alone. No effect outside glibc.
-    """
-    if os.environ.get("GRASPSIM_MALLOC_TUNING", "1") == "0" or not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
-        libc.mallopt(M_TRIM_THRESHOLD, 1 << 30)
-        libc.mallopt(M_TOP_PAD, 64 << 20)
-        libc.mallopt(M_MMAP_THRESHOLD, 32 << 20)
-    except (OSError, AttributeError):
-        pass
-
-
-_tune_allocator()
 
 EPS = 1e-5
 INF = float("inf")
@@ -685,7 +658,7 @@ def render(
 
     Large batches are rendered in passes of ``CHUNK_PIXELS`` scenes x pixels (in order, so the noise
     stays seeded): each pass's float buffers then stay below glibc's 32 MB mmap threshold and are reused
-    from the heap instead of being page-faulted in again (see ``_tune_allocator``).
+    from the heap instead of being page-faulted in again (see :func:`graspsim.perf.tune_allocator`).
     """
     kw = dict(table=table, fingers=fingers, distractors=distractors, shadows=shadows, post=post, generator=generator)
     B, chunk = state.batch_size, max(1, CHUNK_PIXELS // cfg.image_size**2)

@@ -56,7 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         # here like those of the run itself
         with _config_errors_raised():
             cfg = tyro.cli(cfg_cls, args=rest, prog=f"graspsim {verb}", description=help_line)
+        from graspsim.perf import tune_allocator
+
+        tuning = tune_allocator(announce=False)  # process-wide, so the app layer does it, not a library import
         fn(cfg)
+        logging.getLogger("graspsim.perf").info("%s (this run)", tuning)  # after the run: errors stay the first line
     except _ConfigError as e:
         return _error(verb, str(e))
     except (ValueError, OSError) as e:

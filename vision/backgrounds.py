@@ -1,7 +1,7 @@
 """A bank of real background photos: random crops and resizes plus photometric augmentation.
 
 Users point it at their own wrist-camera photos taken without the target; the repository ships
-``data/backgrounds/{train,val}`` (see its SOURCES.md). Crops come from albumentations
+``data/backgrounds/{train,val}`` (see its SOURCES.md), installed with the package (:func:`data_path`). Crops come from albumentations
 (``RandomResizedCrop``, flips, 90-degree turns, colour jitter including full hue rotations, gamma, blur,
 grey), seeded per call so
 the same seed gives the same crops.
@@ -9,6 +9,7 @@ the same seed gives the same crops.
 
 from __future__ import annotations
 
+import importlib.resources
 import logging
 import os
 from pathlib import Path
@@ -24,9 +25,29 @@ from .io import list_images, read_image
 
 log = logging.getLogger(__name__)
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
-DEFAULT_BACKGROUNDS = DATA_DIR / "backgrounds"
-DEFAULT_TRANSFER = DATA_DIR / "transfer"  # the foreign-render transfer sets (vision.transfer)
+DATA_PACKAGE = "graspsim_data"  # the repository's data/ folder, installed under this name (pyproject.toml)
+
+
+def data_path(*parts: str) -> Path:
+    """Path of a shipped data file or folder, e.g. ``data_path("backgrounds", "train")``.
+
+    The shipped data (background photos, transfer sets, the sample image set) is the repository's ``data/``
+    folder, installed as the package ``graspsim_data``; this is the one place that finds it, for an editable
+    install (the checkout's ``data/``) and a wheel (``site-packages/graspsim_data``) alike. The path is
+    returned whether or not it exists; readers report a missing one. An editable install made before the data
+    package existed does not know ``graspsim_data``; then the checkout's ``data/`` beside this package is used
+    (``pip install -e .`` again makes it importable).
+    """
+    try:
+        root = Path(str(importlib.resources.files(DATA_PACKAGE)))
+    except ModuleNotFoundError:
+        root = Path(__file__).resolve().parent.parent / "data"
+    return root.joinpath(*parts)
+
+
+DATA_DIR = data_path()
+DEFAULT_BACKGROUNDS = data_path("backgrounds")
+DEFAULT_TRANSFER = data_path("transfer")  # the foreign-render transfer sets (vision.transfer)
 
 
 def _pipeline(size: int, hue_rotation_prob: float):

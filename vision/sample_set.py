@@ -6,7 +6,13 @@ alpha-composited onto crops of the held-out validation photos, ``data/background
 target-free frames are plain crops of those real photos (all-zero masks). It demonstrates the folder
 format of a recorded image set and exercises ``graspsim eval-real`` end to end.
 
-    python -m vision.sample_set --out data/sample_real
+    python -m vision.sample_set --out data/sample_real   # rebuild it (in a checkout)
+    python -m vision.sample_set --where                  # print the installed set's folder (any install)
+
+The set is installed with the package (:data:`SAMPLE_REAL`), so from a wheel install::
+
+    S=$(python -m vision.sample_set --where)
+    graspsim eval-real --images "$S/images" --masks "$S/masks" --vision CHECKPOINT --out runs/eval_sample
 """
 
 from __future__ import annotations
@@ -19,9 +25,11 @@ import torch
 
 from graspsim import SimConfig
 
-from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank
+from .backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, data_path
 from .compose import ComposeConfig, Composer
 from .io import write_png
+
+SAMPLE_REAL = data_path("sample_real")  # the shipped set: images/ and masks/
 
 
 def build_sample_set(out: Path, n_target: int = 10, n_empty: int = 6, size: int = 128, seed: int = 7) -> list[str]:
@@ -55,9 +63,16 @@ def build_sample_set(out: Path, n_target: int = 10, n_empty: int = 6, size: int 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_BACKGROUNDS.parent / "sample_real")
+    what = ap.add_mutually_exclusive_group(required=True)
+    what.add_argument("--out", type=Path, help="write the set here (data/sample_real rebuilds the shipped one)")
+    what.add_argument("--where", action="store_true", help="print the folder of the installed sample set and exit")
     ap.add_argument("--seed", type=int, default=7)
     a = ap.parse_args()
+    if a.where:
+        if not (SAMPLE_REAL / "images").is_dir():
+            ap.exit(1, f"the sample set is missing from this install: {SAMPLE_REAL / 'images'} does not exist\n")
+        print(SAMPLE_REAL)
+        return
     build_sample_set(a.out, seed=a.seed)
 
 

@@ -1,0 +1,37 @@
+"""The benchmark scripts run as ``python benchmarks/<name>.py`` from any folder (no sys.path edits: the package is
+installed) and parse typed configs whose validation names the bad field. Their measurements are not run here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+
+# script -> (a bad flag, what the error must name)
+BAD_FLAGS = {
+    "bench_sim.py": (["--batch-sizes", "0"], "batch_sizes"),
+    "bench_vision_train.py": (["--rounds", "0"], "--rounds"),
+    "expert_backends.py": (["--workers", "-1"], "ExpertBackendsConfig.workers"),
+    "mask_gap.py": (["--steps", "0"], "MaskGapConfig.steps"),
+    "render_floor.py": (["--batch-sizes", "0"], "RenderFloorConfig.batch_sizes"),
+}
+
+
+def test_every_benchmark_script_is_covered():
+    assert sorted(p.name for p in BENCHMARKS.glob("*.py")) == sorted(BAD_FLAGS)
+
+
+@pytest.mark.parametrize("script", sorted(BAD_FLAGS))
+def test_benchmark_rejects_a_bad_value_by_name_from_another_folder(script, tmp_path):
+    flags, name = BAD_FLAGS[script]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"COLUMNS": "300"}
+    p = subprocess.run([sys.executable, str(BENCHMARKS / script), *flags], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    assert name in p.stderr, p.stderr[-2000:]
+    assert "Traceback" not in p.stderr and not list(tmp_path.iterdir())  # refused before measuring or writing
