@@ -6,6 +6,11 @@ file per DAgger iteration, ``data/iter_NNN.h5`` in the layout of ``graspsim coll
 :mod:`graspsim.dataset`; obs ``mask`` and ``gripper`` are what the learner saw, ``actions`` the expert's
 labels, extras ``executed_actions`` and ``expert_driven``). A file is complete once its iteration is
 listed in ``metrics.json``; :meth:`Aggregate.from_files` rebuilds the buffer on resume.
+
+Under ``torchrun`` each rank rolls out its share of an iteration's episodes and writes them to
+``data/iter_NNN.rankR.h5`` (:func:`part_file`); rank 0 then joins the parts into ``data/iter_NNN.h5`` by
+episode index (:func:`join_iteration`), so the file is the one a single process writes. Each rank keeps only
+its own share in memory (``Aggregate.from_files(..., rank, world)`` on resume).
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graspsim.dataset import ACTIONS, Episode, EpisodeWriter, load_steps
+from graspsim.dataset import ACTIONS, Episode, EpisodeWriter, join, load_steps
+from graspsim.distributed import shard_bounds
 from graspsim.env import GRIPPER_DIM
 from graspsim.keys import CONTROL_OBS_KEYS, GRIPPER, MASK
 
@@ -27,11 +33,29 @@ def iteration_file(out: Path, it: int) -> Path:
     return Path(out) / "data" / f"iter_{it:03d}.h5"
 
 
-def write_iteration(path: Path, episodes: Sequence[Episode], config: dict) -> None:
-    """Write one iteration's episodes to ``path`` (an unfinished earlier attempt is replaced)."""
+def part_file(out: Path, it: int, rank: int) -> Path:
+    """Rank ``rank``'s share of iteration ``it`` under torchrun (removed once joined into :func:`iteration_file`)."""
+    return Path(out) / "data" / f"iter_{it:03d}.rank{rank}.h5"
+
+
+def write_iteration(path: Path, episodes: Sequence[Episode], config: dict, world_size: int = 1) -> None:
+    """Write one iteration's episodes to ``path`` (an unfinished earlier attempt is replaced); the file attribute
+    ``world_size`` records how many processes rolled them out."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with EpisodeWriter(path, config, overwrite=path.exists()) as w:
+    with EpisodeWriter(path, config, overwrite=path.exists(), attrs={"world_size": int(world_size)}) as w:
         w.append(list(episodes))
+
+
+def join_iteration(out: Path, it: int, world_size: int, config: dict) -> Path:
+    """Join the ranks' part files of iteration ``it`` into :func:`iteration_file` (by episode index, the order
+    a single process writes) and remove the parts; returns the joined file."""
+    parts = [part_file(out, it, r) for r in range(world_size)]
+    path = iteration_file(out, it)
+    with EpisodeWriter(path, config, overwrite=path.exists(), attrs={"world_size": int(world_size)}) as w:
+        join(w, parts)
+    for p in parts:
+        p.unlink()
+    return path
 
 
 class Aggregate:
@@ -82,18 +106,28 @@ class Aggregate:
                         np.concatenate([e.actions for e in episodes]), iteration,
                         [e.num_samples for e in episodes])
 
-    def add_file(self, path: str | os.PathLike, iteration: int) -> None:
+    def add_file(self, path: str | os.PathLike, iteration: int, rank: int = 0, world_size: int = 1) -> None:
+        """Add the episodes of an iteration file; with ``world_size`` > 1 only rank ``rank``'s contiguous share of
+        them (the file's episodes are in episode order, so this is the share that rank rolled out)."""
         steps = load_steps(path, obs_keys=CONTROL_OBS_KEYS)
+        if world_size > 1:
+            n = int(steps["episode"].max()) + 1
+            lo, hi = shard_bounds(n, rank, world_size)
+            keep = (steps["episode"] >= lo) & (steps["episode"] < hi)
+            steps = {k: v[keep] for k, v in steps.items()}
+            if not keep.any():
+                return
         _, lengths = np.unique(steps["episode"], return_counts=True)  # episodes are stored consecutively
         self.add_arrays(steps[MASK], steps[GRIPPER], steps[ACTIONS], iteration, lengths.tolist())
 
     @classmethod
-    def from_files(cls, paths: Sequence[Path], image_size: int, device: str | torch.device = "cpu") -> "Aggregate":
+    def from_files(cls, paths: Sequence[Path], image_size: int, device: str | torch.device = "cpu",
+                   rank: int = 0, world_size: int = 1) -> "Aggregate":
         agg = cls(image_size, device)
         for it, p in enumerate(paths):
             if not Path(p).is_file():
                 raise FileNotFoundError(f"aggregated data of finished iteration {it} is missing: {p}")
-            agg.add_file(p, it)
+            agg.add_file(p, it, rank, world_size)
         return agg
 
     def sample(self, batch_size: int, generator: torch.Generator, by: str = "step") -> tuple[Tensor, Tensor, Tensor]:
@@ -116,4 +150,4 @@ class Aggregate:
         return self.mask[idx], self.gripper[idx], self.actions[idx]
 
 
-__all__ = ["Aggregate", "iteration_file", "write_iteration"]
+__all__ = ["Aggregate", "iteration_file", "join_iteration", "part_file", "write_iteration"]

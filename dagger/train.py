@@ -18,6 +18,14 @@ Iteration ``i`` (all scenes batched on ``device``):
    then append the iteration's row to ``metrics.json`` / ``metrics.csv`` (the commit point), TensorBoard
    scalars under ``out/tb`` and ``learning_curve.png``.
 
+Under ``torchrun`` (:mod:`graspsim.distributed`) every iteration is split over the processes: each rank rolls out
+its contiguous share of the iteration's seeds (and of the held-out seeds), writes its episodes to
+``data/iter_NNN.rankR.h5``, and after a barrier rank 0 joins them into ``data/iter_NNN.h5`` by episode index.
+Training is data-parallel (DDP): every rank takes ``train_steps`` steps on minibatches of its own share of the
+aggregated data (its own minibatch stream, :func:`graspsim.distributed.rank_seed`) and the gradients are
+averaged, so each step's gradient is a stratified sample of the union and every rank holds the same weights
+(checked before each checkpoint). Outcomes and losses are gathered; rank 0 writes checkpoints, metrics and plots.
+
 ``--resume`` continues after the last iteration listed in ``metrics.json``: the model, optimizer and
 aggregated data of the finished iterations are reloaded; a half-written iteration is redone. Every
 random stream is derived from (seed, iteration, purpose), so a resumed run draws what an uninterrupted
@@ -45,7 +53,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graspsim import GraspEnv, SimConfig
+from graspsim import GraspEnv, SimConfig, distributed
 from graspsim.config import from_dict
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically
 from graspsim.progress import progress_bar
@@ -53,17 +61,18 @@ from graspsim.torch_util import count_parameters
 from graspsim.validate import (check_device, finite_non_negative, finite_positive, non_negative_int, positive_int,
                                probability)
 
-from .data import Aggregate, iteration_file, write_iteration
+from .data import Aggregate, iteration_file, join_iteration, part_file, write_iteration
 from .model import ControlNet, ControlNetConfig
 from .policy import MaskPolicy, load_checkpoint, save_checkpoint
 from graspsim import runs
 from graspsim.seeds import derive_seed, episode_seeds
 
-from .rollout import gt_masks, rollout, segmenter_masks
+from .rollout import gt_masks, segmenter_masks
+from .sharded import sharded_rollout
 
 log = logging.getLogger(__name__)
 
-RESUMABLE_KEYS = ("iterations", "resume", "progress", "threads")
+RESUMABLE_KEYS = ("iterations", "resume", "progress", "threads", "dist_timeout")
 """Config fields that may differ when resuming (they do not change what finished iterations did)."""
 SCHEDULES = ("linear", "exponential", "constant")
 
@@ -122,6 +131,9 @@ class DaggerConfig:
     """Torch device for simulation, inference and training."""
     threads: int = 0
     """torch.set_num_threads (0 = leave the default)."""
+    dist_timeout: float = distributed.DEFAULT_TIMEOUT
+    """Under torchrun: seconds a collective waits for the other processes before the job fails (ignored on one
+    process)."""
     resume: bool = False
     """Continue the run in --out after its last finished iteration."""
     progress: bool = True
@@ -157,6 +169,7 @@ class DaggerConfig:
             check_in_file(self.vision, "DaggerConfig.vision", "vision checkpoint", inside="checkpoint.pt")
         non_negative_int(owner, "seed", self.seed)
         non_negative_int(owner, "threads", self.threads)
+        finite_positive(owner, "dist_timeout", self.dist_timeout, unit="s")
         # the net's input size and velocity scale are the simulator's
         object.__setattr__(self, "model", dataclasses.replace(self.model, image_size=self.sim.image_size,
                                                               max_speed=self.sim.max_speed))
@@ -213,6 +226,7 @@ def train_steps(model: ControlNet, opt: torch.optim.Optimizer, data: Aggregate, 
 
     With ``lr`` given, the learning rate follows a cosine from ``lr`` down to ``lr * lr_final_frac``."""
     model.train()
+    max_speed = getattr(model, "module", model).cfg.max_speed  # model may be a DistributedDataParallel wrapper
     hist = []
     for k in range(steps):
         if lr is not None:
@@ -221,7 +235,7 @@ def train_steps(model: ControlNet, opt: torch.optim.Optimizer, data: Aggregate, 
                 group["lr"] = lr * frac
         mask, grip, label = data.sample(batch_size, g, sample_by)
         raw = model(mask, grip)
-        vel, gl = loss_terms(raw, label, model.cfg.max_speed, grip_pos_weight)
+        vel, gl = loss_terms(raw, label, max_speed, grip_pos_weight)
         loss = vel + grip_weight * gl
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -303,18 +317,29 @@ def _check_resume(cfg: DaggerConfig, out: Path) -> list[dict]:
 # ------------------------------------------------------------------------------------------ main
 def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = None) -> dict:
     """Run (or resume) DAgger; returns a summary dict (``final_eval_success``, ``rows`` per iteration,
-    ``checkpoint``, ``samples``, ``seconds``...). ``progress_fn`` receives each finished iteration's row."""
+    ``checkpoint``, ``samples``, ``seconds``...). ``progress_fn`` receives each finished iteration's row (on rank 0
+    under torchrun, where every rank returns the same summary)."""
+    with distributed.job(cfg.device, cfg.dist_timeout, "dagger") as ctx:
+        return _run_dagger(cfg, progress_fn, ctx)
+
+
+def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, ctx: distributed.Context) -> dict:
     from torch.utils.tensorboard import SummaryWriter
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    dev = torch.device(cfg.device)
+    dev = distributed.local_device(cfg.device)
     out = check_out_dir(cfg.out, resume=cfg.resume)
     rows = _check_resume(cfg, out)
     mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "checkpoints").mkdir(exist_ok=True)
-    runs.write_config(out, cfg.to_dict())
+    if ctx.world_size > min(cfg.episodes_per_iter, cfg.eval_episodes):
+        raise ValueError(f"DaggerConfig: --episodes-per-iter {cfg.episodes_per_iter} and --eval-episodes "
+                         f"{cfg.eval_episodes} must be at least the number of processes ({ctx.world_size})")
+    distributed.barrier()  # every rank has checked the folder before rank 0 writes into it
+    if ctx.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "checkpoints").mkdir(exist_ok=True)
+        runs.write_config(out, cfg.to_dict())
 
     torch.manual_seed(cfg.seed)
     model = ControlNet(cfg.model).to(dev)
@@ -324,74 +349,94 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
         ckpt = load_checkpoint(out / "checkpoints" / f"iter_{start - 1:03d}.pt", map_location=dev)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
-        data = Aggregate.from_files([iteration_file(out, i) for i in range(start)], cfg.sim.image_size, dev)
+        data = Aggregate.from_files([iteration_file(out, i) for i in range(start)], cfg.sim.image_size, dev,
+                                    ctx.rank, ctx.world_size)  # this rank's share of each iteration
         log.info("resumed %s after iteration %d (%d aggregated samples)", out, start - 1, len(data))
     else:
         data = Aggregate(cfg.sim.image_size, dev)
     model.eval()
     policy = MaskPolicy(model, dev)
+    net = model  # what the training steps call: the model, or its data-parallel wrapper under torchrun
+    if ctx.distributed:
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     heldout = episode_seeds(cfg.seed, "heldout", 0, cfg.eval_episodes)
-    tb = SummaryWriter(str(out / "tb"))
+    tb = SummaryWriter(str(out / "tb")) if ctx.is_main else None
     t_run = time.perf_counter()
     log.info("DAgger: %d iterations x %d episodes, %d-parameter control net, masks=%s, schedule=%s",
              cfg.iterations, cfg.episodes_per_iter, count_parameters(model), cfg.masks, cfg.schedule)
     try:
-        with progress_bar(None, cfg.progress, fields=("{task.fields[info]}",), remaining=False) as bar:
+        with progress_bar(None, cfg.progress and ctx.is_main, fields=("{task.fields[info]}",), remaining=False) as bar:
             for it in range(start, cfg.iterations):
                 t0 = time.perf_counter()
                 beta = beta_at(cfg, it)
                 info = f"iter {it}/{cfg.iterations - 1} beta={beta:.2f}"
                 task = bar.add_task("rollout", total=cfg.episodes_per_iter, info=info)
-                env = GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, cfg.episodes_per_iter), device=dev,
-                               seed=stream_seed(cfg.seed, it, 0))
                 seeds = episode_seeds(cfg.seed, "train", it * cfg.episodes_per_iter, cfg.episodes_per_iter)
-                ro = rollout(env, seeds, policy=policy.act if it > 0 else None, beta=beta, mask_fn=mask_fn,
-                             generator=generator(stream_seed(cfg.seed, it, 1), dev), expert_noise=cfg.expert_noise,
-                             record=True, progress=lambda n: bar.update(task, completed=n))
+                ro, ro_all = sharded_rollout(  # ro: this rank's episodes; ro_all: every rank's outcomes
+                    lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev,
+                                       seed=stream_seed(cfg.seed, it, 0)),
+                    seeds, policy=policy.act if it > 0 else None, beta=beta, mask_fn=mask_fn,
+                    generator=generator(stream_seed(cfg.seed, it, 1), dev), expert_noise=cfg.expert_noise,
+                    record=True, progress=lambda n: bar.update(task, completed=n))
                 t_roll = time.perf_counter() - t0
-                write_iteration(iteration_file(out, it), ro.episodes, {"dagger": cfg.to_dict(), "iteration": it,
-                                                                        "beta": beta})
+                file_config = {"dagger": cfg.to_dict(), "iteration": it, "beta": beta}
+                if ctx.distributed:
+                    write_iteration(part_file(out, it, ctx.rank), ro.episodes, file_config, ctx.world_size)
+                    distributed.barrier()  # every part is written
+                    if ctx.is_main:
+                        join_iteration(out, it, ctx.world_size, file_config)
+                else:
+                    write_iteration(iteration_file(out, it), ro.episodes, file_config)
                 data.add_episodes(ro.episodes, it)
                 bar.remove_task(task)
 
                 t1 = time.perf_counter()
                 task = bar.add_task("train", total=cfg.train_steps, info=f"{len(data)} samples")
-                losses = train_steps(model, opt, data, cfg.train_steps, cfg.batch_size, cfg.grip_weight,
-                                     generator(stream_seed(cfg.seed, it, 2), dev), lambda: bar.advance(task),
-                                     cfg.grip_pos_weight, cfg.sample_by, cfg.lr, cfg.lr_final_frac)
+                losses = train_steps(net, opt, data, cfg.train_steps, cfg.batch_size, cfg.grip_weight,
+                                     generator(distributed.rank_seed(stream_seed(cfg.seed, it, 2), ctx.rank), dev),
+                                     lambda: bar.advance(task), cfg.grip_pos_weight, cfg.sample_by, cfg.lr,
+                                     cfg.lr_final_frac)
+                if ctx.distributed:  # the mean over ranks (each rank's loss is of its own minibatches)
+                    losses = dict(zip(losses, distributed.all_reduce_mean(list(losses.values()))))
                 t_train = time.perf_counter() - t1
                 bar.remove_task(task)
 
                 t2 = time.perf_counter()
                 task = bar.add_task("eval", total=cfg.eval_episodes, info="learner alone, held-out")
-                eval_env = GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, cfg.eval_episodes), device=dev,
-                                    seed=stream_seed(cfg.seed, it, 3))
-                ev = rollout(eval_env, heldout, policy=policy.act, beta=0.0, mask_fn=mask_fn,
-                             generator=generator(stream_seed(cfg.seed, it, 4), dev),
-                             progress=lambda n: bar.update(task, completed=n))
+                _, ev = sharded_rollout(
+                    lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev,
+                                       seed=stream_seed(cfg.seed, it, 3)),
+                    heldout, policy=policy.act, beta=0.0, mask_fn=mask_fn,
+                    generator=generator(stream_seed(cfg.seed, it, 4), dev),
+                    progress=lambda n: bar.update(task, completed=n))
                 t_eval = time.perf_counter() - t2
                 bar.remove_task(task)
+                counts = distributed.all_gather_object((len(data), int(sum(e.num_samples for e in ro.episodes))))
+                samples = sum(c[0] for c in counts)
 
                 row = {
-                    "iteration": it, "beta": beta, "episodes": ro.num_episodes, "samples": len(data),
-                    "new_samples": int(sum(e.num_samples for e in ro.episodes)),
-                    "rollout_success": ro.success_rate(), "rollout_expert_success": ro.success_rate("expert"),
-                    "rollout_learner_success": ro.success_rate("learner"),
-                    "learner_episodes": int((~ro.expert_driven).sum()),
+                    "iteration": it, "beta": beta, "episodes": ro_all.num_episodes, "samples": samples,
+                    "new_samples": sum(c[1] for c in counts),
+                    "rollout_success": ro_all.success_rate(), "rollout_expert_success": ro_all.success_rate("expert"),
+                    "rollout_learner_success": ro_all.success_rate("learner"),
+                    "learner_episodes": int((~ro_all.expert_driven).sum()),
                     **losses,
                     "eval_success": ev.success_rate(), "eval_episodes": ev.num_episodes,
                     "eval_failures": ev.failure_counts(),
                     "eval_mean_steps": float(ev.steps.mean()),
                     "rollout_seconds": t_roll, "train_seconds": t_train, "eval_seconds": t_eval,
-                    "rollout_frames_per_s": ro.scene_steps / max(t_roll, 1e-9),
-                    "seconds": time.perf_counter() - t0,
+                    "rollout_frames_per_s": ro_all.scene_steps / max(t_roll, 1e-9),
+                    "seconds": time.perf_counter() - t0, "world_size": ctx.world_size,
                 }
+                distributed.check_identical(model, f"dagger iteration {it}")
+                rows.append(row)
+                if not ctx.is_main:
+                    continue
                 save_checkpoint(out / "checkpoints" / f"iter_{it:03d}.pt", model, opt, it,
                                 run_config=cfg.to_dict(), metrics=row)
                 save_checkpoint(out / "policy.pt", model, None, it, run_config=cfg.to_dict(), metrics=row)
                 if all(row["eval_success"] >= r["eval_success"] for r in rows):  # ties go to the later iteration
                     save_checkpoint(out / "best.pt", model, None, it, run_config=cfg.to_dict(), metrics=row)
-                rows.append(row)
                 write_metrics(out, rows)  # commit point of the iteration
                 for k in ("eval_success", "rollout_success", "rollout_learner_success", "beta", "samples"):
                     tb.add_scalar(f"charts/{k}", row[k], it)
@@ -400,19 +445,21 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
                 tb.flush()
                 plot_learning_curve(out / "learning_curve.png", {out.name: rows})
                 log.info("iter %d: beta %.2f, %d samples, loss %.4f (vel %.4f grip %.4f), rollout success %.1f%%, "
-                         "held-out learner success %.1f%% (%s), %.0fs", it, beta, len(data), row["loss"],
+                         "held-out learner success %.1f%% (%s), %.0fs", it, beta, samples, row["loss"],
                          row["loss_vel"], row["loss_grip"], 100 * row["rollout_success"], 100 * row["eval_success"],
                          row["eval_failures"], row["seconds"])
                 if progress_fn is not None:
                     progress_fn(row)
     finally:
-        tb.close()
+        if tb is not None:
+            tb.close()
+    distributed.barrier()  # rank 0's checkpoints and metrics of the last iteration are on disk
     best = max(range(len(rows)), key=lambda i: (rows[i]["eval_success"], i)) if rows else -1
     return {
         "out": str(out), "checkpoint": str(out / "policy.pt"), "iterations": len(rows),
         "best_checkpoint": str(out / "best.pt"), "best_iteration": best,
         "final_eval_success": rows[-1]["eval_success"] if rows else float("nan"),
-        "samples": len(data), "rows": rows, "seconds": time.perf_counter() - t_run,
+        "samples": rows[-1]["samples"] if rows else len(data), "rows": rows, "seconds": time.perf_counter() - t_run,
         "num_parameters": count_parameters(model),
     }
 

@@ -10,6 +10,13 @@ and on the transfer ``test/`` set, so the reported numbers are not tuned on them
 
 Run folder ``out/``: ``checkpoint.pt`` (model + optimizer + config, every ``ckpt_every`` steps, atomic),
 ``config.json``, ``metrics.json`` (final), ``tb/`` (TensorBoard scalars ``loss/*``, ``val/*``, ``charts/*``).
+
+Under ``torchrun`` (:mod:`graspsim.distributed`) the net trains data-parallel (DDP): every process draws its own
+``batch_size`` composites from its own data stream (rank 0 from ``seed``, rank r > 0 from
+:func:`graspsim.distributed.rank_seed`), gradients are averaged over the processes, so every rank takes the same optimizer step and
+holds bit-identical weights (checked at every checkpoint). BatchNorm keeps per-rank batch statistics (no
+SyncBatchNorm on the CPU); its running statistics are rank 0's, broadcast to the others at every forward pass.
+Rank 0 alone validates, logs, writes checkpoints and runs the final evaluation. ``loss/train`` is rank 0's batch.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from graspsim import runs
+from graspsim import distributed, runs
 from graspsim.fileio import check_out_dir
 from graspsim.progress import progress_bar
 from graspsim.torch_util import count_parameters
@@ -46,7 +53,7 @@ from .transfer_report import load_transfer_sets, operating_point_gap, transfer_b
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "checkpoint.pt"
-RESUMABLE_KEYS = ("steps", "resume", "progress", "threads", "ckpt_every", "out")
+RESUMABLE_KEYS = ("steps", "resume", "progress", "threads", "ckpt_every", "out", "dist_timeout")
 """Settings that may change on --resume (``steps`` is the new total: the cosine schedule stretches to it)."""
 
 __all__ = [  # the config, losses, batches and evaluation sets live in their own modules; importable from here too
@@ -117,12 +124,18 @@ def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Opti
 # ----------------------------------------------------------------------------------------------- main
 def train_vision(cfg: TrainVisionConfig) -> dict:
     """Train (or resume) and return the final metrics dict (``test`` metrics at the chosen threshold,
-    plus ``val``, ``threshold``, ``steps``, ``train_seconds``, ``num_parameters``). See the module docstring."""
+    plus ``val``, ``threshold``, ``steps``, ``train_seconds``, ``num_parameters``, ``world_size``). See the module
+    docstring; under torchrun every rank returns rank 0's dict."""
+    with distributed.job(cfg.device, cfg.dist_timeout, "train-vision") as ctx:
+        return _train_vision(cfg, ctx)
+
+
+def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
     from torch.utils.tensorboard import SummaryWriter
 
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    dev = torch.device(cfg.device)
+    dev = distributed.local_device(cfg.device)
     out = check_out_dir(cfg.out, resume=cfg.resume)  # a non-empty folder needs --resume
     ckpt_path = out / CHECKPOINT_NAME
     if cfg.resume and not ckpt_path.is_file():
@@ -133,10 +146,14 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     composer, val_composer = build_composers(cfg)
     train_bank, val_bank = composer.bank, val_composer.bank
     hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
-    out.mkdir(parents=True, exist_ok=True)  # only once the inputs are known to be good
+    distributed.barrier()  # every rank has checked the inputs before rank 0 writes into out/
+    if ctx.is_main:
+        out.mkdir(parents=True, exist_ok=True)  # only once the inputs are known to be good
     n_hdf5 = _hdf5_share(cfg, hdf5)
 
     model, opt, gen, bf16 = new_training_state(cfg)
+    model.to(dev)
+    gen.manual_seed(distributed.rank_seed(cfg.seed, ctx.rank))
     start, train_seconds = 0, 0.0
     if cfg.resume:
         ckpt = load_checkpoint(ckpt_path, map_location=dev)
@@ -144,21 +161,33 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
             raise ValueError(f"--resume: {ckpt_path} is a deployable checkpoint without optimizer and data-RNG state "
                              "(e.g. a shipped net); it can be used for inference but not resumed")
         runs.check_resume(ckpt["config"], cfg.to_dict(), RESUMABLE_KEYS, ckpt_path)  # the one resume rule
+        stored_world = int(ckpt.get("world_size", 1))
+        if stored_world != ctx.world_size:
+            raise ValueError(f"--resume: {ckpt_path} was written by {stored_world} process(es), this run has "
+                             f"{ctx.world_size}; each process continues its own data stream, so resume with "
+                             f"--nproc-per-node {stored_world} (or start a new run folder)")
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
-        gen.set_state(ckpt["generator_state"])
+        gen.set_state(ckpt.get("generator_states", [ckpt["generator_state"]])[ctx.rank])
         start = int(ckpt["step"])
         train_seconds = float(ckpt.get("train_seconds", 0.0))
         log.info("resumed %s at step %d", ckpt_path, start)
         if start >= cfg.steps:
             log.info("checkpoint already at step %d >= --steps %d; only re-evaluating", start, cfg.steps)
-    runs.write_config(out, cfg.to_dict())
-
-    log.info("rendering %d validation composites", cfg.n_val)
-    val_rgb, val_mask = make_set(val_composer, cfg.n_val, cfg.val_seed)
+    if ctx.is_main:  # rank 0 writes, validates and logs; the others only train
+        runs.write_config(out, cfg.to_dict())
+        log.info("rendering %d validation composites", cfg.n_val)
+        val_rgb, val_mask = make_set(val_composer, cfg.n_val, cfg.val_seed)
+        probe = val_rgb[val_mask.flatten(1).any(1)][:24].clone()  # clone: a slice would save the whole storage
+        writer = SummaryWriter(str(out / "tb"))
     log.info("training precision: %s", "bf16 autocast" if bf16 else "float32")
-    probe = val_rgb[val_mask.flatten(1).any(1)][:24].clone()  # clone: a slice would save the whole storage
-    writer = SummaryWriter(str(out / "tb"))
+    net = model  # what train_step calls: the model itself, or its data-parallel wrapper under torchrun
+    if ctx.distributed:
+        # DDP's defaults: parameters broadcast from rank 0 at construction, buffers (BatchNorm running statistics)
+        # from rank 0 before every forward pass
+        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+        log.info("data-parallel training on %d processes: %d composites per step (%d per process)", ctx.world_size,
+                 ctx.world_size * cfg.batch_size, cfg.batch_size)
     nparams = count_parameters(model)
     log.info("SegNet %s: %d parameters", dataclasses.asdict(cfg.model), nparams)
 
@@ -189,8 +218,17 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     def elapsed() -> float:
         return train_seconds + time.perf_counter() - t_start
 
-    def checkpoint(step: int, threshold: float, metrics: dict, seconds: float, peak: float = 0.0) -> None:
-        save_checkpoint(ckpt_path, {
+    def generator_states() -> list[Tensor]:
+        """Every rank's data-RNG state (a collective: every rank calls it at the same steps)."""
+        distributed.check_identical(model, f"train-vision step {step + 1}")
+        return distributed.all_gather_object(gen.get_state())
+
+    def checkpoint(step: int, threshold: float, metrics: dict, seconds: float, states: list[Tensor],
+                   peak: float = 0.0) -> None:
+        if not ctx.is_main:
+            return
+        extra = {"world_size": ctx.world_size, "generator_states": states} if ctx.distributed else {}
+        save_checkpoint(ckpt_path, {**extra,
             "model": model.state_dict(), "optimizer": opt.state_dict(), "model_config": dataclasses.asdict(cfg.model),
             "config": cfg.to_dict(), "step": step, "threshold": threshold, "peak_threshold": peak, "image_size": size,
             "mirror_tta": cfg.mirror_tta,
@@ -201,13 +239,13 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     val_summary: dict = {}
     threshold = 0.5
     history: list[dict] = list(ckpt.get("history", [])) if cfg.resume else []
-    if start == 0:
+    if start == 0 and ctx.is_main:
         v0 = validate(0)
         history.append({"step": 0, **{k: v0[k] for k in ("loss", "iou", "precision", "recall")}})
     model.train()
     layers = None
     t_start = time.perf_counter()
-    with progress_bar("train-vision", cfg.progress, fields=("{task.fields[info]}",)) as bar:
+    with progress_bar("train-vision", cfg.progress and ctx.is_main, fields=("{task.fields[info]}",)) as bar:
         task = bar.add_task("train", total=cfg.steps, completed=start, info="")
         for step in range(start, cfg.steps):
             for grp in opt.param_groups:
@@ -215,8 +253,12 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
             if cfg.layer_reuse > 1 and (layers is None or (step - start) % cfg.layer_reuse == 0):
                 layers = composer.render_layers(cfg.batch_size - n_hdf5, gen)
             x, mask = training_batch(composer, cfg, gen, hdf5, layers)
-            loss = train_step(model, opt, x, mask, cfg, bf16, step)
+            loss = train_step(net, opt, x, mask, cfg, bf16, step)
             done = step + 1
+            if not ctx.is_main:
+                if done % cfg.ckpt_every == 0 or done == cfg.steps:
+                    generator_states()
+                continue
             if done % 10 == 0 or done == cfg.steps:
                 writer.add_scalar("loss/train", float(loss), done)
                 writer.add_scalar("charts/lr", opt.param_groups[0]["lr"], done)
@@ -230,10 +272,14 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
                          val_summary["false_positive_image_rate"])
             if done % cfg.ckpt_every == 0 or done == cfg.steps:
                 writer.add_scalar("charts/train_seconds", elapsed(), done)
-                checkpoint(done, threshold, val_summary, elapsed())
+                checkpoint(done, threshold, val_summary, elapsed(), generator_states())
             bar.update(task, advance=1)
     train_seconds = elapsed()
     steps_done = max(start, cfg.steps)
+    step = steps_done - 1
+    final_states = generator_states()
+    if not ctx.is_main:
+        return distributed.broadcast_object(None)  # rank 0's final metrics
 
     # final: thresholds (pixel and frame-level peak) from validation, metrics on the separate test draws
     if not val_summary or "composite" not in last_val_probs:
@@ -281,7 +327,8 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
         "train_backgrounds": train_bank.names, "val_backgrounds": val_bank.names, "history": history,
         "test_by_background": by_background,
     }
-    checkpoint(steps_done, threshold, result, train_seconds, peak)
+    result["world_size"] = ctx.world_size
+    checkpoint(steps_done, threshold, result, train_seconds, final_states, peak)
     atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
     log.info("test (held-out backgrounds, %d frames): iou %.3f precision %.3f recall %.3f fp-images %.3f",
              test_summary["num_images"], test_summary["iou"], test_summary["precision"], test_summary["recall"],
@@ -294,4 +341,4 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
         log.info("  test on %-28s iou %.3f precision %.3f recall %.3f fp-images %.3f (%d target / %d empty frames)",
                  name, m["iou"], m["precision"], m["recall"], m["false_positive_image_rate"], m["num_target_images"],
                  m["num_empty_images"])
-    return result
+    return distributed.broadcast_object(result)

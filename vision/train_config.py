@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from graspsim import SimConfig
+from graspsim.distributed import DEFAULT_TIMEOUT
 from graspsim.validate import (boolean, check_device, finite_non_negative, finite_positive, non_negative_int, positive_int,
                                probability)
 
@@ -33,7 +34,7 @@ class TrainVisionConfig:
     """Optimizer steps. The default is the budget that met the issue-4 accuracy targets (docs/vision.md, round 6);
     1000 steps take a third of the time for about 0.05 less recall."""
     batch_size: int = 48
-    """Composites per step."""
+    """Composites per step (per process under torchrun: N processes train on N x batch_size composites a step)."""
     lr: float = 3e-3
     """Peak learning rate (AdamW; linear warm-up over 3% of steps, then cosine decay to 5%)."""
     weight_decay: float = 1e-4
@@ -131,6 +132,9 @@ class TrainVisionConfig:
     """Torch device."""
     threads: int = 0
     """torch.set_num_threads (0 = leave the default)."""
+    dist_timeout: float = DEFAULT_TIMEOUT
+    """Under torchrun: seconds a collective waits for the other processes before the job fails (ignored on one
+    process)."""
     bf16: bool = True
     """bfloat16 autocast for forward/backward on CPU when the CPU has native bf16 (AMX/AVX512-BF16); without
     it float32 is used, because emulated bf16 is ~10x slower. Weights and optimizer stay float32."""
@@ -165,6 +169,7 @@ class TrainVisionConfig:
         for name in ("mirror_tta", "frame_gate", "bf16", "progress", "resume", "skip_bad"):
             boolean(owner, name, getattr(self, name))
         non_negative_int(owner, "threads", self.threads)
+        finite_positive(owner, "dist_timeout", self.dist_timeout, unit="s")
         if self.operating_point not in ("composite", "transfer", "both"):
             raise ValueError(f"TrainVisionConfig.operating_point must be composite, transfer or both; got {self.operating_point!r}")
         if self.operating_point != "composite" and self.transfer is None:

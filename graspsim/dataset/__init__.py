@@ -6,7 +6,8 @@ One module a concern:
 - :mod:`~graspsim.dataset.writer`: :class:`EpisodeWriter`, the crash-safe appending writer (parts, index, lock);
 - :mod:`~graspsim.dataset.read`: :func:`read_episodes`, :func:`load_steps`, :func:`demo_attrs`, :func:`describe`;
 - :mod:`~graspsim.dataset.repair`: :func:`repair` of a file with a damaged or missing part;
-- :mod:`~graspsim.dataset.recorder`: :class:`EpisodeRecorder`, batched per-step tensors -> finished episodes.
+- :mod:`~graspsim.dataset.recorder`: :class:`EpisodeRecorder`, batched per-step tensors -> finished episodes;
+- :mod:`~graspsim.dataset.join`: :func:`join` of per-rank files into one, by episode index.
 
 Every public name is importable from ``graspsim.dataset`` itself.
 """
@@ -20,9 +21,10 @@ from .read import demo_attrs, describe, load_steps, read_episodes
 from .recorder import EpisodeRecorder
 from .repair import repair
 from .writer import EpisodeWriter
+from .join import indexed_episodes, join
 
 __all__ = [
     "ACTIONS", "CHUNK_FRAMES", "DATA", "DEMO_PREFIX", "FORMAT", "MASK", "OBS", "PARTS_SUFFIX", "PRIVILEGED", "RESERVED",
     "Episode", "EpisodeRecorder", "EpisodeWriter", "config_differences", "demo_attrs", "demo_index", "demo_name",
-    "describe", "flatten_config", "load_steps", "parts_dir", "read_episodes", "repair", "repair_hint",
+    "describe", "flatten_config", "indexed_episodes", "join", "load_steps", "parts_dir", "read_episodes", "repair", "repair_hint",
 ]

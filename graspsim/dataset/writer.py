@@ -141,6 +141,7 @@ class EpisodeWriter:
         compression: ``"gzip"``, ``"lzf"`` or None, for arrays with 3+ dimensions (images, masks).
         compression_level: gzip level 0-9.
         consolidate: on :meth:`close`, merge all parts into one self-contained file (default True).
+        attrs: extra file attributes (scalars or strings, e.g. ``world_size``), written with every index.
 
     ``append`` is durable when it returns; a crash during it loses at most that call's episodes.
     Only one writer per file at a time (enforced with a lock file on POSIX).
@@ -148,7 +149,7 @@ class EpisodeWriter:
 
     def __init__(self, path: str | os.PathLike, config: dict, *, resume: bool = False, overwrite: bool = False,
                  env_args: dict | None = None, ignore_keys: Collection[str] = (), compression: str | None = "gzip",
-                 compression_level: int = 1, consolidate: bool = True):
+                 compression_level: int = 1, consolidate: bool = True, attrs: dict | None = None):
         self.path = self.final = Path(path)  # path: where the index is written; final: the file the caller named
         if resume and overwrite:
             raise ValueError("EpisodeWriter: choose either resume or overwrite, not both")
@@ -165,6 +166,11 @@ class EpisodeWriter:
         self.env_args = env_args if env_args is not None else _default_env_args(self.config)
         self._env_args_json = json.dumps(self.env_args, sort_keys=True)
         self.compression, self.compression_level, self.consolidate = compression, compression_level, consolidate
+        self.attrs = dict(attrs or {})
+        bad = sorted(k for k, v in self.attrs.items() if k in ("format", "graspsim_version", "config")
+                     or not isinstance(v, (bool, int, float, str)))
+        if bad:
+            raise ValueError(f"EpisodeWriter: attrs {bad} are reserved or not a scalar/string")
         self.parts = parts_dir(self.path)
         # committed state: demo names in order, where each lives (None = inside PATH itself), lengths
         self._demos: list[str] = []
@@ -245,8 +251,50 @@ class EpisodeWriter:
                     f"episode {i}: per-step shape/dtype of {bad} differs from the file's "
                     f"({[sig.get(k) for k in bad]} expected, got {[s.get(k) for k in bad]})"
                 )
+        def fill(data: h5py.Group, names: list[str]) -> None:
+            for name, ep in zip(names, episodes):
+                _write_demo(data.create_group(name), ep, self.compression, self.compression_level)
+
+        return self._commit([ep.num_samples for ep in episodes], sig, fill)
+
+    def append_copies(self, sources: Sequence[tuple[str | os.PathLike, str]]) -> list[str]:
+        """Commit copies of demo groups of other episode files, ``(file, demo name)`` in the order given, as new
+        episodes (durable on return; arrays, compressed chunks and attributes are copied as they are). Returns
+        the new demo names. The same per-step shape rule as :meth:`append` applies."""
+        if self._closed:
+            raise ValueError(f"EpisodeWriter for {self.path} is closed")
+        sources = [(Path(f), str(n)) for f, n in sources]
+        if not sources:
+            return []
+        sig, lengths = self._signature, []
+        for f, n in sources:
+            with _open_h5(f) as h:
+                if f"{DATA}/{n}" not in h:
+                    raise ValueError(f"append_copies: {f} has no episode {n}")
+                g = h[DATA][n]
+                s = _signature(Episode(obs={k: v[:1] for k, v in g[OBS].items()}, actions=g[ACTIONS][:1]))
+                lengths.append(int(g.attrs["num_samples"]))
+            if sig is None:
+                sig = s
+            elif s != sig:
+                raise ValueError(f"append_copies: {f}:{n} has per-step shapes/dtypes {s}, the file has {sig}")
+
+        def fill(data: h5py.Group, names: list[str]) -> None:
+            by_file: dict[Path, list[tuple[str, str]]] = {}
+            for name, (f, n) in zip(names, sources):
+                by_file.setdefault(f, []).append((n, name))
+            for f, pairs in by_file.items():
+                with h5py.File(f, "r") as src:
+                    for n, name in pairs:
+                        src.copy(src[f"{DATA}/{n}"], data, name=name)
+
+        return self._commit(lengths, sig, fill)
+
+    def _commit(self, lengths: list[int], sig: dict, fill) -> list[str]:
+        """Write ``len(lengths)`` new episodes (``fill(data group, names)`` creates them) into a new part and
+        commit an index that lists them."""
         start = self.num_episodes
-        names = [demo_name(start + i) for i in range(len(episodes))]
+        names = [demo_name(start + i) for i in range(len(lengths))]
         self.parts.mkdir(exist_ok=True)
         with _sigint_deferred():
             where = dict(self._where)
@@ -258,17 +306,15 @@ class EpisodeWriter:
                 where.update({n: base for n in embedded})
             part = self._part_name(self._next_part)
             with replace_atomically(self.parts / part, durable=True) as tmp, h5py.File(tmp, "w") as f:
-                data = f.create_group(DATA)
-                for name, ep in zip(names, episodes):
-                    _write_demo(data.create_group(name), ep, self.compression, self.compression_level)
+                fill(f.create_group(DATA), names)
             self._next_part += 1
             where.update({n: part for n in names})
-            lengths = dict(self._lengths)
-            lengths.update({n: ep.num_samples for n, ep in zip(names, episodes)})
-            self._write_index(self._demos + names, where, lengths)  # commit point
+            new_lengths = dict(self._lengths)
+            new_lengths.update(zip(names, lengths))
+            self._write_index(self._demos + names, where, new_lengths)  # commit point
             self._masks_dirty = False
             self._demos += names
-            self._where, self._lengths, self._signature = where, lengths, sig
+            self._where, self._lengths, self._signature = where, new_lengths, sig
         return names
 
     def set_filter_keys(self, keys: dict[str, Iterable[int]]) -> None:
@@ -443,6 +489,7 @@ class EpisodeWriter:
                 shutil.copyfile(self.path, tmp)
                 f = h5py.File(tmp, "a")
                 f.attrs["config"] = self._config_json
+                f.attrs.update(self.attrs)
                 f[DATA].attrs["total"] = np.int64(total)
                 self._write_masks(f)
                 new = demos[len(old):]
@@ -461,6 +508,7 @@ class EpisodeWriter:
         f.attrs["format"] = FORMAT
         f.attrs["graspsim_version"] = __version__
         f.attrs["config"] = self._config_json
+        f.attrs.update(self.attrs)
         data = f.create_group(DATA)
         data.attrs["total"] = np.int64(total)
         data.attrs["env_args"] = self._env_args_json
