@@ -376,7 +376,7 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
                     lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev,
                                        seed=stream_seed(cfg.seed, it, 0)),
                     seeds, policy=policy.act if it > 0 else None, beta=beta, mask_fn=mask_fn,
-                    generator=generator(stream_seed(cfg.seed, it, 1), dev), expert_noise=cfg.expert_noise,
+                    expert_noise=cfg.expert_noise,
                     record=True, progress=lambda n: bar.update(task, completed=n))
                 t_roll = time.perf_counter() - t0
                 file_config = {"dagger": cfg.to_dict(), "iteration": it, "beta": beta}
@@ -407,7 +407,6 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
                     lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev,
                                        seed=stream_seed(cfg.seed, it, 3)),
                     heldout, policy=policy.act, beta=0.0, mask_fn=mask_fn,
-                    generator=generator(stream_seed(cfg.seed, it, 4), dev),
                     progress=lambda n: bar.update(task, completed=n))
                 t_eval = time.perf_counter() - t2
                 bar.remove_task(task)
