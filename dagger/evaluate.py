@@ -15,6 +15,11 @@ success / timeout / missed_grasp / pushed_away / dropped, ``failure_rates``, a 9
 mean steps, timing, and per episode in seed order ``per_episode_success`` / ``_failure`` / ``_steps``),
 ``rollout_K.gif`` for the first ``--gifs`` episodes (RGB beside the mask the
 policy saw, upscaled), and ``report.md``.
+
+Under ``torchrun`` (:mod:`graspsim.distributed`) rank ``r`` of ``W`` runs the contiguous block
+``shard_bounds(episodes, r, W)`` of the test seeds and the outcomes are gathered in seed order. Every random
+number of an episode comes from its own seed (:mod:`graspsim.rng`), so the metrics equal the single-process
+run's episode for episode; ``metrics.json`` records ``world_size``. Rank 0 writes the outputs.
 """
 
 from __future__ import annotations
@@ -31,17 +36,18 @@ from typing import Literal, Optional, Tuple
 import numpy as np
 import torch
 
-from graspsim import FAILURE_NAMES, SimConfig
+from graspsim import FAILURE_NAMES, SimConfig, distributed
 from graspsim.config import check_device
 from graspsim.fileio import check_in_file, check_out_dir, replace_atomically, staged_dir
 from graspsim.keys import MASK, RGB
 from graspsim.progress import progress_bar
-from graspsim.validate import non_negative_int, positive_int
+from graspsim.validate import finite_positive, non_negative_int, positive_int
 
 from .policy import MaskPolicy
 from graspsim.seeds import episode_seeds
 
-from .rollout import RolloutResult, rollout
+from .rollout import RolloutResult
+from .sharded import sharded_rollout
 from .train import atomic_write_text, make_mask_fn, stream_seed
 
 log = logging.getLogger(__name__)
@@ -83,6 +89,9 @@ class EvalSimConfig:
     """Torch device."""
     threads: int = 0
     """torch.set_num_threads (0 = leave the default)."""
+    dist_timeout: float = distributed.DEFAULT_TIMEOUT
+    """Under torchrun: seconds a collective waits for the other processes before the job fails (ignored on one
+    process)."""
     progress: bool = True
     """Show a progress bar."""
     overwrite: bool = False
@@ -112,6 +121,7 @@ class EvalSimConfig:
         if self.backend not in ("torch", "bullet"):
             raise ValueError(f"EvalSimConfig.backend must be 'torch' or 'bullet'; got {self.backend!r}")
         non_negative_int("EvalSimConfig", "threads", self.threads)
+        finite_positive("EvalSimConfig", "dist_timeout", self.dist_timeout, unit="s")
         check_device("EvalSimConfig", self.device)
 
     @property
@@ -198,10 +208,16 @@ def _make_env(backend: str, sim: SimConfig, num_envs: int, device: str, seed: in
 
 
 def evaluate_sim(cfg: EvalSimConfig) -> dict:
-    """Run the evaluation and write the outputs; returns the metrics dict (also in ``metrics.json``)."""
+    """Run the evaluation and write the outputs; returns the metrics dict (also in ``metrics.json``; under torchrun
+    every rank returns it)."""
+    with distributed.job(cfg.device, cfg.dist_timeout, "eval-sim") as ctx:
+        return _evaluate_sim(cfg, ctx)
+
+
+def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    dev = torch.device(cfg.device)
+    dev = distributed.local_device(cfg.device)
     policy = MaskPolicy.from_checkpoint(cfg.policy, dev)
     sim = cfg.eval_sim_config()
     if policy.cfg.image_size != sim.image_size:
@@ -209,24 +225,23 @@ def evaluate_sim(cfg: EvalSimConfig) -> dict:
     mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev)
     out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
-    env = _make_env(cfg.backend, sim, min(cfg.num_envs, cfg.episodes), cfg.device, stream_seed(cfg.seed, 0, 5))
-    bar = progress_bar("eval-sim", cfg.progress, remaining=False)
-    try:
-        with bar:
-            task = bar.add_task("eval", total=cfg.episodes)
-            res = rollout(env, seeds, policy=policy.act, beta=0.0, mask_fn=mask_fn, capture=cfg.gifs,
-                          progress=lambda n: bar.update(task, completed=n))
-    finally:
-        if hasattr(env, "close"):
-            env.close()
+    bar = progress_bar("eval-sim", cfg.progress and ctx.is_main, remaining=False)
+    with bar:
+        task = bar.add_task("eval", total=cfg.episodes)
+        _, res = sharded_rollout(  # this rank's share of the seeds; res: every rank's outcomes in seed order
+            lambda n: _make_env(cfg.backend, sim, min(cfg.num_envs, n), str(dev), stream_seed(cfg.seed, 0, 5)),
+            seeds, policy=policy.act, beta=0.0, mask_fn=mask_fn, capture=cfg.gifs,
+            progress=lambda n: bar.update(task, completed=n))
     metrics = summarize(res)
     metrics.update({
         "masks": cfg.mask_source, "moving_target": cfg.moving_target,
         "target_speed": list(sim.randomization.target_speed), "backend": cfg.backend,
         "policy": str(cfg.policy), "policy_iteration": policy.iteration,
         "vision": str(cfg.vision) if cfg.vision else None, "seed": cfg.seed, "seed_split": "test",
-        "config": cfg.to_dict(),
+        "config": cfg.to_dict(), "world_size": ctx.world_size,
     })
+    if not ctx.is_main:
+        return distributed.broadcast_object(None)  # rank 0's metrics, once its outputs are written
     gifs = []
     with staged_dir(out, _owns) as stage:  # replaces --out's earlier outputs as a whole
         for k, fr in sorted(res.frames.items()):
@@ -241,7 +256,7 @@ def evaluate_sim(cfg: EvalSimConfig) -> dict:
     log.info("eval-sim: success %.1f%% (95%% CI %.1f-%.1f) over %d episodes, masks=%s, moving=%s, failures %s",
              100 * metrics["success_rate"], 100 * lo, 100 * hi, metrics["num_episodes"], cfg.mask_source,
              cfg.moving_target, metrics["failures"])
-    return metrics
+    return distributed.broadcast_object(metrics)
 
 
 def report_markdown(m: dict) -> str:

@@ -5,10 +5,10 @@
 The file holds episodes 0..``episodes``-1 of the run seed's ``train`` stream (:mod:`graspsim.seeds`):
 ``demo_K.attrs["episode_index"]`` is the episode's index k in that stream and ``attrs["seed"]`` its
 episode seed, from which ``graspsim.GraspEnv(cfg.sim, num_envs=1, seed=s)`` rebuilds the scene. The
-loop is the one rollout driver (:func:`graspsim.rollout.run_episodes`). Dynamics and image noise come
-from one run-level generator, so the same run seed and config (including ``num_envs``) give identical
-arrays. A resumed run collects exactly the missing episode indices, so the finished file holds the same
-scenes as an uninterrupted run; it draws fresh noise streams, so the arrays differ.
+loop is the one rollout driver (:func:`graspsim.rollout.run_episodes`). Every random number of an episode
+(dynamics, image and expert noise) comes from its own seed (:mod:`graspsim.rng`), so an episode's arrays
+do not depend on ``num_envs`` or on the other episodes of the batch. A resumed run collects exactly the
+missing episode indices, so the finished file holds the same scenes as an uninterrupted run.
 
 Per step the file holds the observation the expert acted on (``obs/rgb`` T,H,W,3 uint8, ``obs/mask``
 T,H,W uint8, ``obs/gripper`` T,3 float32), the expert's clean label (``actions`` T,4 float32), the
@@ -16,6 +16,16 @@ executed (noisy) action when ``noise > 0`` (``executed_actions``), robomimic's `
 and privileged state (``privileged/{tcp_pos, sphere_pos, sphere_radius, finger_width, held, phase}``).
 Episodes are appended in completion order (ties broken by scene slot); every started episode runs to
 its end, so short episodes are not favoured. See :mod:`graspsim.dataset` for the crash-safe file protocol.
+
+Under ``torchrun`` (:mod:`graspsim.distributed`) rank 0 opens ``out`` (checking ``--resume`` / ``--overwrite``
+as one process does) and lists the missing episode indices; rank ``r`` collects its contiguous share of them
+into its own crash-safe file ``<out>.shards/rank{r}.h5`` (:func:`shard_file`). When every rank is done, rank 0
+joins the shards into ``out`` in ascending episode index (:func:`graspsim.dataset.join`), consolidates it into
+one self-contained file and removes the shards. Every random number of an episode comes from its own seed
+(:mod:`graspsim.rng`), so each episode equals the one a single process collects. If a rank is killed, every
+episode its shard committed stays: ``--resume`` (on any number of processes, one included) collects only the
+episodes that neither ``out`` nor a shard holds, then joins. The file attribute ``world_size`` records how many
+processes wrote it.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,13 +42,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from graspsim import FAILURE_NAMES, GraspEnv, SimConfig
+from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, distributed
 from graspsim.config import check_device
-from graspsim.dataset import EpisodeRecorder, EpisodeWriter, demo_attrs, describe
+from graspsim.dataset import EpisodeRecorder, EpisodeWriter, demo_attrs, describe, indexed_episodes, join
 from graspsim.fileio import check_out_file
 from graspsim.keys import PRIVILEGED_KEYS, RGB
 from graspsim.progress import progress_bar
-from graspsim.validate import finite_non_negative, non_negative_int, positive_int
+from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
 from graspsim.rollout import ExpertHooks, Finished, run_episodes
 from graspsim.seeds import derive_seed, episode_seeds
 
@@ -45,7 +56,8 @@ from .fsm import FSMExpert
 
 log = logging.getLogger(__name__)
 
-RESUMABLE_KEYS = ("episodes", "resume", "overwrite", "out", "progress", "flush_seconds", "valid_fraction")
+RESUMABLE_KEYS = ("episodes", "resume", "overwrite", "out", "progress", "flush_seconds", "valid_fraction",
+                  "dist_timeout")
 """Config fields that may change when resuming a file (they do not change what is recorded)."""
 
 
@@ -80,6 +92,9 @@ class CollectConfig:
     ``mask/train``); 0 writes no filter keys. Episode K's split depends only on the seed and K."""
     progress: bool = True
     """Show a progress bar."""
+    dist_timeout: float = distributed.DEFAULT_TIMEOUT
+    """Under torchrun: seconds a collective waits for the other processes before the job fails (ignored on one
+    process; rank 0 joins the shards while the others wait, so allow for that)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration (randomization ranges, image size, episode length)."""
 
@@ -98,6 +113,7 @@ class CollectConfig:
             raise ValueError(f"CollectConfig.valid_fraction must be in [0, 1); got {self.valid_fraction!r}")
         if self.resume and self.overwrite:
             raise ValueError("CollectConfig: --resume and --overwrite exclude each other")
+        finite_positive("CollectConfig", "dist_timeout", self.dist_timeout, unit="s")
         check_device("CollectConfig", self.device)
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,13 +149,24 @@ def collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None = Non
     ``mb_per_100_episodes`` of the finished file. ``progress_fn`` (if given) receives a dict with
     ``episodes``, ``target``, ``success``, ``episodes_per_s`` after every commit.
     Ctrl-C commits the finished episodes, consolidates the file and re-raises KeyboardInterrupt.
+    Under torchrun (or when ``out`` has unjoined shards) see the module docstring; every rank returns the summary.
     """
+    with distributed.job(cfg.device, cfg.dist_timeout, "collect") as ctx:
+        if ctx.distributed or shards_dir(cfg.out).exists():
+            return _collect_sharded(cfg, ctx, progress_fn)
+        return _collect(cfg, progress_fn)
+
+
+def _writer(cfg: CollectConfig, path: Path, world_size: int, **kw) -> EpisodeWriter:
+    return EpisodeWriter(path, cfg.to_dict(), env_args=_env_args(cfg), ignore_keys=RESUMABLE_KEYS,
+                         compression=None if cfg.compression == "none" else cfg.compression,
+                         attrs={"world_size": int(world_size)}, **kw)
+
+
+def _collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None) -> dict[str, Any]:
     device = torch.device(cfg.device)
     check_out_file(cfg.out, overwrite=cfg.overwrite, resume=cfg.resume)
-    writer = EpisodeWriter(
-        cfg.out, cfg.to_dict(), resume=cfg.resume, overwrite=cfg.overwrite, env_args=_env_args(cfg),
-        ignore_keys=RESUMABLE_KEYS, compression=None if cfg.compression == "none" else cfg.compression,
-    )
+    writer = _writer(cfg, cfg.out, 1, resume=cfg.resume, overwrite=cfg.overwrite)
     t_start = time.perf_counter()
     new_eps = new_steps = scene_steps = 0
     try:
@@ -151,7 +178,8 @@ def collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None = Non
         else:
             if start:
                 log.info("resuming %s at %d of %d episodes", cfg.out, start, cfg.episodes)
-            new_eps, new_steps, scene_steps, n_success = _run(cfg, writer, device, previous, n_success, progress_fn)
+            new_eps, new_steps, scene_steps, n_success = _run(cfg, writer, device, _todo(cfg, previous), len(previous),
+                                                              n_success, progress_fn, cfg.episodes, cfg.progress)
     except KeyboardInterrupt:
         if not writer.num_episodes:  # nothing to keep: leave no empty file behind (and an old one untouched)
             writer.abort()
@@ -165,7 +193,78 @@ def collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None = Non
         raise
     _split(cfg, writer)
     writer.close()
-    seconds = time.perf_counter() - t_start
+    return _summary(cfg, new_eps, new_steps, scene_steps, time.perf_counter() - t_start, 1)
+
+
+def shards_dir(out: Path) -> Path:
+    """Folder of the per-rank files of a distributed collect into ``out`` (removed once they are joined)."""
+    return Path(out).parent / f"{Path(out).name}.shards"
+
+
+def shard_file(out: Path, rank: int) -> Path:
+    """Rank ``rank``'s episode file of a distributed collect into ``out``."""
+    return shards_dir(out) / f"rank{rank}.h5"
+
+
+def _collect_sharded(cfg: CollectConfig, ctx: distributed.Context,
+                     progress_fn: Callable[[dict], None] | None) -> dict[str, Any]:
+    """The distributed collect (module docstring). Also finishes unjoined shards on one process."""
+    device = distributed.local_device(cfg.device)
+    check_out_file(cfg.out, overwrite=cfg.overwrite, resume=cfg.resume)
+    sdir = shards_dir(cfg.out)
+    if sdir.exists() and not (cfg.resume or cfg.overwrite):
+        raise FileExistsError(f"{sdir} holds the per-rank files of an unfinished distributed collect into {cfg.out}; "
+                              "pass --resume to finish it or --overwrite to start again")
+    distributed.barrier()  # every rank has checked the output before rank 0 opens it
+    t_start = time.perf_counter()
+    main = None
+    todo: list[int] = []
+    try:
+        if ctx.is_main:  # rank 0 owns the output file: the one resume rule and --overwrite apply as on one process
+            main = _writer(cfg, cfg.out, ctx.world_size, resume=cfg.resume, overwrite=cfg.overwrite)
+            if cfg.overwrite:
+                shutil.rmtree(sdir, ignore_errors=True)
+            in_file = demo_attrs(main.path) if main.num_episodes else []
+            shards = sorted(sdir.glob("rank*.h5"))
+            for p in shards:  # the resume rule for shards too (also those of ranks this job does not have)
+                _writer(cfg, p, ctx.world_size, resume=True, consolidate=False).close()
+            in_shards = [{"episode_index": k} for k, _, _ in indexed_episodes(shards)]
+            todo = _todo(cfg, in_file + in_shards)
+            if in_shards:
+                log.info("resuming: %d episodes in %s and %d in its shards; %d to collect", len(in_file), cfg.out,
+                         len(in_shards), len(todo))
+        todo = distributed.broadcast_object(todo)
+        mine = distributed.shard(todo, ctx.rank, ctx.world_size)
+        new = (0, 0, 0)
+        if mine:
+            sdir.mkdir(exist_ok=True)
+            w = _writer(cfg, shard_file(cfg.out, ctx.rank), ctx.world_size, resume=True, consolidate=False)
+            try:
+                n_eps, n_steps, scene_steps, _ = _run(cfg, w, device, mine, cfg.episodes - len(todo), 0,
+                                                      progress_fn if ctx.is_main else None,
+                                                      w.num_episodes + len(mine), cfg.progress and ctx.is_main)
+                new = (n_eps, n_steps, scene_steps)
+            finally:
+                w.close()
+        counts = distributed.all_gather_object(new)  # also the barrier: every shard is complete
+        if not ctx.is_main:
+            return distributed.broadcast_object(None)
+        in_file = {int(a["episode_index"]) for a in demo_attrs(main.path)} if main.num_episodes else set()
+        join(main, sorted(sdir.glob("rank*.h5")), skip=in_file)
+        _split(cfg, main)
+        main.close()
+        shutil.rmtree(sdir, ignore_errors=True)
+    except BaseException:
+        if main is not None:
+            main.abort()  # committed episodes stay (in out or in the shards); --resume continues
+        raise
+    summary = _summary(cfg, *(sum(c[i] for c in counts) for i in range(3)), time.perf_counter() - t_start,
+                       ctx.world_size)
+    return distributed.broadcast_object(summary)
+
+
+def _summary(cfg: CollectConfig, new_eps: int, new_steps: int, scene_steps: int, seconds: float,
+             world_size: int) -> dict[str, Any]:
     info = describe(cfg.out)
     mb = info["bytes"] / 1e6
     summary = {
@@ -183,6 +282,7 @@ def collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None = Non
         "steps_per_s": scene_steps / seconds if seconds > 0 else math.nan,
         "mb": mb,
         "mb_per_100_episodes": 100 * mb / info["episodes"] if info["episodes"] else math.nan,
+        "world_size": world_size,
     }
     log.info("collect: %d episodes (%d new) in %s, success %.2f%%, median steps to success %s, failures %s, "
              "%.2f eps/s, %.0f steps/s, %.1f MB", summary["episodes"], new_eps, cfg.out,
@@ -206,9 +306,9 @@ class _ExpertRecording(ExpertHooks):
     finished episodes are committed to the writer at most every ``flush_seconds``."""
 
     def __init__(self, env, expert: FSMExpert, cfg: CollectConfig, writer: EpisodeWriter, indices: list[int],
-                 n_success: int, progress_fn, bar, task):
+                 n_success: int, progress_fn, bar, task, target: int):
         super().__init__(env, expert)
-        self.cfg, self.writer, self.indices = cfg, writer, indices
+        self.cfg, self.writer, self.indices, self.target = cfg, writer, indices, target
         self.recorder = EpisodeRecorder(env.num_envs, image_keys=(RGB,), capacity=cfg.sim.max_steps)  # rgb as T,H,W,3
         self.pending: list = []
         self.start = self.written = writer.num_episodes
@@ -244,7 +344,7 @@ class _ExpertRecording(ExpertHooks):
             self.new_steps += T
             self.pending.append(ep)
         now = time.perf_counter()
-        if self.written + len(self.pending) >= self.cfg.episodes or now - self.last_flush >= self.cfg.flush_seconds:
+        if self.written + len(self.pending) >= self.target or now - self.last_flush >= self.cfg.flush_seconds:
             self.commit()
             self.last_flush = now
 
@@ -259,7 +359,7 @@ class _ExpertRecording(ExpertHooks):
         succ = self.n_success / self.written
         self.bar.update(self.task, completed=self.written, eps=rate, succ=f"{100 * succ:.1f}%")
         if self.progress_fn is not None:
-            self.progress_fn({"episodes": self.written, "target": self.cfg.episodes, "success": succ,
+            self.progress_fn({"episodes": self.written, "target": self.target, "success": succ,
                               "episodes_per_s": rate})
 
 
@@ -276,19 +376,20 @@ def _todo(cfg: CollectConfig, previous: list[dict]) -> list[int]:
     return todo
 
 
-def _run(cfg: CollectConfig, writer: EpisodeWriter, device: torch.device, previous: list[dict],
-         n_success: int, progress_fn: Callable[[dict], None] | None) -> tuple[int, int, int, int]:
-    """The collection loop. Returns (new episodes, their steps, scene steps simulated, successes in file)."""
-    indices = _todo(cfg, previous)
+def _run(cfg: CollectConfig, writer: EpisodeWriter, device: torch.device, indices: list[int], stream_start: int,
+         n_success: int, progress_fn: Callable[[dict], None] | None, target: int,
+         show_progress: bool) -> tuple[int, int, int, int]:
+    """Collect episodes ``indices`` of the ``train`` stream into ``writer`` (which holds ``target`` episodes when
+    done). Returns (new episodes, their steps, scene steps simulated, successes in the writer's file)."""
     seeds = [episode_seeds(cfg.seed, "train", k, 1)[0] for k in indices]
     B = min(cfg.num_envs, len(seeds))
     # one generator for dynamics + image noise and one for expert noise
-    env = GraspEnv(cfg.sim, num_envs=B, device=device, seed=_stream_seed(cfg.seed, 0, len(previous)))
+    env = GraspEnv(cfg.sim, num_envs=B, device=device, seed=_stream_seed(cfg.seed, 0, stream_start))
     g_expert = torch.Generator(device=device)
-    g_expert.manual_seed(_stream_seed(cfg.seed, 1, len(previous)))
+    g_expert.manual_seed(_stream_seed(cfg.seed, 1, stream_start))
     expert = FSMExpert(cfg.sim, B, device, noise_std=cfg.noise, generator=g_expert)
-    bar, task = _progress_bar(cfg.progress, cfg.episodes, writer.num_episodes)
-    hooks = _ExpertRecording(env, expert, cfg, writer, indices, n_success, progress_fn, bar, task)
+    bar, task = _progress_bar(show_progress, target, writer.num_episodes)
+    hooks = _ExpertRecording(env, expert, cfg, writer, indices, n_success, progress_fn, bar, task, target)
     with bar:
         try:
             out = run_episodes(env, seeds, hooks)

@@ -27,6 +27,7 @@ initialised, collectives return their input, and every verb behaves exactly as i
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import hashlib
@@ -145,9 +146,17 @@ def init(device: str | torch.device = "cpu", timeout: float = DEFAULT_TIMEOUT) -
     if backend == "nccl":
         torch.cuda.set_device(ctx.local_rank)
     torch.distributed.init_process_group(backend, timeout=datetime.timedelta(seconds=float(timeout)))
+    # leave the group before the interpreter tears down: a gloo group still alive then aborts the process
+    # ("terminate called without an active exception"); re-joining later in the same process does not work
+    atexit.register(_leave_at_exit)
     log.info("joined a job of %d processes as rank %d (backend %s, timeout %.0f s)", ctx.world_size, ctx.rank,
              backend, timeout)
     return context()
+
+
+def _leave_at_exit() -> None:
+    with contextlib.suppress(Exception):
+        shutdown()
 
 
 def shutdown() -> None:
@@ -325,7 +334,9 @@ def _is_comm_error(e: BaseException) -> bool:
 
 @contextlib.contextmanager
 def job(device: str | torch.device, timeout: float, what: str) -> Iterator[Context]:
-    """:func:`init` then :func:`guard` around the block; yields the :class:`Context`. A no-op for a job of one."""
+    """:func:`init` then :func:`guard` around the block; yields the :class:`Context`. A no-op for a job of one.
+    The process group stays up for later jobs of the same process (a pipeline's stages, a script calling several
+    verbs) and is left at interpreter exit."""
     ctx = init(device, timeout)
     with guard(what):
         yield ctx
