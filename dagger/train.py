@@ -351,7 +351,8 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
         opt.load_state_dict(ckpt["optimizer"])
         data = Aggregate.from_files([iteration_file(out, i) for i in range(start)], cfg.sim.image_size, dev,
                                     ctx.rank, ctx.world_size)  # this rank's share of each iteration
-        log.info("resumed %s after iteration %d (%d aggregated samples)", out, start - 1, len(data))
+        log.info("resumed %s after iteration %d (%d aggregated samples%s)", out, start - 1, len(data),
+                 " in this rank's share" if ctx.distributed else "")
     else:
         data = Aggregate(cfg.sim.image_size, dev)
     model.eval()

@@ -21,6 +21,10 @@ after their last finished iteration. Presets (``PRESETS``): ``small`` (default; 
 2 CPU cores), ``medium`` and ``full`` for real runs. Any budget can be overridden with the
 ``--collect-episodes``, ``--vision-steps``, ``--iterations``, ``--episodes-per-iter``, ``--train-steps``,
 ``--dagger-eval-episodes`` and ``--eval-episodes`` flags.
+
+Under ``torchrun`` every stage runs on all processes (:mod:`graspsim.distributed`; each verb splits its own work)
+and rank 0 writes the run folder's own files (config, summary, curves, report). Every decision that looks at the
+folder (which stages to resume) is taken on rank 0 and broadcast, so all ranks run the same stages.
 """
 
 from __future__ import annotations
@@ -37,11 +41,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal, Optional
 
-from graspsim import SimConfig
+from graspsim import SimConfig, distributed
 from graspsim import runs as run_folder
 from graspsim.config import check_device
 from graspsim.fileio import check_folder_path, check_in_file, check_out_dir
-from graspsim.validate import non_negative_int, positive_int
+from graspsim.validate import finite_positive, non_negative_int, positive_int
 from vision.backgrounds import DEFAULT_TRANSFER
 
 from dagger.train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
@@ -59,7 +63,7 @@ PRESETS: dict[str, dict[str, int]] = {
 """Stage budgets per preset (episodes, optimizer steps). ``vision_mirror``: train and use the vision net with
 test-time mirror averaging (``TrainVisionConfig.mirror_tta``); off in ``small``, where the doubled segmentation
 cost of every DAgger, BC and evaluation rollout would not fit the preset's time budget."""
-RESUMABLE_KEYS = ("resume", "progress", "threads", "gifs")
+RESUMABLE_KEYS = ("resume", "progress", "threads", "gifs", "dist_timeout")
 """Settings that may differ when resuming a pipeline run folder (they do not change results)."""
 OVERRIDES = ("collect_episodes", "vision_steps", "iterations", "episodes_per_iter", "train_steps",
              "dagger_eval_episodes", "eval_episodes", "num_envs")
@@ -114,6 +118,9 @@ class PipelineConfig:
     """Torch device."""
     threads: int = 0
     """torch.set_num_threads (0 = leave the default)."""
+    dist_timeout: float = distributed.DEFAULT_TIMEOUT
+    """Under torchrun: seconds a collective waits for the other processes before the job fails (every stage's
+    --dist-timeout; ignored on one process)."""
     progress: bool = True
     """Show progress bars."""
     sim: SimConfig = field(default_factory=SimConfig)
@@ -135,6 +142,7 @@ class PipelineConfig:
             object.__setattr__(self, "vision_checkpoint", check_in_file(self.vision_checkpoint, "PipelineConfig.vision_checkpoint",
                                                                         "vision checkpoint", inside="checkpoint.pt"))
         non_negative_int("PipelineConfig", "gifs", self.gifs)
+        finite_positive("PipelineConfig", "dist_timeout", self.dist_timeout, unit="s")
         check_device("PipelineConfig", self.device)
 
     def budgets(self) -> dict[str, int]:
@@ -153,7 +161,8 @@ def _stage(summary: dict, name: str, fn, out: Path):
     log.info("pipeline: stage %s", name)
     result = fn()
     summary["seconds"][name] = time.perf_counter() - t0
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
+    if distributed.is_main():
+        atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
     return result
 
 
@@ -163,6 +172,11 @@ def _json(path: Path) -> dict | None:
 
 def run_pipeline(cfg: PipelineConfig) -> dict:
     """Run every stage (see the module docstring); returns the summary dict (also ``summary.json``)."""
+    with distributed.job(cfg.device, cfg.dist_timeout, "pipeline") as ctx:
+        return _run_pipeline(cfg, ctx)
+
+
+def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
     import torch
 
     from expert.collect import CollectConfig, collect
@@ -173,22 +187,33 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
-    name = cfg.name or f"pipeline__{cfg.preset}__{cfg.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    # one name for all ranks (their clocks may disagree on the second)
+    name = distributed.broadcast_object(
+        cfg.name or f"pipeline__{cfg.preset}__{cfg.seed}__{datetime.now().strftime('%Y%m%d-%H%M%S')}")
     check_folder_path(cfg.runs_dir, flag="--runs-dir")
     out = check_out_dir(cfg.runs_dir / name, flag="--runs-dir/--name", resume=cfg.resume)
-    out.mkdir(parents=True, exist_ok=True)
     b = cfg.budgets()
     if cfg.resume:  # the one resume rule: a changed preset or setting would mix budgets across stages
         run_folder.resume_config(out, cfg.to_dict(), RESUMABLE_KEYS)
-    run_folder.write_config(out, cfg.to_dict())
-    summary: dict = _json(out / "summary.json") or {"name": name, "preset": cfg.preset, "budgets": b, "seconds": {}}
-    common = dict(device=cfg.device, progress=cfg.progress)
+    distributed.barrier()  # every rank has checked the folder before rank 0 writes into it
+    summary: dict | None = None
+    if ctx.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+        run_folder.write_config(out, cfg.to_dict())
+        summary = _json(out / "summary.json")
+    summary = distributed.broadcast_object(summary) or {"name": name, "preset": cfg.preset, "budgets": b,
+                                                        "seconds": {}}
+    common = dict(device=cfg.device, progress=cfg.progress, dist_timeout=cfg.dist_timeout)
+
+    def main_sees(path: Path) -> bool:
+        """Whether ``path`` exists, as rank 0 sees it (the same answer on every rank)."""
+        return distributed.broadcast_object(path.exists() if ctx.is_main else None)
 
     # 1. expert demonstrations (frames for the vision net; also the expert's own success rate)
     demos = out / "demos.h5"
     if "collect" not in summary:
         ccfg = CollectConfig(out=demos, episodes=b["collect_episodes"], seed=cfg.seed, num_envs=b["num_envs"],
-                             resume=demos.exists(), sim=cfg.sim, **common)
+                             resume=main_sees(demos), sim=cfg.sim, **common)
         res = _stage(summary, "collect", lambda: collect(ccfg), out)
         summary["collect"] = {k: res[k] for k in ("episodes", "steps", "success_rate", "failures", "seconds")}
 
@@ -203,13 +228,14 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
             stored = load_checkpoint(vckpt).get("metrics") or {}
             summary["vision"] = {"checkpoint": str(vckpt), **_vision_summary(stored)}
     elif "vision" not in summary:
-        if vdir.is_dir() and not vckpt.exists():  # stopped before its first checkpoint: nothing to keep
+        if ctx.is_main and vdir.is_dir() and not vckpt.exists():  # stopped before its first checkpoint: nothing to keep
             log.info("pipeline: %s holds no checkpoint yet; starting the vision stage afresh", vdir)
             shutil.rmtree(vdir)
+        vision_resume = main_sees(vckpt)
         vcfg = TrainVisionConfig(out=vdir, steps=b["vision_steps"], batch_size=b["vision_batch"], seed=cfg.seed,
                                  val_every=max(1, b["vision_steps"] // 3), ckpt_every=max(1, b["vision_steps"] // 3),
                                  n_val=(1024 if b["vision_steps"] >= 1000 else 512) if b["vision_steps"] >= 100 else 32,
-                                 n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vckpt.exists(), sim=cfg.sim,
+                                 n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vision_resume, sim=cfg.sim,
                                  mirror_tta=bool(b["vision_mirror"]), transfer=cfg.transfer,
                                  operating_point="both" if cfg.transfer is not None else "composite", **common)
         res = _stage(summary, "vision", lambda: train_vision(vcfg), out)
@@ -225,14 +251,15 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
             out=rdir, iterations=b["iterations"], episodes_per_iter=b["episodes_per_iter"],
             eval_episodes=b["dagger_eval_episodes"], num_envs=b["num_envs"], train_steps=b["train_steps"],
             masks=cfg.masks, vision=vckpt if cfg.masks == "predicted" else None, seed=cfg.seed,
-            resume=rdir.is_dir(), sim=cfg.sim, **common, **extra,
+            resume=main_sees(rdir), sim=cfg.sim, **common, **extra,
         )
         res = _stage(summary, key, lambda: run_dagger(dcfg), out)
         summary[key] = {k: res[k] for k in ("final_eval_success", "samples", "iterations", "checkpoint",
                                             "best_checkpoint", "best_iteration")}
         summary[key]["rows"] = res["rows"]
     curves = {{"dagger": "DAgger", "bc": "BC baseline"}[k]: summary[k]["rows"] for k in runs}
-    plot_learning_curve(out / "learning_curves.png", curves)
+    if ctx.is_main:
+        plot_learning_curve(out / "learning_curves.png", curves)
 
     # 4. closed-loop evaluation on test scenes
     evals = {"eval_dagger_predicted": ("dagger", "predicted", False), "eval_dagger_gt": ("dagger", "gt", False)}
@@ -251,12 +278,15 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
                                             "moving_target", "target_speed", "gifs")}
     summary["total_seconds"] = sum(summary["seconds"].values())
     summary["wall_seconds_this_invocation"] = time.perf_counter() - t_start
+    summary["world_size"] = ctx.world_size
+    if not ctx.is_main:
+        return distributed.broadcast_object(None)  # rank 0's summary, once its files are written
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2, default=str))
     atomic_write_text(out / "report.html", report_html(summary, cfg))
     log.info("pipeline: report at %s (%.0f s of stage time)", out / "report.html", summary["total_seconds"])
     summary["out"] = str(out)
     summary["report"] = str(out / "report.html")
-    return summary
+    return distributed.broadcast_object(summary)
 
 
 def _vision_summary(res: dict) -> dict:
