@@ -42,7 +42,7 @@ from .policy import MaskPolicy
 from graspsim.seeds import episode_seeds
 
 from .rollout import RolloutResult, rollout
-from .train import atomic_write_text, generator, make_mask_fn, stream_seed
+from .train import atomic_write_text, make_mask_fn, stream_seed
 
 log = logging.getLogger(__name__)
 
@@ -214,8 +214,7 @@ def evaluate_sim(cfg: EvalSimConfig) -> dict:
     try:
         with bar:
             task = bar.add_task("eval", total=cfg.episodes)
-            res = rollout(env, seeds, policy=policy.act, beta=0.0, mask_fn=mask_fn,
-                          generator=generator(stream_seed(cfg.seed, 0, 6), dev), capture=cfg.gifs,
+            res = rollout(env, seeds, policy=policy.act, beta=0.0, mask_fn=mask_fn, capture=cfg.gifs,
                           progress=lambda n: bar.update(task, completed=n))
     finally:
         if hasattr(env, "close"):

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from expert import expert_action
-from graspsim import FAILURE_NAMES, SimConfig
+from graspsim import FAILURE_NAMES, SimConfig, rng
 from graspsim.dataset import Episode, EpisodeRecorder
 from graspsim.keys import GRIPPER, MASK, PRIVILEGED_KEYS, RGB
 from graspsim.rollout import Finished, Hooks, run_episodes
@@ -79,25 +79,23 @@ class RolloutResult:
 class _MixtureHooks(Hooks):
     """The DAgger mixture as rollout hooks (see the module docstring)."""
 
-    def __init__(self, env, policy, beta, mask_fn, g, expert_noise, recorder, capture, seeds):
-        self.env, self.policy, self.beta, self.mask_fn, self.g = env, policy, beta, mask_fn, g
+    def __init__(self, env, policy, beta, mask_fn, expert_noise, recorder, capture, seeds):
+        self.env, self.policy, self.beta, self.mask_fn = env, policy, beta, mask_fn
         self.expert_noise, self.recorder, self.seeds = expert_noise, recorder, seeds
         self.sim: SimConfig = env.cfg
         self.use_expert = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
         self.frames = {k: {RGB: [], MASK: []} for k in range(min(capture, len(seeds)))}
         self.episodes: dict[int, Episode] = {}
         self._step: tuple | None = None
-        self.driven: np.ndarray | None = None  # N bool: episode driven by the expert
+        self.driven = np.zeros(len(seeds), bool)  # N: episode driven by the expert
 
     def on_start(self, slots: Tensor, episodes: Tensor) -> None:
-        if self.driven is None:  # the first batch: one draw per slot, idle ones included
-            self.driven = np.zeros(len(self.seeds), bool)
-            self.use_expert = torch.rand(self.env.num_envs, generator=self.g, device=self.env.device) < self.beta
-        else:
-            self.use_expert[slots] = torch.rand(len(slots), generator=self.g, device=self.env.device) < self.beta
+        # who drives is the episode's own draw (from its key), so it does not depend on the batch
+        key = self.env.privileged()["key"][slots]
+        self.use_expert[slots] = rng.uniform(key, 0, rng.TAG_EXPERT_CHOICE, 1)[:, 0].to(self.env.device) < self.beta
 
     def act(self, obs: dict, active: Tensor) -> Tensor:
-        sim, B, dev = self.sim, self.env.num_envs, self.env.device
+        sim, dev = self.sim, self.env.device
         mask = self.mask_fn(obs)
         grip = obs[GRIPPER]
         priv = self.env.privileged()
@@ -105,7 +103,7 @@ class _MixtureHooks(Hooks):
         exp_exec = label
         if self.expert_noise > 0:
             exp_exec = label.clone()
-            noise = torch.randn((B, 3), generator=self.g, device=dev) * self.expert_noise
+            noise = rng.normal(priv["key"], priv["steps"], rng.TAG_EXPERT_NOISE, 3).to(dev) * self.expert_noise
             exp_exec[:, :3] = (exp_exec[:, :3] + noise).clamp(-sim.max_speed, sim.max_speed)
         if self.policy is not None and bool((active & ~self.use_expert).any()):
             action = torch.where(self.use_expert[:, None], exp_exec, self.policy(mask, grip).to(dev))
@@ -140,17 +138,18 @@ class _MixtureHooks(Hooks):
 
 
 def rollout(env, seeds: list[int], *, policy: PolicyFn | None = None, beta: float = 1.0,
-            mask_fn: MaskFn = gt_masks, generator: torch.Generator | None = None, expert_noise: float = 0.0,
+            mask_fn: MaskFn = gt_masks, expert_noise: float = 0.0,
             record: bool = False, capture: int = 0, progress: Callable[[int], None] | None = None) -> RolloutResult:
     """Run one episode per seed with ``env`` (either backend) through :func:`graspsim.rollout.run_episodes`.
 
     Args:
-        env: batched environment; its ``num_envs`` scenes run in parallel, its generator drives dynamics noise.
+        env: batched environment; its ``num_envs`` scenes run in parallel.
         seeds: episode seeds (one episode each; :func:`graspsim.seeds.episode_seeds`).
         policy: learner ``(mask B,H,W bool, gripper B,3) -> B,4`` in simulator units; None = expert only.
-        beta: probability that an episode is driven by the expert (per scene, drawn at episode start).
+        beta: probability that an episode is driven by the expert (drawn once per episode from its own key,
+            :mod:`graspsim.rng`, like every random number of an episode: the outcome of a seed does not depend
+            on the batch it ran in).
         mask_fn: ``obs -> mask B,H,W bool`` (:func:`gt_masks` or :func:`segmenter_masks`).
-        generator: draws the Bernoulli choices and the expert noise (seeded by the caller).
         expert_noise: std (m/s) of Gaussian noise on the *executed* expert velocity (labels stay clean).
         record: keep every episode as a :class:`graspsim.dataset.Episode` (obs ``mask`` T,H,W uint8 and
             ``gripper`` T,3; ``actions`` = expert labels T,4; extras ``executed_actions`` T,4 and
@@ -164,9 +163,8 @@ def rollout(env, seeds: list[int], *, policy: PolicyFn | None = None, beta: floa
         raise ValueError("rollout: beta < 1 needs a learner policy")
     if len(seeds) == 0:
         raise ValueError("rollout: no seeds given")
-    g = generator if generator is not None else torch.Generator(device=env.device).manual_seed(0)
     recorder = EpisodeRecorder(env.num_envs, image_keys=(), capacity=env.cfg.max_steps) if record else None
-    hooks = _MixtureHooks(env, policy, beta, mask_fn, g, expert_noise, recorder, capture, list(seeds))
+    hooks = _MixtureHooks(env, policy, beta, mask_fn, expert_noise, recorder, capture, list(seeds))
     out = run_episodes(env, seeds, hooks, progress=progress)
     return RolloutResult(
         success=out.success, failure=out.failure, steps=out.steps, expert_driven=hooks.driven, seeds=list(seeds),

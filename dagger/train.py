@@ -346,7 +346,7 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
                                seed=stream_seed(cfg.seed, it, 0))
                 seeds = episode_seeds(cfg.seed, "train", it * cfg.episodes_per_iter, cfg.episodes_per_iter)
                 ro = rollout(env, seeds, policy=policy.act if it > 0 else None, beta=beta, mask_fn=mask_fn,
-                             generator=generator(stream_seed(cfg.seed, it, 1), dev), expert_noise=cfg.expert_noise,
+                             expert_noise=cfg.expert_noise,
                              record=True, progress=lambda n: bar.update(task, completed=n))
                 t_roll = time.perf_counter() - t0
                 write_iteration(iteration_file(out, it), ro.episodes, {"dagger": cfg.to_dict(), "iteration": it,
@@ -367,7 +367,6 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
                 eval_env = GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, cfg.eval_episodes), device=dev,
                                     seed=stream_seed(cfg.seed, it, 3))
                 ev = rollout(eval_env, heldout, policy=policy.act, beta=0.0, mask_fn=mask_fn,
-                             generator=generator(stream_seed(cfg.seed, it, 4), dev),
                              progress=lambda n: bar.update(task, completed=n))
                 t_eval = time.perf_counter() - t2
                 bar.remove_task(task)

@@ -268,9 +268,9 @@ def profile_torch_step(act: Act, sim: SimConfig, batch: int, device: str, seed: 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(3):
             with record_function("physics.step"):
-                state = physics.step(env.state, a, sim, env.generator)
+                state = physics.step(env.state, a, sim)
             with record_function("render"):
-                render(state, sim, generator=env.generator)
+                render(state, sim)
     events = prof.key_averages()
     functions = _render_functions(env, a, sim)
     ablation = _render_ablation(env, a, sim)
@@ -293,16 +293,16 @@ def _render_ablation(env, action, sim: SimConfig, reps: int = 2) -> dict:
     from . import physics
     from .render import render
 
-    state = physics.step(env.state, action, sim, env.generator)
+    state = physics.step(env.state, action, sim)
     variants = {"full": {}, "no_shadows": {"shadows": False}, "no_post": {"post": False},
                 "no_distractors": {"distractors": False}, "no_fingers": {"fingers": False},
                 "sphere_and_table_only": {"shadows": False, "post": False, "distractors": False, "fingers": False}}
     out = {}
     for name, kw in variants.items():
-        render(state, sim, generator=env.generator, **kw)
+        render(state, sim, **kw)
         t0 = time.perf_counter()
         for _ in range(reps):
-            render(state, sim, generator=env.generator, **kw)
+            render(state, sim, **kw)
         out[name] = state.batch_size * reps / (time.perf_counter() - t0)
     return out
 
@@ -316,11 +316,11 @@ def _render_functions(env, action, sim: SimConfig, reps: int = 2) -> dict:
     from . import physics
     from .render import render
 
-    state = physics.step(env.state, action, sim, env.generator)
+    state = physics.step(env.state, action, sim)
     pr = cProfile.Profile()
     pr.enable()
     for _ in range(reps):
-        render(state, sim, generator=env.generator)
+        render(state, sim)
     pr.disable()
     stats = pstats.Stats(pr).stats  # (file, line, name) -> (cc, nc, tt, ct, callers)
     rows = {f"{name} (render.py:{line})": ct / reps * 1e3 for (file, line, name), (_, _, _, ct, _) in stats.items()

@@ -69,6 +69,7 @@ def privileged(state: State) -> dict[str, Tensor]:
         "held": state.held,
         "close_cmd": state.close_cmd,
         "steps": state.steps,
+        "key": state.key,
     }
 
 
@@ -170,7 +171,7 @@ class GraspEnv:
         ``timeout`` (B bool) and ``failure`` (B int64 codes, see ``physics.FAILURE_NAMES``).
         """
         before = self.state.success
-        self.state = physics.step(self.state, action, self.cfg, self.generator)
+        self.state = physics.step(self.state, action, self.cfg)
         s = self.state
         reward = (s.success & ~before).float()
         info = {
@@ -186,8 +187,9 @@ class GraspEnv:
         return self.observe()
 
     def observe(self) -> dict[str, Tensor]:
-        """Render and return the observation of every scene in its current state (see the module docstring)."""
-        return observe(self.state, self.cfg, self.generator)
+        """Render and return the observation of every scene in its current state (see the module docstring).
+        Image noise is each episode's own (from its key and step), whatever shares the batch."""
+        return observe(self.state, self.cfg)
 
     @contextmanager
     def rendering(self, on: bool):
@@ -204,7 +206,7 @@ class GraspEnv:
 
     def render(self, **kwargs) -> RenderOutput:
         """Full render output (RGB, mask, depth, alpha) of the current state; see ``render.render``."""
-        return render(self.state, self.cfg, generator=self.generator, **kwargs)
+        return render(self.state, self.cfg, **kwargs)
 
     def close(self) -> None:
         """Nothing to release (the protocol's ``close``)."""

@@ -1,4 +1,4 @@
-"""Batched kinematics and grasp-contact logic: ``step(state, action, cfg, generator) -> State``.
+"""Batched kinematics and grasp-contact logic: ``step(state, action, cfg) -> State``.
 
 Action (``B,4`` float32): ``(vx, vy, vz)`` commanded fingertip velocity in m/s (world frame), and a
 gripper command ``g``: ``g > 0`` closes, ``g <= 0`` opens. Executed velocity = command x per-scene gain
@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from . import rng
 from .config import SimConfig
 from .state import State
 
@@ -88,17 +89,16 @@ def push_out_of_box(c: Tensor, r: Tensor, box_c: Tensor, box_h: Tensor) -> Tenso
     return torch.where(overlap[:, None], push, torch.zeros_like(push))
 
 
-def command(state: State, action: Tensor, cfg: SimConfig,
-            generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+def command(state: State, action: Tensor, cfg: SimConfig) -> tuple[Tensor, Tensor]:
     """The action model shared by both backends: what the controller executes for ``action`` (B,4).
 
     Returns (executed B,4: the action after the scene's one-step latency, i.e. the previous action where
     ``state.latency``; commanded velocity B,3 in m/s: executed velocity times the scene's action gain plus
-    Gaussian noise of std ``state.action_noise`` from ``generator``, clipped per axis to ``cfg.max_speed``).
+    Gaussian noise of std ``state.action_noise``, clipped per axis to ``cfg.max_speed``). The noise is the
+    episode's own (drawn from ``state.key`` and ``state.steps``, :mod:`graspsim.rng`).
     """
-    B, dev = state.batch_size, state.device
     executed = torch.where(state.latency[:, None], state.prev_action, action)
-    noise = torch.randn((B, 3), generator=generator, device=dev) * state.action_noise[:, None]
+    noise = rng.normal(state.key, state.steps, rng.TAG_ACTION_NOISE, 3) * state.action_noise[:, None]
     v_cmd = (executed[:, :3] * state.action_gain[:, None] + noise).clamp(-cfg.max_speed, cfg.max_speed)
     return executed, v_cmd
 
@@ -116,17 +116,18 @@ def move_toward(pos: Tensor, vel: Tensor, v_cmd: Tensor, cfg: SimConfig) -> Tens
     return torch.maximum(torch.minimum(new, hi), lo)
 
 
-def step(state: State, action: Tensor, cfg: SimConfig, generator: torch.Generator | None = None) -> State:
+def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     """Advance every scene by one control step. Pure: returns a new State, ``state`` is not modified.
 
-    ``generator`` drives action noise and slip; pass the env's generator for reproducible runs.
+    Action noise and slip are drawn per episode from ``state.key`` and ``state.steps`` (:mod:`graspsim.rng`),
+    so a scene evolves the same whatever other scenes share the batch.
     """
     B = state.batch_size
     action = validate_action(action, B).to(state.device)
     dt = cfg.dt
     dev = state.device
 
-    executed, v_cmd = command(state, action, cfg, generator)
+    executed, v_cmd = command(state, action, cfg)
     tcp = move_toward(state.tcp_pos, state.tcp_vel, v_cmd, cfg)
     vel = (tcp - state.tcp_pos) / dt
 
@@ -189,7 +190,7 @@ def step(state: State, action: Tensor, cfg: SimConfig, generator: torch.Generato
     # --- held sphere: release on open, random slip, otherwise rigid with the TCP
     opening = ~close & held
     edge = ((held_offset[:, 0].abs() / (cfg.pad_width / 2) - 0.5) / 0.5).clamp(0.0, 1.0)
-    slip_draw = torch.rand((B,), generator=generator, device=dev)
+    slip_draw = rng.uniform(state.key, state.steps, rng.TAG_SLIP, 1)[:, 0]
     slip = held & ~opening & (slip_draw < state.slip_rate * edge * edge)
     release = opening | slip
     dropped = dropped | slip

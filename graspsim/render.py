@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import rng
 from .config import SimConfig
 from .physics import finger_boxes
 from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, State
@@ -713,8 +714,9 @@ def _render(state: State, cfg: SimConfig, *, table: bool, fingers: bool, distrac
     # quantisation levels: 255 * colour + 0.5 in [0.5, 255.5], truncated to uint8 (= rounding)
     color = color.clamp_(0.0, 1.0).view(3, B, size, size)
     if post:
+        start = None if generator is not None else noise_offsets(state.key, state.steps, 3).t().reshape(-1)
         level = _post(color.view(1, 3 * B, size, size), state.blur.repeat(3), state.image_noise.repeat(3),
-                      generator, scale=255.0, offset=0.5).view(3, B, size, size)
+                      generator, scale=255.0, offset=0.5, start=start).view(3, B, size, size)
     else:
         level = torch.add(torch.tensor(0.5, device=dev), color, alpha=255.0, out=color)
     rgb = torch.empty((B, 3, size, size), dtype=torch.uint8, device=dev)
@@ -749,14 +751,21 @@ def _noise_bank(device: torch.device) -> Tensor:
     return _NOISE[key]
 
 
+def noise_offsets(key: Tensor, steps: Tensor, channels: int) -> Tensor:
+    """B,channels int64: each image channel's start in the noise bank, the episode's own (drawn from its
+    ``key`` and ``steps``, :mod:`graspsim.rng`), so a scene's image noise does not depend on its batch."""
+    span = NOISE_BANK - (1 << 16) + 1  # every start leaves room for a window of up to 256x256
+    return (rng.uniform(key, steps, rng.TAG_IMAGE_NOISE, channels) * span).long()
+
+
 def _post(x: Tensor, blur: Tensor, noise: Tensor, generator: torch.Generator | None, scale: float = 1.0,
-          offset: float = 0.0) -> Tensor:
+          offset: float = 0.0, start: Tensor | None = None) -> Tensor:
     """Blur blend and noise on ``x`` (1,G,H,W: G single-channel images in [0, 1]); ``blur``, ``noise``: G.
     Returns ``scale * result + offset``, clamped to [offset, scale + offset] (a new tensor).
 
     The blend ``(1 - w) x + w * gauss3x3(x)`` is one per-image 3x3 kernel (grouped convolution, replicate
     border). The noise of each image is a window of a fixed bank of standard normals starting at a random
-    offset drawn from ``generator``, scaled by the image's std.
+    offset (``start``, G int64, or drawn from ``generator``), scaled by the image's std.
     """
     G, H, W = x.shape[1:]
     dev = x.device
@@ -769,14 +778,21 @@ def _post(x: Tensor, blur: Tensor, noise: Tensor, generator: torch.Generator | N
     bank = _noise_bank(dev)
     if H * W > bank.numel():
         raise ValueError(f"postprocess: images of {H}x{W} exceed the noise bank ({bank.numel()} samples)")
-    start = torch.randint(0, bank.numel() - H * W + 1, (G,), generator=generator, device=dev)
+    if start is None:
+        start = torch.randint(0, bank.numel() - H * W + 1, (G,), generator=generator, device=dev)
+    elif H * W > 1 << 16:
+        raise ValueError(f"postprocess: keyed noise supports images up to 256x256; got {H}x{W}")
     out.view(G, H * W).addcmul_(bank.unfold(0, H * W, 1).index_select(0, start), noise.view(G, 1) * scale)
     return out.clamp_(offset, scale + offset)
 
 
-def postprocess(color: Tensor, blur: Tensor, noise: Tensor, generator: torch.Generator | None = None) -> Tensor:
+def postprocess(color: Tensor, blur: Tensor, noise: Tensor, generator: torch.Generator | None = None,
+                keys: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """Blur blend and Gaussian noise on ``color`` (B,3,H,W float in [0, 1]); ``blur``, ``noise``: B.
-    Returns a new B,3,H,W tensor (see ``_post``)."""
+    The noise windows come from ``keys`` = (episode keys B, steps B) when given (:func:`noise_offsets`),
+    else from ``generator``. Returns a new B,3,H,W tensor (see ``_post``)."""
     B, C, H, W = color.shape
-    out = _post(color.reshape(1, B * C, H, W), blur.repeat_interleave(C), noise.repeat_interleave(C), generator)
+    start = None if keys is None else noise_offsets(keys[0], keys[1], C).reshape(-1)
+    out = _post(color.reshape(1, B * C, H, W), blur.repeat_interleave(C), noise.repeat_interleave(C), generator,
+                start=start)
     return out.view(B, C, H, W)

@@ -101,7 +101,7 @@ def show(cfg: ShowConfig) -> Path:
         s = env.state
         tcp = s.sphere_pos.clone()
         tcp[:, 2] = s.sphere_radius + 0.025
-        close = render(s.replace(tcp_pos=tcp), cfg.sim, generator=env.generator)
+        close = render(s.replace(tcp_pos=tcp), cfg.sim)
         views.append((close.rgb.permute(0, 2, 3, 1).cpu().numpy(), close.mask.cpu().numpy()))
     sheet = contact_sheet(views, columns=3 if len(views) > 1 else 4, scale=cfg.scale)
     save_png(cfg.out, sheet)

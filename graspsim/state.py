@@ -81,6 +81,7 @@ class State:
     dropped: Tensor  # B bool: a held sphere was lost at least once
     missed: Tensor  # B int64: closings that did not capture the sphere
     start_xy: Tensor  # B,2 float32: where the sphere rested at reset
+    key: Tensor  # B int64: the episode's random key; per-step noise is drawn from (key, steps) (graspsim.rng)
 
     # ------------------------------------------------------------------ helpers
     def items(self) -> Iterator[tuple[str, Tensor]]:

@@ -186,7 +186,7 @@ class BulletGraspEnv:
         """Integrate the commanded velocities into fingertip targets ``B,3`` (same rules as
         ``graspsim.physics.step``) and return them with the executed close command ``B`` bool."""
         s, cfg, dt = self.state, self.cfg, self.cfg.dt
-        executed, v_cmd = command(s, action, cfg, self.generator)
+        executed, v_cmd = command(s, action, cfg)
         target = move_toward(self._target, self._cmd_vel, v_cmd, cfg)
         # anti wind-up: when the arm is blocked (table, objects) the target waits for it
         target = s.tcp_pos + (target - s.tcp_pos).clamp(-MAX_LAG, MAX_LAG)
@@ -294,7 +294,8 @@ class BulletGraspEnv:
         grip = gripper_obs(self.state, self.cfg)
         with _one_thread(self.device):
             color = torch.from_numpy(self._rgb).to(self.device).permute(0, 3, 1, 2).float() / 255.0
-            color = postprocess(color, self.state.blur, self.state.image_noise, self.generator)
+            color = postprocess(color, self.state.blur, self.state.image_noise,
+                                keys=(self.state.key, self.state.steps))
             rgb = (color * 255.0 + 0.5).to(torch.uint8)
         return {RGB: rgb, MASK: torch.from_numpy(self._mask.copy()).to(self.device), GRIPPER: grip}
 
