@@ -5,10 +5,11 @@
 The file holds episodes 0..``episodes``-1 of the run seed's ``train`` stream (:mod:`graspsim.seeds`):
 ``demo_K.attrs["episode_index"]`` is the episode's index k in that stream and ``attrs["seed"]`` its
 episode seed, from which ``graspsim.GraspEnv(cfg.sim, num_envs=1, seed=s)`` rebuilds the scene. The
-loop is the one rollout driver (:func:`graspsim.rollout.run_episodes`). Dynamics and image noise come
-from one run-level generator, so the same run seed and config (including ``num_envs``) give identical
-arrays. A resumed run collects exactly the missing episode indices, so the finished file holds the same
-scenes as an uninterrupted run; it draws fresh noise streams, so the arrays differ.
+loop is the one rollout driver (:func:`graspsim.rollout.run_episodes`). Every random number of an
+episode (its scene, dynamics, image and expert noise) comes from its episode seed, so the same run seed
+and config give identical episodes at any ``num_envs``, and a resumed run collects exactly the missing
+episode indices: the finished file holds the same episodes as an uninterrupted run (in the order they
+finished).
 
 Per step the file holds the observation the expert acted on (``obs/rgb`` T,H,W,3 uint8, ``obs/mask``
 T,H,W uint8, ``obs/gripper`` T,3 float32), the expert's clean label (``actions`` T,4 float32), the
@@ -39,7 +40,7 @@ from graspsim.keys import PRIVILEGED_KEYS, RGB
 from graspsim.progress import progress_bar
 from graspsim.validate import finite_non_negative, non_negative_int, positive_int
 from graspsim.rollout import ExpertHooks, Finished, run_episodes
-from graspsim.seeds import derive_seed, episode_seeds
+from graspsim.seeds import episode_seeds
 
 from .fsm import FSMExpert
 
@@ -104,12 +105,6 @@ class CollectConfig:
         d = dataclasses.asdict(self)
         d["out"] = str(self.out)
         return d
-
-
-def _stream_seed(run_seed: int, stream: int, start: int) -> int:
-    """Seed of a run-level random stream (0: dynamics and image noise, 1: expert noise) for a run that
-    starts with ``start`` episodes in the file (a resumed run does not replay the first run's noise)."""
-    return derive_seed(run_seed, 1_000_003 + stream, start)
 
 
 def _env_args(cfg: CollectConfig) -> dict:
@@ -282,11 +277,9 @@ def _run(cfg: CollectConfig, writer: EpisodeWriter, device: torch.device, previo
     indices = _todo(cfg, previous)
     seeds = [episode_seeds(cfg.seed, "train", k, 1)[0] for k in indices]
     B = min(cfg.num_envs, len(seeds))
-    # one generator for dynamics + image noise and one for expert noise
-    env = GraspEnv(cfg.sim, num_envs=B, device=device, seed=_stream_seed(cfg.seed, 0, len(previous)))
-    g_expert = torch.Generator(device=device)
-    g_expert.manual_seed(_stream_seed(cfg.seed, 1, len(previous)))
-    expert = FSMExpert(cfg.sim, B, device, noise_std=cfg.noise, generator=g_expert)
+    # every random number of an episode comes from its episode seed (graspsim.rng), none from the env's seed
+    env = GraspEnv(cfg.sim, num_envs=B, device=device, seed=cfg.seed)
+    expert = FSMExpert(cfg.sim, B, device, noise_std=cfg.noise)
     bar, task = _progress_bar(cfg.progress, cfg.episodes, writer.num_episodes)
     hooks = _ExpertRecording(env, expert, cfg, writer, indices, n_success, progress_fn, bar, task)
     with bar:
