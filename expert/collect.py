@@ -5,10 +5,11 @@
 The file holds episodes 0..``episodes``-1 of the run seed's ``train`` stream (:mod:`graspsim.seeds`):
 ``demo_K.attrs["episode_index"]`` is the episode's index k in that stream and ``attrs["seed"]`` its
 episode seed, from which ``graspsim.GraspEnv(cfg.sim, num_envs=1, seed=s)`` rebuilds the scene. The
-loop is the one rollout driver (:func:`graspsim.rollout.run_episodes`). Every random number of an episode
-(dynamics, image and expert noise) comes from its own seed (:mod:`graspsim.rng`), so an episode's arrays
-do not depend on ``num_envs`` or on the other episodes of the batch. A resumed run collects exactly the
-missing episode indices, so the finished file holds the same scenes as an uninterrupted run.
+loop is the one rollout driver (:func:`graspsim.rollout.run_episodes`). Every random number of an
+episode (its scene, dynamics, image and expert noise) comes from its episode seed, so the same run seed
+and config give identical episodes at any ``num_envs``, and a resumed run collects exactly the missing
+episode indices: the finished file holds the same episodes as an uninterrupted run (in the order they
+finished).
 
 Per step the file holds the observation the expert acted on (``obs/rgb`` T,H,W,3 uint8, ``obs/mask``
 T,H,W uint8, ``obs/gripper`` T,3 float32), the expert's clean label (``actions`` T,4 float32), the
@@ -50,7 +51,7 @@ from graspsim.keys import PRIVILEGED_KEYS, RGB
 from graspsim.progress import progress_bar
 from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
 from graspsim.rollout import ExpertHooks, Finished, run_episodes
-from graspsim.seeds import derive_seed, episode_seeds
+from graspsim.seeds import episode_seeds
 
 from .fsm import FSMExpert
 
@@ -122,12 +123,6 @@ class CollectConfig:
         return d
 
 
-def _stream_seed(run_seed: int, stream: int, start: int) -> int:
-    """Seed of a run-level random stream (0: dynamics and image noise, 1: expert noise) for a run that
-    starts with ``start`` episodes in the file (a resumed run does not replay the first run's noise)."""
-    return derive_seed(run_seed, 1_000_003 + stream, start)
-
-
 def _env_args(cfg: CollectConfig) -> dict:
     from graspsim.gym_env import ENV_ID
 
@@ -178,8 +173,8 @@ def _collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None) -> 
         else:
             if start:
                 log.info("resuming %s at %d of %d episodes", cfg.out, start, cfg.episodes)
-            new_eps, new_steps, scene_steps, n_success = _run(cfg, writer, device, _todo(cfg, previous), len(previous),
-                                                              n_success, progress_fn, cfg.episodes, cfg.progress)
+            new_eps, new_steps, scene_steps, n_success = _run(cfg, writer, device, _todo(cfg, previous), n_success,
+                                                              progress_fn, cfg.episodes, cfg.progress)
     except KeyboardInterrupt:
         if not writer.num_episodes:  # nothing to keep: leave no empty file behind (and an old one untouched)
             writer.abort()
@@ -240,8 +235,7 @@ def _collect_sharded(cfg: CollectConfig, ctx: distributed.Context,
             sdir.mkdir(exist_ok=True)
             w = _writer(cfg, shard_file(cfg.out, ctx.rank), ctx.world_size, resume=True, consolidate=False)
             try:
-                n_eps, n_steps, scene_steps, _ = _run(cfg, w, device, mine, cfg.episodes - len(todo), 0,
-                                                      progress_fn if ctx.is_main else None,
+                n_eps, n_steps, scene_steps, _ = _run(cfg, w, device, mine, 0, progress_fn if ctx.is_main else None,
                                                       w.num_episodes + len(mine), cfg.progress and ctx.is_main)
                 new = (n_eps, n_steps, scene_steps)
             finally:
@@ -376,18 +370,16 @@ def _todo(cfg: CollectConfig, previous: list[dict]) -> list[int]:
     return todo
 
 
-def _run(cfg: CollectConfig, writer: EpisodeWriter, device: torch.device, indices: list[int], stream_start: int,
+def _run(cfg: CollectConfig, writer: EpisodeWriter, device: torch.device, indices: list[int],
          n_success: int, progress_fn: Callable[[dict], None] | None, target: int,
          show_progress: bool) -> tuple[int, int, int, int]:
     """Collect episodes ``indices`` of the ``train`` stream into ``writer`` (which holds ``target`` episodes when
     done). Returns (new episodes, their steps, scene steps simulated, successes in the writer's file)."""
     seeds = [episode_seeds(cfg.seed, "train", k, 1)[0] for k in indices]
     B = min(cfg.num_envs, len(seeds))
-    # one generator for dynamics + image noise and one for expert noise
-    env = GraspEnv(cfg.sim, num_envs=B, device=device, seed=_stream_seed(cfg.seed, 0, stream_start))
-    g_expert = torch.Generator(device=device)
-    g_expert.manual_seed(_stream_seed(cfg.seed, 1, stream_start))
-    expert = FSMExpert(cfg.sim, B, device, noise_std=cfg.noise, generator=g_expert)
+    # every random number of an episode comes from its episode seed (graspsim.rng), none from the env's seed
+    env = GraspEnv(cfg.sim, num_envs=B, device=device, seed=cfg.seed)
+    expert = FSMExpert(cfg.sim, B, device, noise_std=cfg.noise)
     bar, task = _progress_bar(show_progress, target, writer.num_episodes)
     hooks = _ExpertRecording(env, expert, cfg, writer, indices, n_success, progress_fn, bar, task, target)
     with bar:

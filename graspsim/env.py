@@ -1,4 +1,5 @@
-"""The batched environment: ``GraspEnv`` holds a :class:`State` and a seeded generator.
+"""The batched environment: ``GraspEnv`` holds a :class:`State` (each scene with its own random key) and a
+seeded generator for scenes drawn without episode seeds.
 
 >>> env = GraspEnv(SimConfig(), num_envs=256, device="cpu", seed=0)
 >>> obs = env.reset()                       # all scenes
@@ -156,8 +157,8 @@ class GraspEnv:
         """Start new episodes in the scenes ``env_ids`` (default all) and return the observation of every scene.
 
         ``seeds`` (one per id, see :mod:`graspsim.seeds`) builds each new scene from its episode seed;
-        without them the scenes are drawn from the env's generator. ``seed`` first re-seeds that generator
-        (gymnasium style: it also drives dynamics and image noise).
+        without them the scenes (and their random keys, which drive their dynamics and image noise) are drawn
+        from the env's generator; ``seed`` first re-seeds that generator (gymnasium style).
         """
         if seed is not None:
             self.generator.manual_seed(int(seed))

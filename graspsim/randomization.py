@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from .config import SimConfig
-from .rng import keys_from
+from .rng import key_from_floats
 from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, State
 from .textures import TEXTURE_NAMES
 
@@ -184,7 +184,8 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         dropped=false_b.clone(),
         missed=torch.zeros((n,), dtype=torch.long, device=dev),
         start_xy=sxy.clone(),
-        key=keys_from(g, n, dev),  # drawn last: the scene itself is what the same generator drew before
+        # the episode's random key: a hash of the scene's own draws (no extra draw from the generator)
+        key=key_from_floats(torch.cat([sphere_pos, tex_offset, azim[:, None], cam_offset], 1)),
     )
 
 

@@ -65,11 +65,18 @@ def normal(key: Tensor, counter: Tensor | int, tag: int, n: int) -> Tensor:
     return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * math.pi) * u[:, n:])
 
 
-def keys_from(generator: torch.Generator | None, n: int, device: torch.device | str = "cpu") -> Tensor:
-    """``n`` fresh 63-bit keys (int64) drawn from ``generator``."""
-    return torch.randint(0, 2**62, (n,), generator=generator, device=device, dtype=torch.long) * 2 + torch.randint(
-        0, 2, (n,), generator=generator, device=device, dtype=torch.long)
+def key_from_floats(x: Tensor) -> Tensor:
+    """B int64 keys hashed from the bit patterns of ``x`` (B,k float32, e.g. a scene's own random draws).
+
+    Deriving a scene's key from what was already drawn for it costs no further draws from the caller's
+    generator, so code that samples scenes from a shared generator (the vision composer) sees the same
+    stream as before keys existed."""
+    bits32 = x.float().contiguous().view(torch.int32).long() & 0xFFFFFFFF
+    h = torch.zeros(x.shape[0], dtype=torch.long, device=x.device)
+    for j in range(x.shape[1]):
+        h = _mix(h * _GOLDEN + bits32[:, j])
+    return h
 
 
 __all__ = ["TAG_ACTION_NOISE", "TAG_EXPERT_CHOICE", "TAG_EXPERT_NOISE", "TAG_IMAGE_NOISE", "TAG_SLIP", "bits",
-           "keys_from", "normal", "uniform"]
+           "key_from_floats", "normal", "uniform"]

@@ -19,10 +19,12 @@ Episode ``k`` of stream ``S`` of run seed ``r`` is ``episode_seeds(r, S, k, 1)[0
 (or two run seeds) share a scene with odds of about 2^-63. A job split over several processes gives
 each a disjoint range (or stride) of ``k`` and the union is the single-process run's scene set.
 
-Run-level random streams (dynamics noise, Bernoulli choices, minibatch order) come from
-:func:`derive_seed` of the run seed and a fixed tag per purpose. Scenes are per episode; the
-dynamics and image noise that the environment draws per step come from the environment's own
-generator, so a scene's *noise* (not its layout) depends on which episodes share the batch.
+An episode's per-step random numbers (action noise, grasp slip, image noise, the collect expert's
+noise, DAgger's choice of driver) are its own too: they are drawn from the scene's key (``State.key``,
+itself drawn from the episode seed) and the step counter (:mod:`graspsim.rng`), so an episode plays out
+the same whatever else shares the batch or the process. Run-level random streams that are not tied to
+an episode (minibatch order, network initialisation) come from :func:`derive_seed` of the run seed and
+a fixed tag per purpose.
 """
 
 from __future__ import annotations
