@@ -28,14 +28,16 @@ import tyro
 
 from graspsim.perf import tune_allocator
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 @dataclass(frozen=True)
 class LatencyConfig:
     """Time one decision at batch 1, per stage, torch vs onnxruntime."""
 
-    vision: Path = Path("vision/assets/segnet.pt")
+    vision: Path = REPO / "vision" / "assets" / "segnet.pt"
     """Vision checkpoint."""
-    policy: Path = Path("tests/assets/policy_format0.pt")
+    policy: Path = REPO / "tests" / "assets" / "policy_format0.pt"
     """Control checkpoint."""
     threads: int = 2
     """torch.set_num_threads and onnxruntime intra-op threads."""

@@ -297,6 +297,8 @@ class _DeployHooks(Hooks):
         self.close_episode(self.env.end or "time_limit", bool(fin.success[0]), int(fin.steps[0]))
 
     def close_episode(self, end: str, success: bool, ticks: int) -> None:
+        if self.episode < len(self.episodes):  # no episode open (it never started, or it was closed already)
+            return
         known = getattr(self.env, "success_known", False)
         ep = {"episode": self.episode, "seed": None, "ticks": ticks, "success": success if known else None,
               "end": end, "stops": dict(self.ep_stops)}
@@ -314,7 +316,10 @@ class _DeployHooks(Hooks):
         if self.last_start is not None:
             self.intervals.append(now - self.last_start)
         self.last_start = now
-        self.next_t = (now if self.next_t is None else max(self.next_t, now)) + self.period
+        # the next tick is due one period after this one was due (sleep overshoot does not accumulate); after an
+        # overrun of more than a period it starts at once, without a burst of ticks to catch up
+        due = (now if self.next_t is None else self.next_t) + self.period
+        self.next_t = due if due >= now else now
         return now
 
     def act(self, obs, active):

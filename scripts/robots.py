@@ -91,7 +91,7 @@ class SimWorld:
         from graspsim import make_env
 
         self.backend, self.cfg = backend, cfg
-        self.env = make_env(backend, cfg, 1, "cpu", seed)
+        self.env = make_env({"sim": "torch"}.get(backend, backend), cfg, 1, "cpu", seed)
         self.gripper = np.zeros(3, np.float32)
         self.done, self.success, self.reason = False, False, ""
 

@@ -84,6 +84,16 @@ def test_deploy_bullet_grasps_and_records(tmp_path):
     assert [r["mask_px"] for r in runs[0]] == [r["mask_px"] for r in rows if r["episode"] == "0"]
 
 
+def test_deploy_torch_sim_world(tmp_path):
+    """The torch simulator as camera and robot (one shared scene); the scenes are the test stream's."""
+    from graspsim.seeds import episode_seeds
+
+    s = deploy(_cfg(tmp_path, camera="sim", robot="sim", episodes=2, seed=3))
+    assert s["episodes"] == 2 and s["success_rate"] is not None
+    assert [e["seed"] for e in s["per_episode"]] == episode_seeds(3, "test", 0, 2)
+    assert s["success_rate"] >= 0.5, s["per_episode"]
+
+
 @pytest.mark.slow
 def test_deploy_bullet_50_scenes_matches_eval_sim(tmp_path):
     """deploy (pybullet camera + Panda adapter) on 50 scenes: >= 90% success and inside the 95% interval of
@@ -245,3 +255,27 @@ def test_wrong_checkpoint_kind(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2 and "Traceback" not in err and "vision checkpoint" in err and "graspsim-control" in err, err
     assert not (tmp_path / "o").exists()
+
+
+# ------------------------------------------------------------------------------------------ record and propose-masks
+def test_record_and_propose_masks(tmp_path):
+    import cv2
+
+    from vision.io import list_images, read_mask
+
+    sample = ROOT / "data" / "sample_real"
+    assert main(["record", "--camera", str(sample), "--out", str(tmp_path / "rec"), "--frames", "5", "--hz", "0"]) == 0
+    assert [p.name for p in list_images(tmp_path / "rec" / "images")] == [f"frame_{k:04d}.png" for k in range(5)]
+    assert len((tmp_path / "rec" / "frames.csv").read_text().splitlines()) == 6
+    # a red-orange disc on grey is proposed exactly; a grey frame gets an empty mask
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    img = np.full((64, 64, 3), 128, np.uint8)
+    cv2.circle(img, (40, 20), 4, (30, 70, 230), -1)  # BGR red-orange
+    cv2.imwrite(str(imgs / "dot.png"), img)
+    cv2.imwrite(str(imgs / "grey.png"), np.full((64, 64, 3), 128, np.uint8))
+    assert main(["propose-masks", "--images", str(imgs), "--out", str(tmp_path / "prop")]) == 0
+    dot = read_mask(tmp_path / "prop" / "masks" / "dot.png")
+    assert np.array_equal(dot, (img == (30, 70, 230)).all(-1))
+    assert not read_mask(tmp_path / "prop" / "masks" / "grey.png").any()
+    assert (tmp_path / "prop" / "contact_sheet.png").is_file()
