@@ -89,6 +89,17 @@ class BlankCamera(RedDotCamera):
         return Frame(np.full((64, 64, 3), 120, np.uint8), time.monotonic(), self.k - 1)
 
 
+class InterruptedCamera(RedDotCamera):
+    """Ctrl-C arrives during the third read."""
+
+    name = "interrupted"
+
+    def read(self, timeout):
+        if self.k == 2:
+            raise KeyboardInterrupt
+        return super().read(timeout)
+
+
 class SilentCamera:
     """Never delivers a frame."""
 

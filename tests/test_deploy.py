@@ -200,6 +200,30 @@ def test_adapter_that_raises_is_stopped_first(tmp_path, capsys):
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["ended"] == "error"
 
 
+def test_ctrl_c_stops_the_robot_first_and_keeps_the_summary(tmp_path):
+    deploy_fakes.EVENTS.clear()
+    with pytest.raises(KeyboardInterrupt):
+        deploy(_cfg(tmp_path, camera="deploy_fakes:InterruptedCamera", robot="deploy_fakes:LoggingRobot", hz=100.0,
+                    time_limit=1.0))
+    assert [k for k, _ in deploy_fakes.EVENTS] == ["send", "send", "stop"]
+    s = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert s["ended"] == "interrupted" and s["per_episode"][0]["end"] == "interrupted"
+
+
+def test_video_file_camera(tmp_path):
+    import cv2
+
+    path = tmp_path / "clip.avi"
+    w = cv2.VideoWriter(str(path), cv2.VideoWriter_fourcc(*"MJPG"), 10, (64, 64))
+    for k in range(6):
+        img = np.full((64, 64, 3), 120, np.uint8)
+        img[20 + k:24 + k, 30:34] = (30, 70, 230)  # BGR red-orange dot
+        w.write(img)
+    w.release()
+    s = deploy(_cfg(tmp_path, camera=str(path), robot="dry-run", time_limit=100.0))
+    assert s["ended"] == "camera_ended" and s["ticks"] == 6 and s["camera"] == f"video:{path}"
+
+
 def test_camera_without_frames_is_a_clear_error(tmp_path, capsys):
     deploy_fakes.EVENTS.clear()
     code, err = _cli(["--camera", "deploy_fakes:SilentCamera", "--robot", "deploy_fakes:LoggingRobot",

@@ -50,16 +50,18 @@ def _rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def test_deploy_onnx_decides_like_torch(exported, tmp_path):
+def test_deploy_onnx_decides_like_torch(tmp_path):
     """Replay the shipped sample real images through deploy with both runtimes (torch at float32, like the graphs):
     the same masks, grip decisions and stops, velocities within the tolerance."""
     runs = {}
     for runtime in ("torch", "onnx"):
-        extra = ["--onnx", str(exported[0])] if runtime == "onnx" else ["--precision", "fp32"]
+        extra = [] if runtime == "onnx" else ["--precision", "fp32"]  # onnx: deploy exports into OUT/onnx itself
         assert main(["deploy", "--vision", str(VISION), "--policy", str(POLICY), "--camera", str(SAMPLE),
                      "--robot", "dry-run", "--out", str(tmp_path / runtime), "--hz", "0", "--time-limit", "1000",
                      "--runtime", runtime, *extra, "--no-progress", "--warmup", "1"]) == 0
         runs[runtime] = _rows(tmp_path / runtime / "ticks.csv")
+        if runtime == "onnx":
+            assert (tmp_path / "onnx" / "onnx" / "contract.json").is_file()
         assert json.loads((tmp_path / runtime / "summary.json").read_text())["runtime"] == runtime
     t, o = runs["torch"], runs["onnx"]
     assert len(t) == len(o) >= 10
