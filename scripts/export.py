@@ -19,7 +19,6 @@ autocast on CPUs with native bf16), so the parity check compares like with like.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
