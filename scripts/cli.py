@@ -27,6 +27,10 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "eval-sim": ("dagger.evaluate", "EvalSimConfig", "evaluate_sim", "closed-loop evaluation in simulation"),
     "pipeline": ("scripts.pipeline", "PipelineConfig", "run_pipeline", "collect -> vision -> DAgger -> evaluate -> report"),
     "bench": ("scripts.bench", "BenchConfig", "run_bench", "throughput benchmark: batched torch sim vs pybullet"),
+    "deploy": ("scripts.deploy", "DeployConfig", "deploy", "run the nets closed-loop on a camera and a robot at a fixed rate"),
+    "record": ("scripts.record", "RecordConfig", "record", "capture frames from a camera into an eval-real image folder"),
+    "propose-masks": ("scripts.record", "ProposeMasksConfig", "propose_masks", "propose target masks by colour range + contact sheet (check by eye)"),
+    "export": ("scripts.export", "ExportConfig", "export", "write the vision and control nets as ONNX with a JSON contract"),
 }
 
 

@@ -1,0 +1,282 @@
+"""The deployable controller: one wrist frame and the gripper senses in, one command out.
+
+>>> ctl = Controller.from_checkpoints("vision/assets/segnet.pt", "runs/dg/policy.pt")   # or runtime="onnx"
+>>> ctl.reset()                                   # at each episode start
+>>> d = ctl.decide(rgb, gripper)                  # rgb H,W,3 uint8 (any size), gripper 3 float32
+>>> d.command                                     # 4 float32: (vx, vy, vz) m/s, grip +1 closes / -1 opens
+
+One decision is: resize the frame to the nets' input size (INTER_AREA when shrinking, as ``eval-real`` does),
+segment it (the vision net and its stored threshold and frame gate), run the control net on the mask and the
+gripper senses, then the safety rules that belong to the controller itself:
+
+* **velocity clip**: each axis within the trained range ``+-max_speed`` (the net's tanh already keeps it there;
+  a non-finite output becomes zero velocity, ``stop="non_finite"``);
+* **gripper hysteresis**: an open gripper closes when the grip logit rises above ``grip_close``, a closed one
+  opens when it falls below ``grip_open``; in between the gripper keeps its state (no chatter near 0);
+* **lost target**: when no target pixel has been seen for ``lost_ticks`` decisions in a row while the gripper
+  is open, the velocity is zero (``stop="target_lost"``) until the target is seen again. While the gripper is
+  closed the rule is off, because a held target can hide between the fingers.
+
+Rules that need the clock or the arm (stale frame, episode time limit, the workspace box, Ctrl-C) live in
+the deploy loop (``scripts/deploy.py``).
+
+Two runtimes give the same decisions: ``torch`` (:class:`vision.infer.Segmenter`, which uses bf16 autocast
+where the CPU has native bf16 and the checkpoint's probe frames agree, and :class:`dagger.policy.MaskPolicy`)
+and ``onnx`` (onnxruntime on the float32 graphs written by ``graspsim export``; see :data:`CONTRACT_FILE`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from graspsim.env import GRIPPER_DIM
+from graspsim.validate import non_negative_int
+
+CONTRACT_FILE = "contract.json"
+"""Name of the JSON that ``graspsim export`` writes beside the ONNX graphs (their inputs, outputs, constants)."""
+VISION_ONNX = "vision.onnx"
+CONTROL_ONNX = "control.onnx"
+CONTRACT_KIND = "graspsim-onnx-contract"
+CONTRACT_VERSION = 1
+
+STOP_REASONS = ("", "non_finite", "target_lost", "stale_frame", "time_limit", "workspace", "shutdown")
+"""Why a tick's velocity was forced (``""`` = not forced); the controller sets the first three, the loop the rest."""
+
+
+@dataclass(frozen=True)
+class SafetyConfig:
+    """The controller's own safety rules (see the module docstring)."""
+
+    grip_close: float = 0.5
+    """An open gripper closes when the grip logit exceeds this."""
+    grip_open: float = -0.5
+    """A closed gripper opens when the grip logit falls below this (must be <= grip_close)."""
+    lost_ticks: int = 10
+    """Zero velocity after this many decisions in a row without a target pixel while the gripper is open (0 = off)."""
+
+    def __post_init__(self) -> None:
+        for name in ("grip_close", "grip_open"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"SafetyConfig.{name} must be a finite number; got {v!r}")
+        if self.grip_open > self.grip_close:
+            raise ValueError(f"SafetyConfig: grip_open ({self.grip_open}) must be <= grip_close ({self.grip_close})")
+        non_negative_int("SafetyConfig", "lost_ticks", self.lost_ticks)
+
+
+@dataclass
+class Decision:
+    """One tick's decision (numpy, batch 1 squeezed)."""
+
+    command: np.ndarray
+    """4 float32: (vx, vy, vz) m/s after the safety rules, grip +1 (close) or -1 (open)."""
+    action: np.ndarray
+    """4 float32: the control net's action before the rules ((vx, vy, vz) m/s, grip logit)."""
+    mask: np.ndarray
+    """S,S bool: the predicted target mask at the nets' input size."""
+    visible: bool
+    stop: str = ""
+    times_ms: dict = field(default_factory=dict)
+    """``vision`` and ``control`` wall times of this decision (ms)."""
+
+
+def resize_frame(rgb: np.ndarray, size: int) -> np.ndarray:
+    """``rgb`` H,W,3 uint8 -> size,size,3 uint8 (INTER_AREA when shrinking, else bilinear; non-square frames are
+    stretched, as in ``eval-real``)."""
+    if not isinstance(rgb, np.ndarray) or rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
+        desc = f"{rgb.dtype} {rgb.shape}" if isinstance(rgb, np.ndarray) else type(rgb).__name__
+        raise ValueError(f"controller: a frame must be an H,W,3 uint8 RGB array; got {desc}")
+    if rgb.shape[:2] == (size, size):
+        return rgb
+    import cv2
+
+    interp = cv2.INTER_AREA if max(rgb.shape[:2]) > size else cv2.INTER_LINEAR
+    return cv2.resize(rgb, (size, size), interpolation=interp)
+
+
+def mask_from_logits(logits: np.ndarray, threshold: float, peak_threshold: float) -> np.ndarray:
+    """B,H,W float logits -> B,H,W bool, the rule of :meth:`vision.infer.Segmenter.predict_mask`: prob >= threshold
+    in frames whose highest prob reaches ``peak_threshold`` (0 = no frame gate)."""
+    t = float(torch.logit(torch.tensor(threshold)).item())
+    mask = logits >= t
+    if peak_threshold > 0.0:
+        peak = float(torch.logit(torch.tensor(peak_threshold)).item())
+        mask &= (logits.reshape(len(logits), -1).max(1) >= peak)[:, None, None]
+    return mask
+
+
+def action_from_raw(raw: np.ndarray, max_speed: float) -> np.ndarray:
+    """Control-net raw outputs B,4 -> action B,4 float32 (:func:`dagger.model.to_action` in numpy)."""
+    out = raw.astype(np.float32).copy()
+    out[:, :3] = np.tanh(out[:, :3]) * np.float32(max_speed)
+    return out
+
+
+# ------------------------------------------------------------------------------------------ the two runtimes
+class TorchNets:
+    """Vision + control in torch: ``mask(rgb 1,3,S,S uint8) -> 1,S,S bool``, ``action(mask, gripper 1,3) -> 1,4``."""
+
+    runtime = "torch"
+
+    def __init__(self, vision: str | os.PathLike, policy: str | os.PathLike, precision: str = "auto",
+                 device: str = "cpu"):
+        from vision.infer import Segmenter
+
+        from .policy import MaskPolicy
+
+        self.seg = Segmenter.from_checkpoint(vision, device=device, precision=precision)
+        self.policy = MaskPolicy.from_checkpoint(policy, device=device)
+        if self.policy.cfg.image_size != self.seg.image_size:
+            raise ValueError(f"the vision net works at {self.seg.image_size} px but the control net at "
+                             f"{self.policy.cfg.image_size} px; use checkpoints trained at one image size")
+        self.image_size = self.seg.image_size
+        self.max_speed = float(self.policy.cfg.max_speed)
+        self.precision = "bf16" if self.seg.bf16 else "fp32"
+        self.mirror_tta = bool(self.seg.mirror_tta)
+
+    def mask(self, rgb: np.ndarray) -> np.ndarray:
+        return self.seg.predict_mask(torch.from_numpy(rgb)).numpy()
+
+    def action(self, mask: np.ndarray, gripper: np.ndarray) -> np.ndarray:
+        return self.policy.act(torch.from_numpy(mask), torch.from_numpy(gripper)).numpy()
+
+
+class OnnxNets:
+    """Vision + control in onnxruntime from a ``graspsim export`` folder (same interface as :class:`TorchNets`)."""
+
+    runtime = "onnx"
+
+    def __init__(self, folder: str | os.PathLike, threads: int = 0):
+        try:
+            import onnxruntime as ort
+        except ImportError as e:
+            raise ValueError("--runtime onnx needs onnxruntime: pip install 'graspsim[deploy]'") from e
+        folder = Path(folder)
+        self.contract = read_contract(folder)
+        opts = ort.SessionOptions()
+        if threads:
+            opts.intra_op_num_threads = int(threads)
+        opts.log_severity_level = 3
+        providers = ["CPUExecutionProvider"]
+        self.vision = ort.InferenceSession(str(folder / VISION_ONNX), opts, providers=providers)
+        self.control = ort.InferenceSession(str(folder / CONTROL_ONNX), opts, providers=providers)
+        v, c = self.contract["vision"], self.contract["control"]
+        self.image_size = int(v["image_size"])
+        self.threshold, self.peak_threshold = float(v["threshold"]), float(v["peak_threshold"])
+        self.max_speed = float(c["max_speed"])
+        self.precision = "fp32"
+        self.mirror_tta = bool(v["mirror_tta"])
+
+    def logits(self, rgb: np.ndarray) -> np.ndarray:
+        return self.vision.run(None, {"rgb": np.ascontiguousarray(rgb)})[0]
+
+    def raw(self, mask: np.ndarray, gripper: np.ndarray) -> np.ndarray:
+        return self.control.run(None, {"mask": mask.astype(np.float32), "gripper": gripper.astype(np.float32)})[0]
+
+    def mask(self, rgb: np.ndarray) -> np.ndarray:
+        return mask_from_logits(self.logits(rgb), self.threshold, self.peak_threshold)
+
+    def action(self, mask: np.ndarray, gripper: np.ndarray) -> np.ndarray:
+        return action_from_raw(self.raw(mask, gripper), self.max_speed)
+
+
+def read_contract(folder: str | os.PathLike) -> dict:
+    """The contract JSON of an export folder; ValueError naming what is missing or of the wrong kind."""
+    folder = Path(folder)
+    path = folder / CONTRACT_FILE
+    if not path.is_file():
+        raise ValueError(f"{folder} is not a 'graspsim export' folder: {CONTRACT_FILE} is missing")
+    try:
+        contract = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(contract, dict) or contract.get("kind") != CONTRACT_KIND:
+        raise ValueError(f"{path} is not a graspsim ONNX contract (kind {contract.get('kind') if isinstance(contract, dict) else None!r})")
+    if contract.get("format_version") != CONTRACT_VERSION:
+        raise ValueError(f"{path}: contract format_version {contract.get('format_version')!r}; this version reads "
+                         f"{CONTRACT_VERSION}; export again with 'graspsim export'")
+    for name in (VISION_ONNX, CONTROL_ONNX):
+        if not (folder / name).is_file():
+            raise ValueError(f"{folder}: {name} is missing; export again with 'graspsim export'")
+    return contract
+
+
+# ------------------------------------------------------------------------------------------ the controller
+class Controller:
+    """Frame + gripper senses -> :class:`Decision` (see the module docstring). Holds the per-episode state
+    (gripper hysteresis, lost-target count): call :meth:`reset` at every episode start."""
+
+    def __init__(self, nets, safety: SafetyConfig | None = None, clock: Callable[[], float] = time.perf_counter):
+        self.nets = nets
+        self.safety = safety or SafetyConfig()
+        self.image_size = int(nets.image_size)
+        self.max_speed = float(nets.max_speed)
+        self._clock = clock
+        self.reset()
+
+    @classmethod
+    def from_checkpoints(cls, vision: str | os.PathLike, policy: str | os.PathLike, *, precision: str = "auto",
+                         device: str = "cpu", safety: SafetyConfig | None = None) -> "Controller":
+        return cls(TorchNets(vision, policy, precision, device), safety)
+
+    @classmethod
+    def from_export(cls, folder: str | os.PathLike, *, threads: int = 0,
+                    safety: SafetyConfig | None = None) -> "Controller":
+        return cls(OnnxNets(folder, threads), safety)
+
+    @property
+    def runtime(self) -> str:
+        return self.nets.runtime
+
+    def reset(self) -> None:
+        """Start an episode: gripper open, target not yet lost."""
+        self.closed = False
+        self.lost = 0
+
+    def decide(self, rgb: np.ndarray, gripper: np.ndarray) -> Decision:
+        """``rgb`` H,W,3 uint8, ``gripper`` 3 float32 (finger gap / open gap, last close command, table contact)."""
+        gripper = np.asarray(gripper, np.float32).reshape(-1)
+        if gripper.shape != (GRIPPER_DIM,) or not np.isfinite(gripper).all():
+            raise ValueError(f"controller: gripper senses must be {GRIPPER_DIM} finite numbers; got {gripper.tolist()}")
+        x = resize_frame(rgb, self.image_size)
+        t0 = self._clock()
+        mask = self.nets.mask(np.ascontiguousarray(x.transpose(2, 0, 1)[None]))  # 1,S,S bool
+        t1 = self._clock()
+        action = self.nets.action(mask, gripper[None])[0].astype(np.float32)
+        t2 = self._clock()
+        return self._rules(action, mask[0], {"vision": 1e3 * (t1 - t0), "control": 1e3 * (t2 - t1)})
+
+    def _rules(self, action: np.ndarray, mask: np.ndarray, times: dict) -> Decision:
+        s = self.safety
+        visible = bool(mask.any())
+        stop = ""
+        vel = action[:3].copy()
+        grip = float(action[3])
+        if not np.isfinite(action).all():
+            vel[:] = 0.0
+            grip = 0.0  # keep the gripper as it is
+            stop = "non_finite"
+        vel = np.clip(vel, -self.max_speed, self.max_speed)
+        if not self.closed and grip > s.grip_close:
+            self.closed = True
+        elif self.closed and grip < s.grip_open:
+            self.closed = False
+        self.lost = 0 if (visible or self.closed) else self.lost + 1
+        if not stop and s.lost_ticks and self.lost >= s.lost_ticks:
+            vel[:] = 0.0
+            stop = "target_lost"
+        command = np.array([*vel, 1.0 if self.closed else -1.0], np.float32)
+        return Decision(command=command, action=action, mask=mask, visible=visible, stop=stop, times_ms=times)
+
+
+__all__ = ["CONTRACT_FILE", "CONTROL_ONNX", "Controller", "Decision", "OnnxNets", "STOP_REASONS", "SafetyConfig",
+           "TorchNets", "VISION_ONNX", "action_from_raw", "mask_from_logits", "read_contract", "resize_frame"]

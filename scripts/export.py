@@ -1,0 +1,225 @@
+"""``graspsim export``: the vision and control nets as ONNX graphs (float32, opset >= 17) plus their contract.
+
+>>> graspsim export --vision vision/assets/segnet.pt --policy runs/dg/policy.pt --out runs/onnx
+
+Writes into ``--out``:
+
+* ``vision.onnx``: ``rgb`` B,3,S,S **uint8** -> ``logits`` B,S,S float32 (the /255 scaling is inside the graph; with
+  mirror averaging, as the checkpoint chose it, the mirrored pass is inside too);
+* ``control.onnx``: ``mask`` B,S,S float32 (0/1) and ``gripper`` B,3 float32 -> ``raw`` B,4 float32;
+* ``contract.json``: the inputs and outputs above, the constants that turn outputs into decisions (mask threshold
+  and frame gate, ``max_speed``), the source checkpoints' sha256, and, unless ``--no-check``, the parity of the
+  graphs with torch float32 on ``--frames`` simulator frames (max abs difference of logits and raw outputs, mask
+  and grip agreement).
+
+The decision rules (threshold, gate, tanh, hysteresis) stay outside the graphs, in
+:mod:`dagger.controller`, which runs either runtime. The graphs are float32 whatever the torch path uses (bf16
+autocast on CPUs with native bf16), so the parity check compares like with like.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from dagger.controller import (CONTRACT_FILE, CONTRACT_KIND, CONTRACT_VERSION, CONTROL_ONNX, VISION_ONNX,
+                               action_from_raw, mask_from_logits)
+from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
+from graspsim.validate import int_in, non_negative_int, positive_int
+
+log = logging.getLogger(__name__)
+
+OUTPUTS = (VISION_ONNX, CONTROL_ONNX, CONTRACT_FILE)
+PARITY_TOLERANCE = 1e-4
+"""Largest allowed abs difference between ONNX and torch float32 outputs (logits and raw control outputs)."""
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Export the vision and control nets to ONNX with a JSON contract of their inputs and outputs."""
+
+    vision: Path
+    """Vision checkpoint (graspsim train-vision)."""
+    policy: Path
+    """Control checkpoint (graspsim dagger)."""
+    out: Path
+    """Output folder: vision.onnx, control.onnx, contract.json."""
+    opset: int = 17
+    """ONNX opset (>= 17)."""
+    check: bool = True
+    """Check the graphs against torch float32 on --frames simulator frames (needs onnxruntime)."""
+    frames: int = 256
+    """Frames of the parity check."""
+    seed: int = 0
+    """Seed of the parity-check scenes and gripper senses."""
+    mirror_tta: Optional[bool] = None
+    """Put mirror averaging into the vision graph (default: as the checkpoint chose it; its thresholds assume that)."""
+    overwrite: bool = False
+    """Replace an earlier export in --out."""
+
+    def __post_init__(self) -> None:
+        for name in ("vision", "policy", "out"):
+            object.__setattr__(self, name, Path(getattr(self, name)))
+        check_in_file(self.vision, "ExportConfig.vision", "vision checkpoint", inside="checkpoint.pt")
+        check_in_file(self.policy, "ExportConfig.policy", "control checkpoint", inside="policy.pt")
+        int_in("ExportConfig", "opset", self.opset, 17, 23)
+        positive_int("ExportConfig", "frames", self.frames)
+        non_negative_int("ExportConfig", "seed", self.seed)
+
+
+class _VisionGraph(nn.Module):
+    """uint8 frames -> float32 logits, optionally mirror-averaged."""
+
+    def __init__(self, model: nn.Module, mirror: bool):
+        super().__init__()
+        self.model, self.mirror = model, mirror
+
+    def forward(self, rgb: Tensor) -> Tensor:
+        x = rgb.float() / 255.0
+        if self.mirror:
+            return 0.5 * (self.model(x) + self.model(x.flip(-1)).flip(-1))
+        return self.model(x)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _onnx_export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], opset: int) -> None:
+    axes = {n: {0: "batch"} for n in inputs + outputs}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), args, str(path), opset_version=opset, dynamo=False, input_names=inputs,
+                          output_names=outputs, dynamic_axes=axes)
+
+
+def load_nets(vision: Path, policy: Path):
+    """(Segmenter at float32, MaskPolicy) from the checkpoints (kinds checked)."""
+    from dagger.policy import MaskPolicy
+    from vision.infer import Segmenter
+
+    seg = Segmenter.from_checkpoint(vision, precision="fp32")
+    pol = MaskPolicy.from_checkpoint(policy)
+    if pol.cfg.image_size != seg.image_size:
+        raise ValueError(f"the vision net works at {seg.image_size} px but the control net at "
+                         f"{pol.cfg.image_size} px; use checkpoints trained at one image size")
+    return seg, pol
+
+
+def parity_inputs(image_size: int, n: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``n`` simulator frames (n,3,S,S uint8; scenes of the ``test`` stream, camera partway down) and gripper
+    senses n,3 float32 (random gap, close bit, contact bit)."""
+    from graspsim import GraspEnv, SimConfig
+    from graspsim.seeds import episode_seeds
+
+    env = GraspEnv(SimConfig(image_size=image_size), num_envs=n, seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    # half the frames after a few steps straight down, so blobs of several sizes are seen
+    down = torch.zeros(n, 4)
+    down[:, 2] = -0.1 * (torch.arange(n) % 2).float()
+    with env.rendering(False):  # one render, at the end
+        env.reset(seeds=episode_seeds(seed, "test", 0, n))
+        for _ in range(8):
+            env.step(down)
+    obs = env.observe()
+    grip = torch.stack([torch.rand(n, generator=g), (torch.rand(n, generator=g) < 0.5).float(),
+                        (torch.rand(n, generator=g) < 0.2).float()], 1)
+    return obs["rgb"], grip
+
+
+def check_parity(folder: Path, seg, pol, frames: int = 256, seed: int = 0) -> dict:
+    """Compare the ONNX graphs in ``folder`` with torch float32 on ``frames`` simulator frames; returns the numbers."""
+    from dagger.controller import OnnxNets
+
+    nets = OnnxNets(folder)
+    rgb, grip = parity_inputs(seg.image_size, frames, seed)
+    with torch.no_grad():
+        t_logits = seg.logits(rgb).numpy()
+        t_mask = seg.predict_mask(rgb).numpy()
+        t_raw = pol.model(torch.from_numpy(t_mask), grip).numpy()
+    o_logits = np.concatenate([nets.logits(rgb[i:i + 64].numpy()) for i in range(0, frames, 64)])
+    o_mask = mask_from_logits(o_logits, nets.threshold, nets.peak_threshold)
+    o_raw = nets.raw(t_mask.astype(np.float32), grip.numpy())  # same mask in both: compares the control net alone
+    t_act, o_act = action_from_raw(t_raw, nets.max_speed), action_from_raw(o_raw, nets.max_speed)
+    return {
+        "frames": frames,
+        "seed": seed,
+        "vision_logits_max_abs_diff": float(np.abs(o_logits - t_logits).max()),
+        "vision_prob_max_abs_diff": float(np.abs(1 / (1 + np.exp(-o_logits)) - 1 / (1 + np.exp(-t_logits))).max()),
+        "mask_pixels_differing": int((o_mask != t_mask).sum()),
+        "frames_with_target": int(t_mask.reshape(frames, -1).any(1).sum()),
+        "control_raw_max_abs_diff": float(np.abs(o_raw - t_raw).max()),
+        "action_max_abs_diff": float(np.abs(o_act - t_act).max()),
+        "grip_decisions_differing": int(((o_raw[:, 3] > 0) != (t_raw[:, 3] > 0)).sum()),
+        "tolerance": PARITY_TOLERANCE,
+    }
+
+
+def export(cfg: ExportConfig) -> dict:
+    """Write the graphs and contract (see the module docstring); returns the contract."""
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
+    seg, pol = load_nets(cfg.vision, cfg.policy)
+    if cfg.mirror_tta is not None:
+        seg.mirror_tta = bool(cfg.mirror_tta)
+    S = seg.image_size
+    model = seg.model.to(memory_format=torch.contiguous_format)
+    with staged_dir(out, lambda name: name in OUTPUTS) as stage:
+        _onnx_export(_VisionGraph(model, seg.mirror_tta), (torch.zeros(1, 3, S, S, dtype=torch.uint8),),
+                     stage / VISION_ONNX, ["rgb"], ["logits"], cfg.opset)
+        _onnx_export(pol.model, (torch.zeros(1, S, S), torch.zeros(1, 3)), stage / CONTROL_ONNX,
+                     ["mask", "gripper"], ["raw"], cfg.opset)
+        contract = {
+            "kind": CONTRACT_KIND,
+            "format_version": CONTRACT_VERSION,
+            "opset": cfg.opset,
+            "sources": {"vision": {"path": str(cfg.vision), "sha256": _sha256(cfg.vision)},
+                        "policy": {"path": str(cfg.policy), "sha256": _sha256(cfg.policy),
+                                   "iteration": pol.iteration}},
+            "vision": {
+                "file": VISION_ONNX,
+                "inputs": [{"name": "rgb", "shape": ["batch", 3, S, S], "dtype": "uint8",
+                            "meaning": "RGB wrist frames resized to SxS (INTER_AREA when shrinking), channels first"}],
+                "outputs": [{"name": "logits", "shape": ["batch", S, S], "dtype": "float32",
+                             "meaning": "target logit per pixel"}],
+                "image_size": S, "threshold": seg.threshold, "peak_threshold": seg.peak_threshold,
+                "mirror_tta": bool(seg.mirror_tta),
+                "mask_rule": "target = logit >= logit(threshold), in frames whose largest logit >= logit(peak_threshold) "
+                             "(peak_threshold 0: no frame gate)",
+            },
+            "control": {
+                "file": CONTROL_ONNX,
+                "inputs": [{"name": "mask", "shape": ["batch", S, S], "dtype": "float32", "meaning": "target mask 0/1"},
+                           {"name": "gripper", "shape": ["batch", 3], "dtype": "float32",
+                            "meaning": "finger gap / open gap, last close command 0/1, table contact 0/1"}],
+                "outputs": [{"name": "raw", "shape": ["batch", 4], "dtype": "float32",
+                             "meaning": "pre-tanh velocity (3) and grip logit (1)"}],
+                "max_speed": float(pol.cfg.max_speed),
+                "action_rule": "velocity m/s = tanh(raw[:3]) * max_speed (gripper-aligned base frame); raw[3] > 0 "
+                               "asks to close (dagger.controller adds hysteresis)",
+            },
+        }
+        atomic_write_text(stage / CONTRACT_FILE, json.dumps(contract, indent=2))
+        if cfg.check:
+            par = check_parity(stage, seg, pol, cfg.frames, cfg.seed)
+            contract["parity"] = par
+            atomic_write_text(stage / CONTRACT_FILE, json.dumps(contract, indent=2))
+            worst = max(par["vision_logits_max_abs_diff"], par["control_raw_max_abs_diff"])
+            (log.info if worst <= PARITY_TOLERANCE else log.warning)(
+                "export parity on %d frames: logits max diff %.2g, control raw max diff %.2g, %d mask pixels and %d "
+                "grip decisions differ (tolerance %g)", par["frames"], par["vision_logits_max_abs_diff"],
+                par["control_raw_max_abs_diff"], par["mask_pixels_differing"], par["grip_decisions_differing"],
+                PARITY_TOLERANCE)
+    log.info("export: wrote %s", ", ".join(str(out / n) for n in OUTPUTS))
+    return contract
+
+
+__all__ = ["ExportConfig", "PARITY_TOLERANCE", "check_parity", "export", "load_nets", "parity_inputs"]
