@@ -14,6 +14,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 # script -> (a bad flag, what the error must name)
 BAD_FLAGS = {
+    "bench_distributed.py": (["--procs", "0"], "BenchDistributedConfig.procs"),
     "bench_latency.py": (["--calls", "0"], "LatencyConfig.calls"),
     "bench_sim.py": (["--batch-sizes", "0"], "batch_sizes"),
     "bench_vision_train.py": (["--rounds", "0"], "--rounds"),
