@@ -33,7 +33,7 @@ import torch
 from .fileio import atomic_write_text, check_in_file, replace_atomically
 
 CONFIG_NAME = "config.json"
-TRAINING_ONLY = ("optimizer", "scheduler", "generator_state")
+TRAINING_ONLY = ("optimizer", "scheduler", "generator_state", "generator_states")
 """Checkpoint entries that only resuming training needs; deployable checkpoints leave them out."""
 
 

@@ -5,7 +5,8 @@ Keys: ``kind`` = "graspsim-vision", ``format_version``, ``model`` (state_dict), 
 JSON-able dict), ``step``, ``threshold`` (probability threshold chosen on validation), ``peak_threshold`` (frame-level
 gate chosen with it, 0 = none; optional, older checkpoints lack it), ``image_size``,
 ``metrics`` (last validation metrics), ``probe_rgb`` (a few validation images ``N,3,H,W uint8`` used to
-check reduced-precision inference), ``generator_state`` (training data RNG, for resume).
+check reduced-precision inference), ``generator_state`` (training data RNG, for resume); under torchrun also
+``generator_states`` (every rank's data RNG, in rank order) and ``world_size``.
 """
 
 from __future__ import annotations
