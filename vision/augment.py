@@ -98,10 +98,11 @@ class AugmentConfig:
     """JPEG compression artefacts (OpenCV, on the CPU)."""
     jpeg_quality: Range = (60.0, 95.0)
     """JPEG quality range."""
-    clean_fraction: float = 0.0
+    clean_fraction: float = 0.5
     """Share of each batch left exactly as the renderer draws it (target scale 1, no stage at all), so that part
     of every batch stays in our own composites' distribution while the rest is randomized (the first
-    ``round(clean_fraction * n)`` frames of a batch; frames are drawn i.i.d., so which ones does not matter)."""
+    ``round(clean_fraction * n)`` frames of a batch; frames are drawn i.i.d., so which ones does not matter).
+    Half and half: +0.03 composite validation IoU at 1000 steps, transfer unchanged (docs/vision.md)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -130,7 +131,7 @@ class AugmentConfig:
     def off(cls) -> "AugmentConfig":
         """Every augmentation off (target scale 1): composites exactly as the renderer draws them."""
         kw = {f.name: 0.0 for f in fields(cls) if f.name.endswith("_prob")}
-        return cls(target_scale=(1.0, 1.0), **kw)
+        return cls(target_scale=(1.0, 1.0), clean_fraction=0.0, **kw)
 
 
 # ----------------------------------------------------------------------------------------------- helpers
