@@ -49,6 +49,23 @@ def test_everything_off_is_the_identity(layers):
     assert torch.equal(jpeg_frames(rgb, OFF, _gen()), rgb)
 
 
+def test_clean_fraction_leaves_its_frames_untouched(layers):
+    lay, bg, _ = layers
+    n = lay.color.shape[0]
+    full = dataclasses.replace(AugmentConfig(), clean_fraction=0.5, **{f.name: 1.0 for f in dataclasses.fields(AugmentConfig)
+                                                                      if f.name.endswith("_prob")})
+    k = int(round(0.5 * n))
+    color, cover, bg2 = augment_layer(lay.color, lay.alpha, lay.mask, bg, lay.kind, full, _gen())
+    sim = (lay.kind == 3)[:, None, None]
+    assert torch.equal(cover[:k, 0], (lay.alpha | sim).float()[:k]) and torch.equal(color[:k], lay.color[:k])
+    assert torch.equal(bg2[:k], bg[:k]) and not torch.equal(bg2[k:], bg[k:])
+    frame = lay.color.clamp(0, 1)
+    out, mask = augment_frame(frame, lay.mask, full, _gen())
+    assert torch.equal(out[:k], frame[:k]) and torch.equal(mask[:k], lay.mask[:k]) and not torch.equal(out[k:], frame[k:])
+    rgb = (frame * 255).to(torch.uint8)
+    assert torch.equal(jpeg_frames(rgb, full, _gen())[:k], rgb[:k])
+
+
 def test_highlights_and_speckle_touch_only_the_target(layers):
     lay, bg, _ = layers
     for cfg in (_only(highlight_prob=1.0), _only(speckle_prob=1.0)):

@@ -99,6 +99,11 @@ class AugmentConfig:
     """JPEG compression artefacts (OpenCV, on the CPU)."""
     jpeg_quality: Range = (60.0, 95.0)
     """JPEG quality range."""
+    clean_fraction: float = 0.5
+    """Share of each batch left exactly as the renderer draws it (target scale 1, no stage at all), so that part
+    of every batch stays in our own composites' distribution while the rest is randomized (the first
+    ``round(clean_fraction * n)`` frames of a batch; frames are drawn i.i.d., so which ones does not matter).
+    Half and half: +0.03 composite validation IoU at 1000 steps, transfer unchanged (docs/vision.md)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -108,6 +113,7 @@ class AugmentConfig:
             elif isinstance(v, tuple):
                 if len(v) != 2 or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in v) or v[0] > v[1] or v[0] < 0:
                     raise ValueError(f"AugmentConfig.{f.name} must be a (low, high) pair with 0 <= low <= high; got {v!r}")
+        check_prob("clean_fraction", self.clean_fraction, "AugmentConfig")
         for name in ("target_scale", "light_tint", "exposure", "white_balance", "gamma"):
             if getattr(self, name)[0] <= 0:
                 raise ValueError(f"AugmentConfig.{name} must be positive; got {getattr(self, name)!r}")
@@ -126,7 +132,7 @@ class AugmentConfig:
     def off(cls) -> "AugmentConfig":
         """Every augmentation off (target scale 1): composites exactly as the renderer draws them."""
         kw = {f.name: 0.0 for f in fields(cls) if f.name.endswith("_prob")}
-        return cls(target_scale=(1.0, 1.0), **kw)
+        return cls(target_scale=(1.0, 1.0), clean_fraction=0.0, **kw)
 
 
 # ----------------------------------------------------------------------------------------------- helpers
@@ -137,6 +143,11 @@ def _u(r: Range, shape, g: torch.Generator, device) -> Tensor:
 def _pick(p: float, n: int, g: torch.Generator, device) -> Tensor:
     """n bool: each frame selected with probability ``p`` (always draws, so the stream does not depend on p)."""
     return torch.rand((n,), generator=g, device=device) < p
+
+
+def clean_frames(n: int, cfg: AugmentConfig, device) -> Tensor:
+    """n bool: the frames of a batch that no stage touches (the first ``round(cfg.clean_fraction * n)``)."""
+    return torch.arange(n, device=device) < int(round(cfg.clean_fraction * n))
 
 
 def _grid(K: int, device) -> tuple[Tensor, Tensor]:
@@ -190,6 +201,7 @@ def scale_targets(state, cfg: AugmentConfig, g: torch.Generator):
     """Scale each scene's target radius by a factor drawn from ``cfg.target_scale`` (the sphere keeps resting on
     the table). ``state``: a :class:`graspsim.State` of B scenes; returns the new state."""
     s = _u(cfg.target_scale, (state.batch_size,), g, state.device)
+    s = torch.where(clean_frames(state.batch_size, cfg, state.device), torch.ones_like(s), s)
     r = state.sphere_radius * s
     pos = torch.cat([state.sphere_pos[:, :2], r[:, None]], 1)
     return state.replace(sphere_radius=r, sphere_pos=pos)
@@ -203,6 +215,7 @@ def augment_layer(color: Tensor, alpha: Tensor, mask: Tensor, bg: Tensor, kind: 
     composite is ``color * coverage + bg * (1 - coverage)``."""
     n, _, H, W = color.shape
     dev = color.device
+    color0, bg0 = color, bg
     sim = (kind == 3)[:, None, None, None]
     a = alpha[:, None].float()
     m = mask[:, None].float()
@@ -251,7 +264,10 @@ def augment_layer(color: Tensor, alpha: Tensor, mask: Tensor, bg: Tensor, kind: 
     c_ext = filter_frames(color * a, k3) / a_soft.clamp_min(1e-3)
     cover = torch.where(sim, torch.ones_like(a), a + edge * (a_soft - a))
     color = torch.where((edge > 0) & (a == 0), c_ext, color)
-    return color.clamp(0, 1), cover.clamp(0, 1), bg
+    clean = clean_frames(n, cfg, dev)[:, None, None, None]
+    hard = torch.where(sim, torch.ones_like(a), a)
+    return (torch.where(clean, color0, color.clamp(0, 1)), torch.where(clean, hard, cover.clamp(0, 1)),
+            torch.where(clean, bg0, bg))
 
 
 def augment_frame(color: Tensor, mask: Tensor, cfg: AugmentConfig, g: torch.Generator) -> tuple[Tensor, Tensor]:
@@ -259,6 +275,7 @@ def augment_frame(color: Tensor, mask: Tensor, cfg: AugmentConfig, g: torch.Gene
     noise and quantisation); returns (color, mask)."""
     n, _, H, W = color.shape
     dev = color.device
+    color0, mask0 = color, mask
     # occluders: a rectangle near the target's centre hides part of it
     cy, cx, rad, has = _target_geometry(mask)
     occ = _pick(cfg.occluder_prob, n, g, dev) & has
@@ -294,14 +311,15 @@ def augment_frame(color: Tensor, mask: Tensor, cfg: AugmentConfig, g: torch.Gene
     # signal-dependent (shot) noise
     k = _pick(cfg.shot_noise_prob, n, g, dev)[:, None, None, None] * _u(cfg.shot_noise, (n, 1, 1, 1), g, dev)
     color = color + k * color.clamp_min(0).sqrt() * torch.randn(color.shape, generator=g, device=dev)
-    return color.clamp(0, 1), mask
+    clean = clean_frames(n, cfg, dev)
+    return torch.where(clean[:, None, None, None], color0, color.clamp(0, 1)), torch.where(clean[:, None, None], mask0, mask)
 
 
 def jpeg_frames(rgb: Tensor, cfg: AugmentConfig, g: torch.Generator) -> Tensor:
     """JPEG-compress a random share (``cfg.jpeg_prob``) of ``rgb`` n,3,H,W uint8 frames at a random quality
     (OpenCV on the CPU; the result returns to ``rgb``'s device)."""
     n = rgb.shape[0]
-    sel = _pick(cfg.jpeg_prob, n, g, rgb.device)
+    sel = _pick(cfg.jpeg_prob, n, g, rgb.device) & ~clean_frames(n, cfg, rgb.device)
     q = _u(cfg.jpeg_quality, (n,), g, rgb.device).round().int().tolist()
     idx = torch.nonzero(sel).flatten().tolist()
     if not idx:
