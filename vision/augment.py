@@ -113,7 +113,7 @@ class AugmentConfig:
             elif isinstance(v, tuple):
                 if len(v) != 2 or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in v) or v[0] > v[1] or v[0] < 0:
                     raise ValueError(f"AugmentConfig.{f.name} must be a (low, high) pair with 0 <= low <= high; got {v!r}")
-        check_prob("clean_fraction", self.clean_fraction, "AugmentConfig")
+        probability("AugmentConfig", "clean_fraction", self.clean_fraction)
         for name in ("target_scale", "light_tint", "exposure", "white_balance", "gamma"):
             if getattr(self, name)[0] <= 0:
                 raise ValueError(f"AugmentConfig.{name} must be positive; got {getattr(self, name)!r}")
