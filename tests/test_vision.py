@@ -567,7 +567,7 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_default_training_meets_targets(tmp_path):
-    """Full default budget (3000 steps, about 10 minutes on 2 cores with bf16): the issue-16 targets on the transfer
+    """Full default budget (2500 steps, about 13-14 minutes on 2 cores with bf16): the issue-16 targets on the transfer
     test and on our own composites. NOT MET YET, and this test fails until they are: the default measured transfer
     0.863 / 0.971 / 0.886 / 1.2 % (recall 0.014 short) and composite IoU 0.838 (0.042 short of 0.88); see
     docs/vision.md, "Transfer". Timings belong in benchmarks and are not tested here."""

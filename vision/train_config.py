@@ -30,9 +30,10 @@ class TrainVisionConfig:
     training and held-out validation photos; otherwise give --val-backgrounds."""
     val_backgrounds: Optional[Path] = None
     """Folder of held-out validation background photos (never used in training)."""
-    steps: int = 3000
-    """Optimizer steps. The default is the budget that met the issue-4 accuracy targets (docs/vision.md, round 6);
-    1000 steps take a third of the time for about 0.05 less recall."""
+    steps: int = 2500
+    """Optimizer steps. 2,500 keeps the default command inside 15 minutes on the 2-core reference CPU with the
+    12/24/48/96-channel net (3,000 steps projected 971 s idle); its validation scores equal those at 3,000
+    steps (docs/vision.md, "Time")."""
     batch_size: int = 48
     """Composites per step (per process under torchrun: N processes train on N x batch_size composites a step)."""
     lr: float = 3e-3
