@@ -567,10 +567,11 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
 
 @pytest.mark.slow
 def test_default_training_meets_targets(tmp_path):
-    """Full default budget (2500 steps, about 13-14 minutes on 2 cores with bf16): the issue-16 targets on the transfer
-    test and on our own composites. NOT MET YET, and this test fails until they are: the default measured transfer
-    0.863 / 0.971 / 0.886 / 1.2 % (recall 0.014 short) and composite IoU 0.838 (0.042 short of 0.88); see
-    docs/vision.md, "Transfer". Timings belong in benchmarks and are not tested here."""
+    """Full default budget (2500 steps, 11.5 minutes on the idle 2-core AMD EPYC with bf16): the issue-16 targets on
+    the transfer test and on our own composites. NOT MET YET, and this test fails until they are: the default measured
+    transfer 0.865 / 0.959 / 0.898 / 0.8 % (recall 0.002 short) and composite IoU 0.854 (0.026 short of 0.88); two more
+    runs of the recipe read recall 0.881 and 0.895, composite 0.857 and 0.869 (docs/vision.md, round 9). Timings belong in benchmarks and are not
+    tested here."""
     from vision.train import TrainVisionConfig, train_vision
 
     r = train_vision(TrainVisionConfig(out=tmp_path / "run", threads=2, progress=False))
