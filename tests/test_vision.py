@@ -515,29 +515,6 @@ def test_seg_loss_tversky_and_pos_weight():
     assert x.grad[2].flatten()[top] > 0 and int((x.grad[2] != 0).sum()) == 1
 
 
-def test_seg_loss_per_frame_tversky():
-    from vision.train import seg_loss
-
-    g = torch.Generator().manual_seed(1)
-    logits = torch.randn((3, 8, 8), generator=g) - 2.0  # mostly background, as a trained net says
-    y = torch.zeros((3, 8, 8), dtype=torch.bool)
-    y[0, 1:7, 1:7] = True  # a large target
-    y[1, 3, 3] = True  # a 1-px target; frame 2 shows none
-    p = torch.sigmoid(logits)
-    per = [1 - (2 * (p[i] * y[i]).sum() + 1) / (p[i].sum() + y[i].sum() + 1) for i in (0, 1)]
-    bce = seg_loss(logits, y, 0.0)
-    assert torch.allclose(seg_loss(logits, y, 1.0, per_frame=True), bce + (per[0] + per[1]) / 2, atol=1e-6)
-    # the Tversky term pulls the 1-px target up far harder per frame than pooled over the batch
-    x = logits.clone().requires_grad_()
-    (seg_loss(x, y, 1.0, per_frame=True) - seg_loss(x, y, 0.0)).backward()
-    pooled = logits.clone().requires_grad_()
-    (seg_loss(pooled, y, 1.0) - seg_loss(pooled, y, 0.0)).backward()
-    assert -x.grad[1, 3, 3] > 2 * -pooled.grad[1, 3, 3] > 0
-    # no frame shows a target: only the BCE is left
-    none = torch.zeros_like(y)
-    assert torch.allclose(seg_loss(logits, none, 1.0, per_frame=True), seg_loss(logits, none, 0.0))
-
-
 def test_random_patches_are_exact_windows_and_aim_at_the_target():
     from vision.train import TrainVisionConfig, random_patches
 

@@ -22,14 +22,11 @@ def lr_at(step: int, cfg: TrainVisionConfig) -> float:
 
 
 def seg_loss(logits: Tensor, target: Tensor, dice_weight: float, pos_weight: float = 1.0,
-             tversky_beta: float = 0.5, frame_weight: float = 0.0, per_frame: bool = False) -> Tensor:
-    """Pixel BCE (target pixels weighted by ``pos_weight``) + ``dice_weight`` x soft Tversky loss
-    ``1 - TP / (TP + (1 - beta) FP + beta FN)`` (``beta`` = 0.5 is soft Dice; larger favours recall) +
-    ``frame_weight`` x the BCE of each frame's highest logit against "the target is visible in this frame".
-    ``logits`` B,H,W; ``target`` B,H,W bool.
-
-    The Tversky sums are pooled over the whole batch, or with ``per_frame`` taken per frame and the loss averaged
-    over the frames that show the target (0 when none does), so that a 3-px target weighs as much as a 30-px one."""
+             tversky_beta: float = 0.5, frame_weight: float = 0.0) -> Tensor:
+    """Pixel BCE (target pixels weighted by ``pos_weight``) + ``dice_weight`` x soft Tversky loss pooled over
+    the batch, ``1 - TP / (TP + (1 - beta) FP + beta FN)`` (``beta`` = 0.5 is soft Dice; larger favours
+    recall) + ``frame_weight`` x the BCE of each frame's highest logit against "the target is visible in this
+    frame". ``logits`` B,H,W; ``target`` B,H,W bool."""
     logits = logits.float()
     y = target.float()
     pw = None if pos_weight == 1.0 else torch.tensor(pos_weight, device=logits.device)
@@ -40,12 +37,8 @@ def seg_loss(logits: Tensor, target: Tensor, dice_weight: float, pos_weight: flo
     if dice_weight == 0:
         return bce
     p = torch.sigmoid(logits)
-    dims = (1, 2) if per_frame else (0, 1, 2)
-    tp = (p * y).sum(dims)
-    fp = p.sum(dims) - tp
-    fn = y.sum(dims) - tp
+    tp = (p * y).sum()
+    fp = p.sum() - tp
+    fn = y.sum() - tp
     tversky = 1.0 - (tp + 0.5) / (tp + (1 - tversky_beta) * fp + tversky_beta * fn + 0.5)
-    if per_frame:
-        shown = (y.sum((1, 2)) > 0).float()
-        tversky = (tversky * shown).sum() / shown.sum().clamp_min(1.0)
     return bce + dice_weight * tversky

@@ -69,8 +69,7 @@ def train_step(model: SegNet, opt: torch.optim.Optimizer, x: Tensor, mask: Tenso
     Raises FloatingPointError (naming ``step``) before touching the weights if the loss is not finite."""
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
         logits = model(x)
-    loss = seg_loss(logits, mask, cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta, cfg.frame_loss_weight,
-                    cfg.tversky_per_frame)
+    loss = seg_loss(logits, mask, cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta, cfg.frame_loss_weight)
     if not torch.isfinite(loss):
         raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower --lr")
     opt.zero_grad(set_to_none=True)
@@ -199,7 +198,7 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
         last_val_probs["composite"] = probs
         with torch.no_grad():
             vloss = float(seg_loss(torch.logit(probs.clamp(1e-6, 1 - 1e-6)), val_mask, cfg.dice_weight,
-                                  cfg.pos_weight, cfg.tversky_beta, per_frame=cfg.tversky_per_frame))
+                                  cfg.pos_weight, cfg.tversky_beta))
         summ, curve = evaluate_set(probs, val_mask, 0.5, cfg.min_pixels)
         summ["loss"] = vloss
         summ["best_threshold"] = best_threshold(curve, cfg.max_fp_image_rate, cfg.min_precision)

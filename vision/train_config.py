@@ -46,9 +46,6 @@ class TrainVisionConfig:
     """BCE weight of target pixels (> 1 favours recall)."""
     tversky_beta: float = 0.5
     """Weight of false negatives in the Tversky term (0.5 = soft Dice; larger favours recall)."""
-    tversky_per_frame: bool = False
-    """Take the Tversky term per training frame (patch) and average it over the frames that show the target,
-    instead of pooling its sums over the batch: small and cut targets then weigh as much as large ones."""
     layer_reuse: int = 1
     """Each rendered batch of targets/fingers/distractors is composited onto fresh background crops (with
     fresh jitter, noise and a random left-right mirror) for this many steps; 1 renders every step."""
@@ -171,7 +168,7 @@ class TrainVisionConfig:
         for name in ("tversky_beta", "patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
                      "min_precision", "max_fp_image_rate", "transfer_min_precision", "transfer_max_fp_image_rate"):
             probability(owner, name, getattr(self, name))
-        for name in ("tversky_per_frame", "mirror_tta", "frame_gate", "bf16", "progress", "resume", "skip_bad"):
+        for name in ("mirror_tta", "frame_gate", "bf16", "progress", "resume", "skip_bad"):
             boolean(owner, name, getattr(self, name))
         non_negative_int(owner, "threads", self.threads)
         finite_positive(owner, "dist_timeout", self.dist_timeout, unit="s")
