@@ -32,8 +32,9 @@ class TrainVisionConfig:
     """Folder of held-out validation background photos (never used in training)."""
     steps: int = 2500
     """Optimizer steps. 2,500 keeps the default command inside 15 minutes on the 2-core reference CPU with the
-    12/24/48/96-channel net (685-757 s idle with bf16 in two measurements; 3,000 steps would take 820-910 s); its
-    validation scores equal those at 3,000 steps (docs/vision.md, "Time")."""
+    12/24/48/96-channel net (685-757 s idle with bf16 in two measurements; 3,000 steps would take 820-910 s). With
+    half of each batch clean, validation scored 2,500 and 3,000 steps alike; that comparison was not repeated at
+    the current 80 % (docs/vision.md, "Time")."""
     batch_size: int = 48
     """Composites per step (per process under torchrun: N processes train on N x batch_size composites a step)."""
     lr: float = 3e-3
