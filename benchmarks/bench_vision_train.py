@@ -52,17 +52,17 @@ VARIANTS: dict[str, dict] = {
     "float32": {"bf16": False},
     "issue-4-recipe": {"augment": AugmentConfig.off(), "model": SegNetConfig()},
     "steps-1000": {"steps": 1000},
-    "patch-24": {"patch": 24, "steps": 4500},
+    "patch-32": {"patch": 32, "steps": 2500},
     "batch-16": {"batch_size": 16},
     "channels-4": {"model": SegNetConfig(base_channels=4, max_channels=32)},
     "issue-16-first": {"model": SegNetConfig(chroma=True), "augment": AugmentConfig(clean_fraction=0.0)},
-    "depth-4": {"model": SegNetConfig(base_channels=12, max_channels=96, depth=4, chroma=True)},
+    "depth-4": {"model": SegNetConfig(base_channels=12, max_channels=96, depth=4, chroma=True), "patch": 32},
 }
-"""Overrides of :class:`TrainVisionConfig` per variant. ``patch-24`` keeps the default's training time per pixel
-seen roughly equal (round 6); ``batch-16`` is a third of the frames per step at the same step count (round 7);
+"""Overrides of :class:`TrainVisionConfig` per variant. ``patch-32`` is the default until round 11 (32x32
+patches for 2,500 steps, about the default's time); ``batch-16`` is a third of the frames per step at the same step count (round 7);
 ``channels-4`` is the net with a quarter of the parameters (4/8/16/32 channels, round 8); ``issue-16-first`` is
 the first issue-16 default (8/16/32/64 channels, every frame augmented), ``depth-4`` the default with a fifth, 4x4
-stage. ``float32`` turns bf16
+stage (on 32x32 patches, a multiple of its 16-px stride). ``float32`` turns bf16
 autocast off (what a CPU without native bf16, e.g. an AVX2-only EPYC, runs); ``issue-4-recipe`` is the recipe
 before issue 16 (no appearance augmentation, RGB input only). A variant may override ``model`` with a
 :class:`vision.model.SegNetConfig` and ``augment`` with a :class:`vision.augment.AugmentConfig`."""

@@ -53,11 +53,11 @@ from dagger.train import DaggerConfig, atomic_write_text, plot_learning_curve, r
 log = logging.getLogger(__name__)
 
 PRESETS: dict[str, dict[str, int]] = {
-    "small": dict(collect_episodes=64, vision_steps=1800, vision_batch=48, iterations=5, episodes_per_iter=96,
+    "small": dict(collect_episodes=64, vision_steps=2600, vision_batch=48, iterations=5, episodes_per_iter=96,
                   train_steps=400, dagger_eval_episodes=64, eval_episodes=200, num_envs=96, vision_mirror=0),
-    "medium": dict(collect_episodes=256, vision_steps=1000, vision_batch=48, iterations=6, episodes_per_iter=192,
+    "medium": dict(collect_episodes=256, vision_steps=1500, vision_batch=48, iterations=6, episodes_per_iter=192,
                    train_steps=600, dagger_eval_episodes=128, eval_episodes=1000, num_envs=128, vision_mirror=1),
-    "full": dict(collect_episodes=1000, vision_steps=2500, vision_batch=48, iterations=10, episodes_per_iter=512,
+    "full": dict(collect_episodes=1000, vision_steps=3700, vision_batch=48, iterations=10, episodes_per_iter=512,
                  train_steps=1000, dagger_eval_episodes=256, eval_episodes=1000, num_envs=128, vision_mirror=1),
 }
 """Stage budgets per preset (episodes, optimizer steps). ``vision_mirror``: train and use the vision net with

@@ -30,11 +30,10 @@ class TrainVisionConfig:
     training and held-out validation photos; otherwise give --val-backgrounds."""
     val_backgrounds: Optional[Path] = None
     """Folder of held-out validation background photos (never used in training)."""
-    steps: int = 2500
-    """Optimizer steps. 2,500 keeps the default command inside 15 minutes on the 2-core reference CPU with the
-    12/24/48/96-channel net (685-757 s idle with bf16 in two measurements; 3,000 steps would take 820-910 s). With
-    half of each batch clean, validation scored 2,500 and 3,000 steps alike; that comparison was not repeated at
-    the current 80 % (docs/vision.md, "Time")."""
+    steps: int = 3700
+    """Optimizer steps. 3,700 steps of 24x24 patches cost what 2,500 steps of 32x32 patches did (0.21 against 0.31 s a
+    step on the 2-core reference CPU with bf16), which keeps the default command inside 15 minutes with the
+    12/24/48/96-channel net (docs/vision.md, "Time"). Round 11 chose the smaller patches at equal time on validation."""
     batch_size: int = 48
     """Composites per step (per process under torchrun: N processes train on N x batch_size composites a step)."""
     lr: float = 3e-3
@@ -50,11 +49,12 @@ class TrainVisionConfig:
     layer_reuse: int = 1
     """Each rendered batch of targets/fingers/distractors is composited onto fresh background crops (with
     fresh jitter, noise and a random left-right mirror) for this many steps; 1 renders every step."""
-    patch: int = 32
-    """Train on square patches of this side (px; 0, or at least the image size, = whole frames). Each composite
-    gives ``patches_per_frame``
-    patches, so a step costs about ``batch_size * patches_per_frame * (patch / image_size)**2`` frames of compute.
-    The net is fully convolutional and is validated and used on whole frames."""
+    patch: int = 24
+    """Train on square patches of this side (px, a multiple of 2**depth; 0, or at least the image size, = whole
+    frames). Each composite gives ``patches_per_frame`` patches, so a step costs about
+    ``batch_size * patches_per_frame * (patch / image_size)**2`` frames of compute. The net is fully convolutional and
+    is validated and used on whole frames. 24 px patches take 0.68x the time of a 32 px step; at equal time (3,700
+    against 2,500 steps) they scored higher on both validation sets for two seeds (docs/vision.md, round 11)."""
     patches_per_frame: int = 4
     """Patches cut from each composite when --patch is set."""
     patch_target_prob: float = 0.5
