@@ -540,6 +540,8 @@ def test_random_patches_are_exact_windows_and_aim_at_the_target():
     assert int(pm0[:k].flatten(1).any(1).sum()) < k // 2
     with pytest.raises(ValueError, match="patch"):
         TrainVisionConfig(out=Path("x"), patch=12)  # not a multiple of 2**depth
+    with pytest.raises(ValueError, match=r"= 16; got 24 \(e.g. --patch 32\)"):  # the default patch with a deeper net
+        TrainVisionConfig(out=Path("x"), model=SegNetConfig(depth=4))
 
 
 def test_short_training_improves_val_loss_and_resumes(tmp_path):

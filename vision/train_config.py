@@ -164,8 +164,10 @@ class TrainVisionConfig:
         for name in ("weight_decay", "dice_weight", "pos_weight", "frame_loss_weight"):
             finite_non_negative(owner, name, getattr(self, name))
         if not isinstance(self.patch, int) or self.patch < 0 or (self.patch and self.patch % (2 ** self.model.depth)):
-            raise ValueError(f"TrainVisionConfig.patch must be 0 or a positive multiple of 2**model.depth = "
-                             f"{2 ** self.model.depth}; got {self.patch!r}")
+            m = 2 ** self.model.depth
+            hint = f" (e.g. --patch {(self.patch // m + 1) * m})" if isinstance(self.patch, int) and self.patch > 0 else ""
+            raise ValueError(f"TrainVisionConfig.patch must be 0 or a positive multiple of 2**model.depth = {m}; "
+                             f"got {self.patch!r}{hint}")
         for name in ("tversky_beta", "patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
                      "min_precision", "max_fp_image_rate", "transfer_min_precision", "transfer_max_fp_image_rate"):
             probability(owner, name, getattr(self, name))
