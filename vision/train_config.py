@@ -163,8 +163,8 @@ class TrainVisionConfig:
         finite_positive(owner, "lr", self.lr)
         for name in ("weight_decay", "dice_weight", "pos_weight", "frame_loss_weight"):
             finite_non_negative(owner, name, getattr(self, name))
-        if not isinstance(self.patch, int) or self.patch < 0 or (self.patch and self.patch % (2 ** self.model.depth)):
-            m = 2 ** self.model.depth
+        m = 2 ** self.model.depth  # the net's stride: patches must tile it
+        if not isinstance(self.patch, int) or self.patch < 0 or (self.patch and self.patch % m):
             hint = f" (e.g. --patch {(self.patch // m + 1) * m})" if isinstance(self.patch, int) and self.patch > 0 else ""
             raise ValueError(f"TrainVisionConfig.patch must be 0 or a positive multiple of 2**model.depth = {m}; "
                              f"got {self.patch!r}{hint}")
