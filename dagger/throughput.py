@@ -2,13 +2,14 @@
 :func:`measure_nets` to :func:`graspsim.bench.bench`):
 
 * **full loop**: torch sim step + segmentation-net inference on the RGB + control-net inference on the
-  predicted mask, at ``loop_batch`` scenes (random weights unless checkpoints are given), with the share
-  of wall time of each part;
+  predicted mask, at ``loop_batch`` scenes (random weights of the default nets unless checkpoints are given), with
+  the share of wall time of each part, the vision net's MFLOP per frame and the GFLOP/s it achieved;
 * **training**: samples/s of forward + backward + Adam for both nets on a synthetic batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -35,26 +36,45 @@ def measure_nets(cfg: BenchConfig, sim: SimConfig) -> dict:
 
 
 def load_nets(cfg: BenchConfig, image_size: int) -> tuple[object, object, dict]:
-    """(``vision.infer.Segmenter``, ``dagger.policy.MaskPolicy``, notes): from the checkpoints when given,
-    else wrapping randomly initialised default-size nets. Raises ImportError when a module is missing."""
+    """(``vision.infer.Segmenter``, ``dagger.policy.MaskPolicy``, notes): from the checkpoints when given, else
+    randomly initialised nets of the shapes users train by default (``train-vision``'s net and its mirror-averaging
+    setting, bf16 where the CPU has it, as a trained checkpoint would run; ``train-dagger``'s control net), so the
+    loop costs what a default run's nets cost. Raises ImportError when a module is missing."""
     from dagger.model import ControlNet, ControlNetConfig
     from dagger.policy import MaskPolicy
     from vision.infer import Segmenter
-    from vision.model import SegNet
+    from vision.model import SegNet, cpu_has_fast_bf16
+    from vision.train_config import DEFAULT_MIRROR_TTA, DEFAULT_MODEL
 
     dev = torch.device(cfg.device)
     if cfg.vision_checkpoint is not None:
         seg = Segmenter.from_checkpoint(cfg.vision_checkpoint, dev)
     else:
-        seg = Segmenter(SegNet(), image_size=image_size, device=dev)
+        torch.manual_seed(cfg.seed)
+        bf16 = dev.type != "cpu" or cpu_has_fast_bf16()
+        seg = Segmenter(SegNet(DEFAULT_MODEL), image_size=image_size, device=dev, precision="bf16" if bf16 else "fp32",
+                        mirror_tta=DEFAULT_MIRROR_TTA)
     if cfg.control_checkpoint is not None:
         ctl = MaskPolicy.from_checkpoint(cfg.control_checkpoint, dev)
     else:
         ctl = MaskPolicy(ControlNet(ControlNetConfig(image_size=image_size)), dev)
-    notes = {"vision": str(cfg.vision_checkpoint or "random init"),
-             "control": str(cfg.control_checkpoint or "random init"),
+    notes = {"vision": str(cfg.vision_checkpoint or "random init, train-vision's default net"),
+             "control": str(cfg.control_checkpoint or "random init, train-dagger's default net"),
+             "vision_arch": dataclasses.asdict(seg.model.cfg), "vision_mirror_tta": bool(seg.mirror_tta),
              "vision_bf16_inference": bool(seg.bf16)}
     return seg, ctl, notes
+
+
+def vision_mflop_per_frame(seg, image_size: int) -> float:
+    """MFLOP (10^6 floating-point operations, a multiply-add counted as two) of one frame through
+    ``seg.logits`` as deployed (mirror averaging included when on), by ``torch.utils.flop_counter``; it counts
+    convolutions and matrix products, not element-wise work."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    rgb = torch.zeros(1, 3, image_size, image_size, dtype=torch.uint8, device=seg.device)
+    with FlopCounterMode(display=False) as counter:
+        seg.logits(rgb)
+    return counter.get_total_flops() / 1e6
 
 
 def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
@@ -84,7 +104,10 @@ def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
     for k in timing:
         timing[k] = 0.0
     n, dt = _timed(step, 0, cfg.min_steps, cfg.seconds)
-    return {"batch": B, "steps": n, "seconds": dt, "fps": B * n / dt, "share": {k: v / dt for k, v in timing.items()}}
+    mflop = vision_mflop_per_frame(seg, sim.image_size)
+    return {"batch": B, "steps": n, "seconds": dt, "fps": B * n / dt, "share": {k: v / dt for k, v in timing.items()},
+            "vision_mflop_per_frame": mflop, "vision_fps": B * n / timing["vision"],
+            "vision_gflop_per_s": mflop * B * n / timing["vision"] / 1e3}
 
 
 def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
@@ -126,4 +149,4 @@ def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
     return out
 
 
-__all__ = ["load_nets", "measure_full_loop", "measure_nets", "measure_training"]
+__all__ = ["load_nets", "measure_full_loop", "measure_nets", "measure_training", "vision_mflop_per_frame"]

@@ -437,6 +437,12 @@ def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig], 
 
         if extra is not None:  # measurements of learning code, supplied by the app layer (no upward import)
             result.update(extra(cfg, sim))
+            loop = result.get("full_loop") or {}
+            if "fps" in loop:
+                loop.update(loop_vs_sim(loop, result["torch_sim"], best_t))
+                log.info("full loop %.0f frames/s at batch %d: the bare simulator is %.1fx faster (%.1fx at the same "
+                         "batch and threads)", loop["fps"], loop["batch"], loop["sim_best_over_loop"],
+                         loop.get("sim_same_batch_over_loop", float("nan")))
         short = result["speedup_vs_bullet"] is not None and result["speedup_vs_bullet"] < cfg.target_speedup
         if cfg.profile and short:
             result["profile"] = profile_torch_step(act, sim, best_t["batch"], cfg.device, cfg.seed)
@@ -449,6 +455,18 @@ def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig], 
         return result
     finally:
         torch.set_num_threads(old_threads)
+
+
+def loop_vs_sim(loop: dict, torch_sim: list[dict], best: dict) -> dict:
+    """How far the full loop (``loop["fps"]`` at ``loop["batch"]``) stays behind the bare simulator: the best
+    simulator frames/s over the loop's (``sim_best_over_loop``, the figure a user compares), and the simulator at the
+    loop's batch and thread count over the loop's (``sim_same_batch_over_loop``, when that batch was measured)."""
+    out = {"sim_best_fps": best["fps"], "sim_best_over_loop": best["fps"] / loop["fps"]}
+    same = [r for r in torch_sim if r["batch"] == loop["batch"] and r["threads"] == best["threads"]]
+    if same:
+        out["sim_same_batch_fps"] = same[0]["fps"]
+        out["sim_same_batch_over_loop"] = same[0]["fps"] / loop["fps"]
+    return out
 
 
 def _warm_caches(sim: SimConfig, cfg: BenchConfig) -> None:

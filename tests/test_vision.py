@@ -233,6 +233,60 @@ def _ckpt(path: Path, model: SegNet, threshold: float = 0.5, probe=None) -> Path
     return path
 
 
+def test_halfres_net_shapes_stride_cost_and_old_configs():
+    """The issue-27 design: full-resolution logits from a half-resolution net, inputs that are multiples of its
+    stride, about a sixth of the U-Net's cost at its default size, and stored configs without ``arch`` (every
+    earlier checkpoint) rebuild the U-Net."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from vision.train_config import DEFAULT_MODEL
+
+    net = SegNet(DEFAULT_MODEL).eval()
+    assert DEFAULT_MODEL.arch == "halfres" and net.multiple == 8 == DEFAULT_MODEL.multiple
+    x = torch.rand(3, 3, 64, 64)
+    assert net(x).shape == (3, 64, 64) and net(x[..., :24, :40]).shape == (3, 24, 40)
+    with pytest.raises(ValueError, match="multiples of 8"):
+        net(x[..., :20, :])
+    flops = {}
+    for name, m in (("halfres", net), ("unet", SegNet(SegNetConfig(base_channels=12, max_channels=96, chroma=True)))):
+        with FlopCounterMode(display=False) as fc:
+            m.eval()(x[:1])
+        flops[name] = fc.get_total_flops() / 1e6
+    assert flops["halfres"] <= 40.0 and flops["unet"] > 5 * flops["halfres"], flops
+    old = dataclasses.asdict(TINY)
+    del old["arch"]  # a config stored before the key existed
+    assert SegNetConfig(**old).arch == "unet" and SegNetConfig(**old).multiple == 4
+    with pytest.raises(ValueError, match="arch"):
+        SegNetConfig(arch="resnet")
+    # each output pixel depends on its own 2x2 cell: a one-pixel change moves the logits under it
+    x1 = x[:1].clone()
+    x1[0, :, 33, 41] = 1.0 - x1[0, :, 33, 41]
+    with torch.no_grad():
+        d = (net(x1) - net(x[:1])).abs()[0]
+    assert float(d[33, 41]) > 0 and d[33, 41] >= d.max() * 0.05
+
+
+def test_folded_batchnorm_keeps_the_outputs():
+    """Segmenter runs a copy with BatchNorm folded into the convolutions: same logits as the trained net, for both
+    designs, and the trained net keeps its BatchNorm layers (calibration and fine-tuning use them)."""
+    from vision.model import fold_batchnorm
+
+    for cfg in (TINY, SegNetConfig(arch="halfres", base_channels=4, max_channels=8, depth=2, chroma=True)):
+        torch.manual_seed(0)
+        net = SegNet(cfg)
+        x = torch.rand(6, 3, 32, 32)
+        for _ in range(3):  # running statistics away from their initial values
+            net(x)
+        net.eval()
+        folded = fold_batchnorm(net)
+        assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in folded.modules())
+        assert any(isinstance(m, torch.nn.BatchNorm2d) for m in net.modules())
+        torch.testing.assert_close(folded(x), net(x), atol=1e-5, rtol=1e-4)
+        seg = Segmenter(net, image_size=32, precision="fp32")
+        rgb = (x * 255).to(torch.uint8)
+        torch.testing.assert_close(seg.logits(rgb), net(rgb.float() / 255), atol=1e-5, rtol=1e-4)
+
+
 def test_checkpoint_roundtrip_identical_parameters(tmp_path):
     torch.manual_seed(0)
     model = SegNet(TINY)
@@ -539,9 +593,9 @@ def test_random_patches_are_exact_windows_and_aim_at_the_target():
     _, pm0 = random_patches(rgb, mask, side, k, 0.0, torch.Generator().manual_seed(0))
     assert int(pm0[:k].flatten(1).any(1).sum()) < k // 2
     with pytest.raises(ValueError, match="patch"):
-        TrainVisionConfig(out=Path("x"), patch=12)  # not a multiple of 2**depth
-    with pytest.raises(ValueError, match=r"= 16; got 24 \(e.g. --patch 32\)"):  # the default patch with a deeper net
-        TrainVisionConfig(out=Path("x"), model=SegNetConfig(depth=4))
+        TrainVisionConfig(out=Path("x"), patch=12)  # not a multiple of the default net's stride 8
+    with pytest.raises(ValueError, match=r"stride 16 \(model.multiple\); got 24 \(e.g. --patch 32\)"):
+        TrainVisionConfig(out=Path("x"), model=SegNetConfig(depth=4))  # the default patch with a deeper net
 
 
 def test_short_training_improves_val_loss_and_resumes(tmp_path):
@@ -564,7 +618,7 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
     assert m["steps"] == 30 and 0.0 < m["threshold"] < 1.0 and "iou" in m["test"]
     assert any((tmp_path / "run" / "tb").iterdir())
     seg = Segmenter.from_checkpoint(tmp_path / "run" / "checkpoint.pt")
-    assert seg.threshold == m["threshold"] and seg.mirror_tta and m["mirror_tta"]  # the default is on
+    assert seg.threshold == m["threshold"] and not seg.mirror_tta and not m["mirror_tta"]  # off by default (issue 27)
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from graspsim.validate import boolean
 
 from .checkpoint import load_checkpoint
 from .metrics import gate_frames
-from .model import SegNet, SegNetConfig, cpu_has_fast_bf16
+from .model import SegNet, SegNetConfig, cpu_has_fast_bf16, fold_batchnorm
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,9 @@ class Segmenter:
     mirrored frame (:meth:`SegNet.mirror_averaged`, about 2x the cost); checkpoints store whether their thresholds
     were chosen that way, and :meth:`from_checkpoint` follows them.
 
+    ``model`` is the trained net as given; inference runs ``net``, a copy with BatchNorm folded into the convolutions
+    (:func:`~vision.model.fold_batchnorm`), made once here: to use changed weights, build a new Segmenter.
+
     ``__call__(rgb)``: ``rgb`` B,3,H,W uint8 (H, W multiples of ``model.multiple``; the net was trained at
     ``image_size``) -> probabilities B,H,W float32 in [0, 1]. ``predict_mask(rgb, threshold=None)`` -> B,H,W bool.
     """
@@ -49,6 +52,7 @@ class Segmenter:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
+        self.net = fold_batchnorm(self.model)  # what inference runs: BatchNorm folded into the convolutions
         if not 0.0 <= float(peak_threshold) < 1.0:
             raise ValueError(f"peak_threshold must be in [0, 1); got {peak_threshold!r}")
         boolean("", "mirror_tta", mirror_tta)
@@ -59,7 +63,7 @@ class Segmenter:
         self.bf16 = False
         self.bf16_disagreement: float | None = None
         if self.device.type == "cpu":
-            self.model = self.model.to(memory_format=torch.channels_last)
+            self.net = self.net.to(memory_format=torch.channels_last)
         if precision == "bf16":
             self.bf16 = True
         elif precision == "auto" and self.device.type == "cpu" and not cpu_has_fast_bf16():
@@ -114,10 +118,10 @@ class Segmenter:
         """``rgb`` B,3,H,W uint8 -> logits B,H,W float32 (on ``rgb``'s device)."""
         self._check(rgb)
         x = rgb.to(self.device, non_blocking=True).float().div_(255.0)
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" and self.model.cfg.arch == "unet":  # halfres reads its input in the plain layout
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            out = self.model.mirror_averaged(x) if self.mirror_tta else self.model(x)
+            out = self.net.mirror_averaged(x) if self.mirror_tta else self.net(x)
         return out.float().to(rgb.device)
 
     def __call__(self, rgb: Tensor) -> Tensor:

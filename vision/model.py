@@ -1,14 +1,25 @@
-"""SegNet: a small U-Net trained from scratch that maps a wrist image to target logits.
+"""SegNet: a small convolutional net trained from scratch that maps a wrist image to target logits.
 
-Input ``B,3,H,W float32`` RGB in [0, 1] (H, W multiples of ``2**depth``); output ``B,H,W`` logits
-(float32 or the autocast dtype). Encoder: ``depth`` stages of two 3x3 conv + BatchNorm + ReLU, each
-followed by 2x2 max pooling, channels doubling from ``base_channels``; a bottleneck stage; decoder:
-bilinear upsampling, concatenation with the skip, two 3x3 convs. A 1x1 conv gives one logit per pixel.
+Input ``B,3,H,W float32`` RGB in [0, 1] (H, W multiples of :attr:`SegNet.multiple`); output ``B,H,W`` logits
+(float32 or the autocast dtype). Two designs (``SegNetConfig.arch``):
+
+* ``"unet"`` (checkpoints before issue 27): a U-Net at full resolution. Encoder: ``depth`` stages of two 3x3
+  conv + BatchNorm + ReLU, each followed by 2x2 max pooling, channels doubling from ``base_channels``; a
+  bottleneck stage; decoder: bilinear upsampling, concatenation with the skip, two 3x3 convs; a 1x1 conv gives
+  one logit per pixel. 192 MFLOP per 64x64 frame at 12/24/48/96 channels.
+* ``"halfres"`` (the default since issue 27): the same encoder-decoder idea run at half resolution. A stride-2
+  3x3 stem reads the full-resolution pixels once; one 3x3 conv follows at H/2; ``depth`` stages of max pooling +
+  two 3x3 convs; a light decoder (1x1 projection, bilinear 2x upsampling, *added* to the skip, one 3x3 conv); a
+  1x1 conv gives four logits per half-resolution pixel, rearranged into the 2x2 full-resolution pixels it covers
+  (sub-pixel output, ``pixel_shuffle``), so the mask keeps full resolution. 31 MFLOP per 64x64 frame at
+  16/32/64 channels (``torch.utils.flop_counter``).
 """
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -20,20 +31,32 @@ from graspsim.validate import boolean, int_in
 
 @dataclass(frozen=True)
 class SegNetConfig:
-    """Size of the segmentation network."""
+    """Design and size of the segmentation network."""
 
     base_channels: int = 8
     """Channels of the full-resolution stage; doubled at every down-sampling (capped by max_channels)."""
     max_channels: int = 64
     """Channel cap for deep stages."""
     depth: int = 3
-    """Number of 2x down-sampling stages (input sides must be multiples of 2**depth)."""
+    """Number of 2x max-pooling stages (``halfres``: after the stride-2 stem). Input sides must be multiples of
+    :attr:`multiple`."""
     chroma: bool = False
     """Also feed brightness-free colour features (chromaticity r, g, b / (r + g + b) and the spread max - min of
     the three channels) beside RGB: the target is defined by its hue, which these keep under shading, exposure
     and highlights. Off in older checkpoints."""
+    arch: Literal["unet", "halfres"] = "unet"
+    """``unet``: full-resolution U-Net (every checkpoint before issue 27; the default here so that stored configs
+    without this key rebuild that net); ``halfres``: stride-2 stem, light decoder, sub-pixel output (module
+    docstring), about a sixth of the cost at equal channels."""
+
+    @property
+    def multiple(self) -> int:
+        """The net's total stride: input sides (and training patches) must be multiples of it."""
+        return 2 ** (self.depth + (self.arch == "halfres"))
 
     def __post_init__(self) -> None:
+        if self.arch not in ("unet", "halfres"):
+            raise ValueError(f"SegNetConfig.arch must be 'unet' or 'halfres'; got {self.arch!r}")
         int_in("SegNetConfig", "base_channels", self.base_channels, 4, 128)
         if not isinstance(self.max_channels, int) or self.max_channels < self.base_channels:
             raise ValueError(f"SegNetConfig.max_channels must be an int >= base_channels; got {self.max_channels!r}")
@@ -41,15 +64,17 @@ class SegNetConfig:
         boolean("SegNetConfig", "chroma", self.chroma)
 
 
+def _cbr(cin: int, cout: int, k: int = 3, stride: int = 1) -> list[nn.Module]:
+    return [nn.Conv2d(cin, cout, k, stride, k // 2, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
+
+
 def _block(cin: int, cout: int) -> nn.Sequential:
-    return nn.Sequential(
-        nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
-        nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
-    )
+    return nn.Sequential(*_cbr(cin, cout), *_cbr(cout, cout))
 
 
 class SegNet(nn.Module):
-    """Small U-Net; see the module docstring. ``SegNet(SegNetConfig())`` has 122,465 parameters."""
+    """Segmentation net; see the module docstring. ``SegNet(SegNetConfig())`` (a 8/16/32/64 ``unet``) has 122,465
+    parameters; the ``train-vision`` default (``halfres``, 16/32/64) 87,220."""
 
     # fixed input normalisation (ImageNet-free: mean/std of natural images are close to 0.45/0.25)
     MEAN = 0.45
@@ -57,18 +82,36 @@ class SegNet(nn.Module):
 
     def __init__(self, cfg: SegNetConfig | None = None):
         super().__init__()
-        self.cfg = cfg or SegNetConfig()
-        c = [min(self.cfg.base_channels * 2**i, self.cfg.max_channels) for i in range(self.cfg.depth + 1)]
+        self.cfg = cfg = cfg or SegNetConfig()
+        c = [min(cfg.base_channels * 2**i, cfg.max_channels) for i in range(cfg.depth + 1)]
         self.channels = c
-        self.enc = nn.ModuleList([_block(7 if self.cfg.chroma else 3, c[0])] + [_block(c[i - 1], c[i]) for i in range(1, self.cfg.depth)])
-        self.mid = _block(c[self.cfg.depth - 1], c[self.cfg.depth])
-        self.dec = nn.ModuleList([_block(c[i + 1] + c[i], c[i]) for i in reversed(range(self.cfg.depth))])
-        self.head = nn.Conv2d(c[0], 1, 1)
+        cin = 7 if cfg.chroma else 3
+        if cfg.arch == "unet":
+            self.enc = nn.ModuleList([_block(cin, c[0])] + [_block(c[i - 1], c[i]) for i in range(1, cfg.depth)])
+            self.mid = _block(c[cfg.depth - 1], c[cfg.depth])
+            self.dec = nn.ModuleList([_block(c[i + 1] + c[i], c[i]) for i in reversed(range(cfg.depth))])
+            self.head = nn.Conv2d(c[0], 1, 1)
+        else:  # halfres: levels 0..depth at 1/2, 1/4, ... of the input side
+            self.stem = nn.Sequential(*_cbr(cin, c[0], stride=2), *_cbr(c[0], c[0]))
+            self.enc = nn.ModuleList([_block(c[i - 1], c[i]) for i in range(1, cfg.depth + 1)])
+            self.proj = nn.ModuleList([nn.Sequential(*_cbr(c[i + 1], c[i], k=1)) for i in reversed(range(cfg.depth))])
+            self.dec = nn.ModuleList([nn.Sequential(*_cbr(c[i], c[i])) for i in reversed(range(cfg.depth))])
+            self.head = nn.Conv2d(c[0], 4, 1)  # the 2x2 full-resolution pixels under each half-resolution one
         nn.init.constant_(self.head.bias, -4.0)  # start near the (rare) positive rate
 
     @property
     def multiple(self) -> int:
-        return 2**self.cfg.depth
+        return self.cfg.multiple
+
+    def _inputs(self, x: Tensor) -> Tensor:
+        """``x`` B,3,H,W in [0, 1] -> the first layer's input: normalised RGB (and the chroma features)."""
+        if not self.cfg.chroma:
+            return (x - self.MEAN) / self.STD
+        if self.cfg.arch == "halfres":
+            # element-wise work on the plain layout: on channels-last tensors these full-resolution passes cost
+            # about as much as the convolutions (profiled on CPU)
+            x = x.contiguous()
+        return torch.cat([(x - self.MEAN) / self.STD] + chroma_features(x), 1)
 
     def forward(self, x: Tensor) -> Tensor:
         """``x``: B,3,H,W float in [0, 1] -> logits B,H,W."""
@@ -76,10 +119,9 @@ class SegNet(nn.Module):
             raise ValueError(f"SegNet expects B,3,H,W input; got {tuple(x.shape)}")
         if x.shape[2] % self.multiple or x.shape[3] % self.multiple:
             raise ValueError(f"SegNet input sides must be multiples of {self.multiple}; got {tuple(x.shape[2:])}")
-        if self.cfg.chroma:
-            x = torch.cat([(x - self.MEAN) / self.STD] + chroma_features(x), 1)
-        else:
-            x = (x - self.MEAN) / self.STD
+        x = self._inputs(x)
+        if self.cfg.arch == "halfres":
+            return self._forward_halfres(x)
         skips = []
         for blk in self.enc:
             x = blk(x)
@@ -101,6 +143,34 @@ class SegNet(nn.Module):
         if x.is_contiguous(memory_format=torch.channels_last):
             mirrored = mirrored.contiguous(memory_format=torch.channels_last)
         return 0.5 * (self(x) + self(mirrored).flip(-1))
+
+    def _forward_halfres(self, x: Tensor) -> Tensor:
+        x = self.stem(x)
+        skips = [x]
+        for blk in self.enc:
+            x = blk(F.max_pool2d(x, 2))
+            skips.append(x)
+        for proj, blk, s in zip(self.proj, self.dec, reversed(skips[:-1])):
+            x = blk(F.interpolate(proj(x), size=s.shape[-2:], mode="bilinear", align_corners=False) + s)
+        return F.pixel_shuffle(self.head(x), 2)[:, 0]
+
+
+def fold_batchnorm(model: nn.Module) -> nn.Module:
+    """An inference copy of ``model`` in eval mode in which every ``Conv2d`` directly followed by a ``BatchNorm2d``
+    inside an ``nn.Sequential`` becomes one ``Conv2d`` with the BatchNorm's running statistics and affine map folded
+    into its weights and bias (the BatchNorm becomes ``Identity``). Same outputs up to float rounding, one pass less
+    over every feature map. ``model`` itself is not changed; later changes to it are not seen by the copy."""
+    from torch.nn.utils.fusion import fuse_conv_bn_eval
+
+    folded = copy.deepcopy(model).eval()
+    for seq in folded.modules():
+        if not isinstance(seq, nn.Sequential):
+            continue
+        for i in range(len(seq) - 1):
+            if isinstance(seq[i], nn.Conv2d) and isinstance(seq[i + 1], nn.BatchNorm2d):
+                seq[i] = fuse_conv_bn_eval(seq[i], seq[i + 1])
+                seq[i + 1] = nn.Identity()
+    return folded
 
 
 def chroma_features(x: Tensor) -> list[Tensor]:

@@ -19,6 +19,13 @@ from .compose import ComposeConfig
 from .model import SegNetConfig
 
 
+DEFAULT_MODEL = SegNetConfig(arch="halfres", base_channels=16, max_channels=64, depth=2, chroma=True)
+"""The default net (issue 27): the half-resolution design at 16/32/64 channels with chroma features, 31 MFLOP per
+64x64 frame (docs/vision.md, "The net's design")."""
+DEFAULT_MIRROR_TTA = False
+"""Mirror averaging off by default: it doubles the cost of every frame (docs/vision.md, "The net's design")."""
+
+
 @dataclass(frozen=True)
 class TrainVisionConfig:
     """Train the target segmentation net on sim-real composites."""
@@ -89,10 +96,10 @@ class TrainVisionConfig:
     precision 0.946-0.948 in 3 of 10 runs; 0.96 gave >= 0.950 in all 10)."""
     min_pixels: int = 1
     """A target-free frame counts as a false-positive image when at least this many pixels are predicted."""
-    mirror_tta: bool = True
+    mirror_tta: bool = DEFAULT_MIRROR_TTA
     """Test-time mirror averaging (:meth:`vision.model.SegNet.mirror_averaged`): validation, the test set and every
     later use of the checkpoint (it is stored there) average the logits of each frame and of its left-right
-    mirror. About 2x the inference cost; +0.02 held-out IoU and recall on the default net."""
+    mirror. Twice the inference cost; off by default since issue 27 (docs/vision.md, "The net's design")."""
     frame_gate: bool = True
     """Choose a frame-level detection gate with the threshold (:func:`vision.metrics.gate_frames`): a frame's
     mask is kept only when some pixel reaches the gate's peak threshold, so the pixel threshold can stay low
@@ -142,10 +149,10 @@ class TrainVisionConfig:
     it float32 is used, because emulated bf16 is ~10x slower. Weights and optimizer stay float32."""
     progress: bool = True
     """Show a rich progress bar."""
-    model: SegNetConfig = field(default_factory=lambda: SegNetConfig(base_channels=12, max_channels=96, chroma=True))
-    """Network size and input features (brightness-free colour features on by default: +0.05 transfer IoU at 1000
-    steps; 12/24/48/96 channels: +0.03 composite and transfer validation IoU over 8/16/32/64 at 1000 steps,
-    docs/vision.md)."""
+    model: SegNetConfig = field(default_factory=lambda: DEFAULT_MODEL)
+    """Network design and size. Default: the half-resolution net at 16/32/64 channels with chroma features
+    (:data:`DEFAULT_MODEL`; the 12/24/48/96 full-resolution U-Net before issue 27 cost 6x more per frame).
+    Chroma features: +0.05 transfer IoU at 1000 steps (docs/vision.md)."""
     compose: ComposeConfig = field(default_factory=ComposeConfig)
     """How composites are drawn."""
     augment: AugmentConfig = field(default_factory=AugmentConfig)
@@ -163,11 +170,11 @@ class TrainVisionConfig:
         finite_positive(owner, "lr", self.lr)
         for name in ("weight_decay", "dice_weight", "pos_weight", "frame_loss_weight"):
             finite_non_negative(owner, name, getattr(self, name))
-        m = 2 ** self.model.depth  # the net's stride: patches must tile it
+        m = self.model.multiple  # the net's stride: patches must tile it
         if not isinstance(self.patch, int) or self.patch < 0 or (self.patch and self.patch % m):
             hint = f" (e.g. --patch {(self.patch // m + 1) * m})" if isinstance(self.patch, int) and self.patch > 0 else ""
-            raise ValueError(f"TrainVisionConfig.patch must be 0 or a positive multiple of 2**model.depth = {m}; "
-                             f"got {self.patch!r}{hint}")
+            raise ValueError(f"TrainVisionConfig.patch must be 0 or a positive multiple of the net's stride {m} "
+                             f"(model.multiple); got {self.patch!r}{hint}")
         for name in ("tversky_beta", "patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
                      "min_precision", "max_fp_image_rate", "transfer_min_precision", "transfer_max_fp_image_rate"):
             probability(owner, name, getattr(self, name))
@@ -180,9 +187,9 @@ class TrainVisionConfig:
         if self.operating_point != "composite" and self.transfer is None:
             raise ValueError(f"TrainVisionConfig.operating_point={self.operating_point!r} needs the transfer sets (--transfer)")
         check_device(owner, self.device)
-        if self.sim.image_size % (2 ** self.model.depth):
+        if self.sim.image_size % self.model.multiple:
             raise ValueError(f"TrainVisionConfig: sim.image_size {self.sim.image_size} must be a multiple of "
-                             f"2**model.depth = {2 ** self.model.depth}")
+                             f"the net's stride {self.model.multiple} (model.multiple)")
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
