@@ -66,6 +66,24 @@ def test_clean_fraction_leaves_its_frames_untouched(layers):
     assert torch.equal(jpeg_frames(rgb, full, _gen())[:k], rgb[:k])
 
 
+def test_a_frames_augmentation_does_not_depend_on_the_clean_share(layers):
+    """The stages draw for every frame and work only on the augmented ones: frame i comes out the same whether the
+    frames before it were clean or augmented, and the random stream ends in the same state."""
+    lay, bg, _ = layers
+    n = lay.color.shape[0]
+    k = int(round(0.5 * n))
+    every = {f.name: 1.0 for f in dataclasses.fields(AugmentConfig) if f.name.endswith("_prob")}
+    half, none = (dataclasses.replace(AugmentConfig(), clean_fraction=c, **every) for c in (0.5, 0.0))
+    outs = {}
+    for name, cfg in (("half", half), ("none", none)):
+        g = _gen()
+        outs[name] = (augment_layer(lay.color, lay.alpha, lay.mask, bg, lay.kind, cfg, g)
+                      + augment_frame(lay.color.clamp(0, 1), lay.mask, cfg, g) + (g.get_state(),))
+    for a, b in zip(outs["half"][:-1], outs["none"][:-1]):
+        assert torch.equal(a[k:], b[k:])
+    assert torch.equal(outs["half"][-1], outs["none"][-1])
+
+
 def test_highlights_and_speckle_touch_only_the_target(layers):
     lay, bg, _ = layers
     for cfg in (_only(highlight_prob=1.0), _only(speckle_prob=1.0)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -32,7 +33,17 @@ def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
     assert data["machine"]["torch_threads"] == 1 and data["image_size"] == 32
     assert res["speedup_vs_bullet"] == data["speedup_vs_bullet"]
     assert len(data["speedup_paired"]["rounds"]) == 2 and data["speedup_paired"]["median_ratio"] > 0
-    assert data["full_loop"]["fps"] > 0 and data["full_loop"]["batch"] == 2
+    loop = data["full_loop"]
+    assert loop["fps"] > 0 and loop["batch"] == 2
+    # without checkpoints the loop times the default nets, as a trained default checkpoint would run them
+    from vision.train_config import DEFAULT_MIRROR_TTA, DEFAULT_MODEL
+    assert loop["nets"]["vision_arch"] == dataclasses.asdict(DEFAULT_MODEL)
+    assert loop["nets"]["vision_mirror_tta"] is DEFAULT_MIRROR_TTA
+    # its cost: the half-resolution net at 32x32 is a quarter of its 31 MFLOP at 64x64; GFLOP/s = MFLOP x frames/s
+    assert 5.0 < loop["vision_mflop_per_frame"] < 10.0
+    assert loop["vision_gflop_per_s"] == pytest.approx(loop["vision_mflop_per_frame"] * loop["vision_fps"] / 1e3)
+    assert loop["sim_best_over_loop"] == pytest.approx(best_t / loop["fps"])
+    assert loop["sim_same_batch_over_loop"] == pytest.approx(data["torch_sim"][1]["fps"] / loop["fps"])
     assert data["training"]["vision"]["samples_per_s"] > 0 and data["training"]["control"]["samples_per_s"] > 0
 
 

@@ -213,107 +213,119 @@ def augment_layer(color: Tensor, alpha: Tensor, mask: Tensor, bg: Tensor, kind: 
     """Object-layer stage. ``color`` n,3,H,W float in [0, 1] (the rendered layer; whole frame for sim frames),
     ``alpha`` / ``mask`` n,H,W bool, ``bg`` n,3,H,W photo crops in [0, 1], ``kind`` n (3 = fully rendered sim frame,
     left alone except for tint and target looks). Returns (color, coverage n,1,H,W float in [0, 1], bg): the
-    composite is ``color * coverage + bg * (1 - coverage)``."""
+    composite is ``color * coverage + bg * (1 - coverage)``.
+
+    Every random draw is made for all ``n`` frames, in a fixed order, so the stream does not depend on the clean
+    share; the per-pixel work is done only on the frames after the clean ones (:func:`clean_frames`)."""
     n, _, H, W = color.shape
     dev = color.device
+    k = int(clean_frames(n, cfg, dev).sum())  # the first k frames are clean
+    sim_all = (kind == 3)[:, None, None, None]
+    hard = torch.where(sim_all, torch.ones_like(alpha[:, None], dtype=torch.float32), alpha[:, None].float())
     color0, bg0 = color, bg
-    sim = (kind == 3)[:, None, None, None]
-    a = alpha[:, None].float()
+    color, bg, mask, sim = color[k:], bg[k:], mask[k:], sim_all[k:]
+    a = alpha[k:, None].float()
     m = mask[:, None].float()
     # coloured light on the objects
-    tint = torch.where(_pick(cfg.light_tint_prob, n, g, dev)[:, None, None, None],
-                       _u(cfg.light_tint, (n, 3, 1, 1), g, dev), torch.ones((n, 3, 1, 1), device=dev))
+    tint = torch.where(_pick(cfg.light_tint_prob, n, g, dev)[k:, None, None, None],
+                       _u(cfg.light_tint, (n, 3, 1, 1), g, dev)[k:], torch.ones((n - k, 3, 1, 1), device=dev))
     color = color * torch.where(sim, tint, 1 + (tint - 1) * a)
     # target surface: speckle (low-frequency multiplicative texture)
-    sp = _pick(cfg.speckle_prob, n, g, dev)[:, None, None, None] * _u(cfg.speckle_strength, (n, 1, 1, 1), g, dev)
-    tex = F.interpolate(torch.randn((n, 1, H // 4, W // 4), generator=g, device=dev), size=(H, W), mode="bilinear",
-                        align_corners=False)
+    sp = _pick(cfg.speckle_prob, n, g, dev)[k:, None, None, None] * _u(cfg.speckle_strength, (n, 1, 1, 1), g, dev)[k:]
+    tex = F.interpolate(torch.randn((n, 1, H // 4, W // 4), generator=g, device=dev)[k:], size=(H, W),
+                        mode="bilinear", align_corners=False)
     color = color * (1 + sp * tex * m)
     # specular highlights: 1-2 soft bright spots inside the target, offset from its centre towards the light
     cy, cx, rad, has = _target_geometry(mask)
     ys = torch.arange(H, device=dev, dtype=torch.float32)[None, :, None]
     xs = torch.arange(W, device=dev, dtype=torch.float32)[None, None, :]
-    spot = torch.zeros((n, H, W), device=dev)
-    two = torch.rand((n,), generator=g, device=dev) < 0.3
+    spot = torch.zeros((n - k, H, W), device=dev)
+    two = (torch.rand((n,), generator=g, device=dev) < 0.3)[k:]
     for j in range(2):
-        ang = torch.rand((n,), generator=g, device=dev) * 2 * math.pi
-        off = (0.2 + 0.5 * torch.rand((n,), generator=g, device=dev)) * rad
-        sig = (0.1 + 0.2 * torch.rand((n,), generator=g, device=dev)) * rad + 0.2
+        ang = torch.rand((n,), generator=g, device=dev)[k:] * 2 * math.pi
+        off = (0.2 + 0.5 * torch.rand((n,), generator=g, device=dev)[k:]) * rad
+        sig = (0.1 + 0.2 * torch.rand((n,), generator=g, device=dev)[k:]) * rad + 0.2
         py, px = cy + off * torch.sin(ang), cx + off * torch.cos(ang)
         blob = torch.exp(-((ys - py[:, None, None]) ** 2 + (xs - px[:, None, None]) ** 2) / (2 * sig[:, None, None] ** 2))
         keep = torch.ones_like(two) if j == 0 else two
         spot = torch.maximum(spot, blob * keep[:, None, None])
-    hl = (_pick(cfg.highlight_prob, n, g, dev) & has)[:, None, None, None] * _u(cfg.highlight_strength, (n, 1, 1, 1), g, dev)
+    hl = ((_pick(cfg.highlight_prob, n, g, dev)[k:] & has)[:, None, None, None]
+          * _u(cfg.highlight_strength, (n, 1, 1, 1), g, dev)[k:])
     w = (hl * spot[:, None] * m).clamp(0, 1)
     light = torch.clamp(tint * 1.1, max=1.0)
     color = color * (1 - w) + light * w
     # cast shadow on the photo: the objects' silhouette shifted and blurred
-    shift = torch.round(_u((-cfg.shadow_shift, cfg.shadow_shift), (n, 2), g, dev))
+    shift = torch.round(_u((-cfg.shadow_shift, cfg.shadow_shift), (n, 2), g, dev))[k:]
     ky, kx = _grid(KERNEL, dev)
     delta = ((ky - shift[:, 0, None, None]).abs() < 0.5) & ((kx - shift[:, 1, None, None]).abs() < 0.5)
-    soft = _u(cfg.shadow_softness, (n,), g, dev)
+    soft = _u(cfg.shadow_softness, (n,), g, dev)[k:]
     kern = filter_frames(delta.float()[:, None], gaussian_kernels(soft, KERNEL))[:, 0]  # shifted Gaussian
     kern = kern / kern.sum((1, 2), keepdim=True).clamp_min(1e-6)
     sh = filter_frames(a, kern)
-    dark = (_pick(cfg.shadow_prob, n, g, dev)[:, None, None, None] & ~sim) * _u(cfg.shadow_darkness, (n, 1, 1, 1), g, dev)
+    dark = ((_pick(cfg.shadow_prob, n, g, dev)[k:, None, None, None] & ~sim)
+            * _u(cfg.shadow_darkness, (n, 1, 1, 1), g, dev)[k:])
     bg = bg * (1 - dark * sh)
     # soft edges: blurred coverage, with the layer's colour extended past its border by normalised convolution
-    edge = (_pick(cfg.soft_edge_prob, n, g, dev)[:, None, None, None] & ~sim).float()
+    edge = (_pick(cfg.soft_edge_prob, n, g, dev)[k:, None, None, None] & ~sim).float()
     box = torch.tensor([[1.0, 2.0, 1.0]], device=dev)
-    k3 = (box.T @ box / 16).expand(n, 3, 3)
+    k3 = (box.T @ box / 16).expand(n - k, 3, 3)
     a_soft = filter_frames(a, k3)
     c_ext = filter_frames(color * a, k3) / a_soft.clamp_min(1e-3)
     cover = torch.where(sim, torch.ones_like(a), a + edge * (a_soft - a))
     color = torch.where((edge > 0) & (a == 0), c_ext, color)
-    clean = clean_frames(n, cfg, dev)[:, None, None, None]
-    hard = torch.where(sim, torch.ones_like(a), a)
-    return (torch.where(clean, color0, color.clamp(0, 1)), torch.where(clean, hard, cover.clamp(0, 1)),
-            torch.where(clean, bg0, bg))
+    return (torch.cat([color0[:k], color.clamp(0, 1)]), torch.cat([hard[:k], cover.clamp(0, 1)]),
+            torch.cat([bg0[:k], bg]))
 
 
 def augment_frame(color: Tensor, mask: Tensor, cfg: AugmentConfig, g: torch.Generator) -> tuple[Tensor, Tensor]:
     """Frame stage on composites ``color`` n,3,H,W float in [0, 1] with target ``mask`` n,H,W bool (before sensor
-    noise and quantisation); returns (color, mask)."""
+    noise and quantisation); returns (color, mask). Draws for all ``n`` frames and works on the frames after the
+    clean ones, as :func:`augment_layer` does."""
     n, _, H, W = color.shape
     dev = color.device
+    k = int(clean_frames(n, cfg, dev).sum())  # the first k frames are clean
     color0, mask0 = color, mask
+    color, mask = color[k:], mask[k:]
     # occluders: a rectangle near the target's centre hides part of it
     cy, cx, rad, has = _target_geometry(mask)
-    occ = _pick(cfg.occluder_prob, n, g, dev) & has
-    oc = torch.stack([cy, cx], 1) + (torch.rand((n, 2), generator=g, device=dev) * 2 - 1) * (rad[:, None] + 1)
-    half = 0.5 + torch.rand((n, 2), generator=g, device=dev) * (rad[:, None] + 2)
+    occ = _pick(cfg.occluder_prob, n, g, dev)[k:] & has
+    oc = torch.stack([cy, cx], 1) + (torch.rand((n, 2), generator=g, device=dev)[k:] * 2 - 1) * (rad[:, None] + 1)
+    half = 0.5 + torch.rand((n, 2), generator=g, device=dev)[k:] * (rad[:, None] + 2)
     ys = torch.arange(H, device=dev, dtype=torch.float32)[None, :, None]
     xs = torch.arange(W, device=dev, dtype=torch.float32)[None, None, :]
     box = ((ys - oc[:, 0, None, None]).abs() <= half[:, 0, None, None]) & ((xs - oc[:, 1, None, None]).abs() <= half[:, 1, None, None])
     box = box & occ[:, None, None]
-    shade = torch.rand((n, 1, 1, 1), generator=g, device=dev) * 0.6 * (1 + 0.1 * torch.randn((n, 3, 1, 1), generator=g, device=dev))
-    color = torch.where(box[:, None], shade.clamp(0, 1).expand(n, 3, H, W), color)
+    shade = (torch.rand((n, 1, 1, 1), generator=g, device=dev)[k:] * 0.6
+             * (1 + 0.1 * torch.randn((n, 3, 1, 1), generator=g, device=dev)[k:]))
+    color = torch.where(box[:, None], shade.clamp(0, 1).expand(n - k, 3, H, W), color)
     mask = mask & ~box
     # exposure, white balance, gamma
-    ones = torch.ones((n, 1, 1, 1), device=dev)
-    exp = torch.where(_pick(cfg.exposure_prob, n, g, dev)[:, None, None, None], _u(cfg.exposure, (n, 1, 1, 1), g, dev), ones)
-    wb = torch.where(_pick(cfg.white_balance_prob, n, g, dev)[:, None, None, None],
-                     _u(cfg.white_balance, (n, 3, 1, 1), g, dev), ones.expand(n, 3, 1, 1))
-    gam = torch.where(_pick(cfg.gamma_prob, n, g, dev)[:, None, None, None], _u(cfg.gamma, (n, 1, 1, 1), g, dev), ones)
+    ones = torch.ones((n - k, 1, 1, 1), device=dev)
+    exp = torch.where(_pick(cfg.exposure_prob, n, g, dev)[k:, None, None, None], _u(cfg.exposure, (n, 1, 1, 1), g, dev)[k:], ones)
+    wb = torch.where(_pick(cfg.white_balance_prob, n, g, dev)[k:, None, None, None],
+                     _u(cfg.white_balance, (n, 3, 1, 1), g, dev)[k:], ones.expand(n - k, 3, 1, 1))
+    gam = torch.where(_pick(cfg.gamma_prob, n, g, dev)[k:, None, None, None], _u(cfg.gamma, (n, 1, 1, 1), g, dev)[k:], ones)
     color = (color * exp * wb).clamp(0, 1).pow(gam)
     # vignetting around a jittered centre
-    c = (torch.rand((n, 2), generator=g, device=dev) - 0.5) * 0.4 * torch.tensor([H, W], device=dev) + torch.tensor(
+    c = (torch.rand((n, 2), generator=g, device=dev)[k:] - 0.5) * 0.4 * torch.tensor([H, W], device=dev) + torch.tensor(
         [(H - 1) / 2, (W - 1) / 2], device=dev)
     r2 = ((ys - c[:, 0, None, None]) ** 2 + (xs - c[:, 1, None, None]) ** 2) / ((H * H + W * W) / 4)  # 1 at a corner
-    vig = _pick(cfg.vignette_prob, n, g, dev)[:, None, None] * _u(cfg.vignette_strength, (n, 1, 1), g, dev)
+    vig = _pick(cfg.vignette_prob, n, g, dev)[k:, None, None] * _u(cfg.vignette_strength, (n, 1, 1), g, dev)[k:]
     color = color * (1 - vig * r2.clamp(max=1.5))[:, None]
-    # defocus or motion blur (one kernel per frame; identity where neither is drawn)
+    # defocus or motion blur (one kernel per frame), convolving only the frames that drew one
     defocus = _pick(cfg.defocus_prob, n, g, dev)
     motion = _pick(cfg.motion_blur_prob, n, g, dev) & ~defocus
-    gk = gaussian_kernels(torch.where(defocus, _u(cfg.defocus_sigma, (n,), g, dev), torch.zeros((n,), device=dev)))
-    mk = motion_kernels(_u(cfg.motion_length, (n,), g, dev), torch.rand((n,), generator=g, device=dev) * math.pi)
-    if bool((defocus | motion).any()):
-        color = filter_frames(color, torch.where(motion[:, None, None], mk, gk))
+    sigma = _u(cfg.defocus_sigma, (n,), g, dev)
+    length, angle = _u(cfg.motion_length, (n,), g, dev), torch.rand((n,), generator=g, device=dev) * math.pi
+    blur = torch.nonzero((defocus | motion)[k:]).flatten()
+    if len(blur):
+        i = blur + k
+        kern = torch.where(motion[i, None, None], motion_kernels(length[i], angle[i]), gaussian_kernels(sigma[i]))
+        color = color.index_copy(0, blur, filter_frames(color[blur], kern))
     # signal-dependent (shot) noise
-    k = _pick(cfg.shot_noise_prob, n, g, dev)[:, None, None, None] * _u(cfg.shot_noise, (n, 1, 1, 1), g, dev)
-    color = color + k * color.clamp_min(0).sqrt() * torch.randn(color.shape, generator=g, device=dev)
-    clean = clean_frames(n, cfg, dev)
-    return torch.where(clean[:, None, None, None], color0, color.clamp(0, 1)), torch.where(clean[:, None, None], mask0, mask)
+    s = _pick(cfg.shot_noise_prob, n, g, dev)[k:, None, None, None] * _u(cfg.shot_noise, (n, 1, 1, 1), g, dev)[k:]
+    color = color + s * color.clamp_min(0).sqrt() * torch.randn((n, 3, H, W), generator=g, device=dev)[k:]
+    return torch.cat([color0[:k], color.clamp(0, 1)]), torch.cat([mask0[:k], mask])
 
 
 def jpeg_frames(rgb: Tensor, cfg: AugmentConfig, g: torch.Generator) -> Tensor:
