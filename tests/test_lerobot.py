@@ -195,7 +195,6 @@ def test_video_export_round_trips_within_tolerance(files, tmp_path, codec):
     source = np.concatenate([ep.obs["rgb"] for _, _, ep in got["src"]])
     assert frames.shape == source.shape
     err = np.abs(frames.astype(np.int16) - source.astype(np.int16))
-
     assert err.mean() <= VIDEO_MAE and err.reshape(len(err), -1).mean(1).max() <= VIDEO_FRAME_MAE, err.mean()
     # each frame sits where LeRobot looks for it: from_timestamp of its episode + its own timestamp
     eps, data = got["eps"], got["data"]
