@@ -205,6 +205,39 @@ def test_video_export_round_trips_within_tolerance(files, tmp_path, codec):
     _check_stats(got["stats"], lr.IMAGE_KEY, source, image=True)  # stats describe the source frames
 
 
+def test_files_roll_over_at_the_size_limits(files, tmp_path, monkeypatch):
+    """With tiny limits the episodes spread over several data and video files (and chunk folders); every frame is
+    still found where the episode table says. Data files roll at each episode; video files once the encoder has
+    handed out bytes (it holds a few frames back), so an mp4 may hold more than one episode."""
+    monkeypatch.setattr(lr, "DATA_FILE_MB", 1e-6)
+    monkeypatch.setattr(lr, "VIDEO_FILE_MB", 1e-6)
+    monkeypatch.setattr(lr, "CHUNKS_SIZE", 3)  # a chunk folder holds three files
+    out = tmp_path / "roll"
+    lr.export_lerobot([files["a"], files["b"]], out, images="video")
+    eps = _table(out, "meta/episodes/*/*.parquet").to_pydict()
+    where = list(zip(eps["data/chunk_index"], eps["data/file_index"]))
+    assert where == [(0, 0), (0, 1), (0, 2), (1, 0)]
+    vkey = f"videos/{lr.IMAGE_KEY}"
+    vwhere = list(zip(eps[f"{vkey}/chunk_index"], eps[f"{vkey}/file_index"]))
+    assert vwhere == sorted(vwhere) and len(set(vwhere)) > 1
+    src = _source([files["a"], files["b"]])
+    decoded = {}
+    for e, ((c, f), (vc, vf)) in enumerate(zip(where, vwhere)):
+        ep = src[e][2]
+        rows = pq.read_table(out / lr.DATA_PATH.format(chunk_index=c, file_index=f)).to_pydict()
+        assert rows["episode_index"] == [e] * ep.num_samples
+        if (vc, vf) not in decoded:
+            decoded[vc, vf] = _decode_video(out / lr.VIDEO_PATH.format(video_key=lr.IMAGE_KEY, chunk_index=vc,
+                                                                       file_index=vf))
+        frames, times = decoded[vc, vf]
+        t0 = eps[f"{vkey}/from_timestamp"][e]
+        first = e == 0 or vwhere[e - 1] != (vc, vf)
+        assert (t0 == 0.0) == first
+        k = int(round(t0 * 10))
+        assert np.abs(times[k:k + ep.num_samples] - (t0 + np.arange(ep.num_samples) / 10)).max() < 1e-6
+        assert np.abs(frames[k:k + ep.num_samples].astype(np.int16) - ep.obs["rgb"]).mean() <= VIDEO_MAE
+
+
 def test_dagger_files_export_without_images(files, tmp_path):
     out = tmp_path / "dag"
     lr.export_lerobot([files["dagger"]], out)

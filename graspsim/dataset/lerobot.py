@@ -348,7 +348,7 @@ class _Rolling:
 class _DataWriter:
     """Frame rows into ``data/chunk-*/file-*.parquet``, one row group per episode, a new file past the size limit."""
 
-    def __init__(self, root: Path, schema, limit_mb: float = DATA_FILE_MB):
+    def __init__(self, root: Path, schema, limit_mb: float):
         self.root, self.schema, self.limit = root, schema, limit_mb * 1024 * 1024
         self.roll, self.writer, self.bytes = _Rolling(), None, 0
         self.where = (0, 0)
@@ -377,7 +377,7 @@ class _VideoWriter:
     """Frames of consecutive episodes into ``videos/<key>/chunk-*/file-*.mp4`` (frame k of a file at k/fps s)."""
 
     def __init__(self, root: Path, key: str, encoder: str, fps: int, crf: int, size: tuple[int, int],
-                 limit_mb: float = VIDEO_FILE_MB):
+                 limit_mb: float):
         self.root, self.key, self.encoder, self.fps, self.crf = root, key, encoder, fps, crf
         self.height, self.width = size
         self.limit = limit_mb * 1024 * 1024
@@ -637,11 +637,11 @@ def _write(plan: _Plan, root: Path, total_eps: int, progress) -> int:
 
     feats = plan.features
     schema = _schema(feats)
-    data = _DataWriter(root, schema)
+    data = _DataWriter(root, schema, DATA_FILE_MB)
     video = None
     if feats.get(IMAGE_KEY, {}).get("dtype") == "video":
         h, w, _ = feats[IMAGE_KEY]["shape"]
-        video = _VideoWriter(root, IMAGE_KEY, plan.encoder, plan.fps, plan.crf, (h, w))
+        video = _VideoWriter(root, IMAGE_KEY, plan.encoder, plan.fps, plan.crf, (h, w), VIDEO_FILE_MB)
     kinds = {k: ("image" if ft["dtype"] in ("image", "video") else "array") for k, ft in feats.items()}
     overall = {k: FeatureStats(kinds[k]) for k in feats}
     episodes: list[dict[str, Any]] = []
