@@ -14,18 +14,17 @@ import shutil
 import sys
 from pathlib import Path
 
+import av  # the lerobot extra, part of the test extra
 import cv2
 import h5py
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-pq = pytest.importorskip("pyarrow.parquet")
-av = pytest.importorskip("av")
-
-from graspsim.dataset import Episode, EpisodeWriter, read_episodes  # noqa: E402
-from graspsim.dataset import lerobot as lr  # noqa: E402
-from scripts.cli import main  # noqa: E402
+from graspsim.dataset import Episode, EpisodeWriter, read_episodes
+from graspsim.dataset import lerobot as lr
+from scripts.cli import main
 
 VIDEO_MAE = 8.0
 """Largest mean absolute difference (0-255 levels) over all pixels of all frames between a decoded video and its
