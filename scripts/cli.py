@@ -31,12 +31,14 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "record": ("scripts.record", "RecordConfig", "record", "capture frames from a camera into an eval-real image folder"),
     "propose-masks": ("scripts.record", "ProposeMasksConfig", "propose_masks", "propose target masks by colour range + contact sheet (check by eye)"),
     "export": ("scripts.export", "ExportConfig", "export", "write the vision and control nets as ONNX with a JSON contract"),
+    "export-dataset": ("scripts.export_dataset", "ExportDatasetConfig", "export_dataset",
+                       "write episode files as a LeRobotDataset v3.0 folder (parquet + mp4 or PNG)"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: graspsim <verb> [--help] [flags]", "", "verbs:"]
-    lines += [f"  {v:<13} {h}" for v, (_, _, _, h) in VERBS.items()]
+    lines += [f"  {v:<14} {h}" for v, (_, _, _, h) in VERBS.items()]
     return "\n".join(lines)
 
 

@@ -7,9 +7,11 @@ One module a concern:
 - :mod:`~graspsim.dataset.read`: :func:`read_episodes`, :func:`load_steps`, :func:`demo_attrs`, :func:`describe`;
 - :mod:`~graspsim.dataset.repair`: :func:`repair` of a file with a damaged or missing part;
 - :mod:`~graspsim.dataset.recorder`: :class:`EpisodeRecorder`, batched per-step tensors -> finished episodes;
-- :mod:`~graspsim.dataset.join`: :func:`join` of per-rank files into one, by episode index.
+- :mod:`~graspsim.dataset.join`: :func:`join` of per-rank files into one, by episode index;
+- :mod:`~graspsim.dataset.lerobot`: :func:`~graspsim.dataset.lerobot.export_lerobot`, episode files as a
+  LeRobotDataset v3.0 folder (needs the optional ``lerobot`` extra, so it is imported only from its own module).
 
-Every public name is importable from ``graspsim.dataset`` itself.
+Every public name of the other modules is importable from ``graspsim.dataset`` itself.
 """
 
 from .format import (
