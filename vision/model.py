@@ -49,6 +49,11 @@ class SegNetConfig:
     without this key rebuild that net); ``halfres``: stride-2 stem, light decoder, sub-pixel output (module
     docstring), about a sixth of the cost at equal channels."""
 
+    full_channels: int = 0
+    """``halfres`` only: 0 = the stride-2 stem reads the input and a sub-pixel head gives the full-resolution logits;
+    > 0 = a full-resolution 3x3 stage of this many channels before the stride-2 stem, whose features come back
+    through a full-resolution decoder stage (upsampled features added, one 3x3 conv, 1x1 head)."""
+
     @property
     def multiple(self) -> int:
         """The net's total stride: input sides (and training patches) must be multiples of it."""
@@ -62,6 +67,9 @@ class SegNetConfig:
             raise ValueError(f"SegNetConfig.max_channels must be an int >= base_channels; got {self.max_channels!r}")
         int_in("SegNetConfig", "depth", self.depth, 1, 5)
         boolean("SegNetConfig", "chroma", self.chroma)
+        int_in("SegNetConfig", "full_channels", self.full_channels, 0, 128)
+        if self.full_channels and self.arch != "halfres":
+            raise ValueError("SegNetConfig.full_channels needs arch='halfres'")
 
 
 def _cbr(cin: int, cout: int, k: int = 3, stride: int = 1) -> list[nn.Module]:
@@ -92,11 +100,21 @@ class SegNet(nn.Module):
             self.dec = nn.ModuleList([_block(c[i + 1] + c[i], c[i]) for i in reversed(range(cfg.depth))])
             self.head = nn.Conv2d(c[0], 1, 1)
         else:  # halfres: levels 0..depth at 1/2, 1/4, ... of the input side
-            self.stem = nn.Sequential(*_cbr(cin, c[0], stride=2), *_cbr(c[0], c[0]))
+            f = cfg.full_channels
+            if f:
+                self.full = nn.Sequential(*_cbr(cin, f))
+                self.stem = nn.Sequential(*_cbr(f, c[0], stride=2))
+            else:
+                self.stem = nn.Sequential(*_cbr(cin, c[0], stride=2), *_cbr(c[0], c[0]))
             self.enc = nn.ModuleList([_block(c[i - 1], c[i]) for i in range(1, cfg.depth + 1)])
             self.proj = nn.ModuleList([nn.Sequential(*_cbr(c[i + 1], c[i], k=1)) for i in reversed(range(cfg.depth))])
             self.dec = nn.ModuleList([nn.Sequential(*_cbr(c[i], c[i])) for i in reversed(range(cfg.depth))])
-            self.head = nn.Conv2d(c[0], 4, 1)  # the 2x2 full-resolution pixels under each half-resolution one
+            if f:
+                self.proj_full = nn.Sequential(*_cbr(c[0], f, k=1))
+                self.dec_full = nn.Sequential(*_cbr(f, f))
+                self.head = nn.Conv2d(f, 1, 1)
+            else:
+                self.head = nn.Conv2d(c[0], 4, 1)  # the 2x2 full-resolution pixels under each half-resolution one
         nn.init.constant_(self.head.bias, -4.0)  # start near the (rare) positive rate
 
     @property
@@ -145,14 +163,18 @@ class SegNet(nn.Module):
         return 0.5 * (self(x) + self(mirrored).flip(-1))
 
     def _forward_halfres(self, x: Tensor) -> Tensor:
-        x = self.stem(x)
+        full = self.full(x) if self.cfg.full_channels else None
+        x = self.stem(x if full is None else full)
         skips = [x]
         for blk in self.enc:
             x = blk(F.max_pool2d(x, 2))
             skips.append(x)
         for proj, blk, s in zip(self.proj, self.dec, reversed(skips[:-1])):
             x = blk(F.interpolate(proj(x), size=s.shape[-2:], mode="bilinear", align_corners=False) + s)
-        return F.pixel_shuffle(self.head(x), 2)[:, 0]
+        if full is None:
+            return F.pixel_shuffle(self.head(x), 2)[:, 0]
+        up = F.interpolate(self.proj_full(x), size=full.shape[-2:], mode="bilinear", align_corners=False)
+        return self.head(self.dec_full(up + full))[:, 0]
 
 
 def fold_batchnorm(model: nn.Module) -> nn.Module:

@@ -28,8 +28,10 @@ import logging
 import math
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from graspsim import distributed, runs
@@ -64,12 +66,15 @@ __all__ = [  # the config, losses, batches and evaluation sets live in their own
 
 # ----------------------------------------------------------------------------------------------- helpers
 def train_step(model: SegNet, opt: torch.optim.Optimizer, x: Tensor, mask: Tensor, cfg: TrainVisionConfig, bf16: bool,
-               step: int) -> Tensor:
+               step: int, soft: Tensor | None = None) -> Tensor:
     """One optimizer step on ``x`` N,3,S,S / ``mask`` N,S,S (:func:`training_batch`); returns the detached loss.
+    ``soft`` N,S,S (optional): a teacher's probabilities, matched with weight ``cfg.teacher_weight``.
     Raises FloatingPointError (naming ``step``) before touching the weights if the loss is not finite."""
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
         logits = model(x)
     loss = seg_loss(logits, mask, cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta, cfg.frame_loss_weight)
+    if soft is not None:
+        loss = loss + cfg.teacher_weight * F.binary_cross_entropy_with_logits(logits.float(), soft)
     if not torch.isfinite(loss):
         raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower --lr")
     opt.zero_grad(set_to_none=True)
@@ -105,6 +110,28 @@ def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
     dev = torch.device(cfg.device)
     return (Composer(train_bank, cfg.sim, cfg.compose, dev, color_match_prob=cfg.color_match_prob, augment=cfg.augment),
             Composer(val_bank, cfg.sim, cfg.compose, dev))
+
+
+def load_teacher(path: Path, device: torch.device, patch: int) -> Callable[[Tensor, bool], Tensor]:
+    """The distillation teacher of ``--teacher``: a function of a training batch ``x`` N,3,S,S float in [0, 1] (and
+    whether to run under bf16 autocast) giving the teacher's probabilities N,S,S float32 (BatchNorm folded, its own
+    mirror-averaging setting, no gradients). Raises like :func:`load_checkpoint` for a missing file or another kind
+    of checkpoint, and ValueError when the teacher's stride does not divide the training patch side ``patch``."""
+    from .infer import Segmenter
+
+    seg = Segmenter.from_checkpoint(path, device, precision="fp32")
+    if patch and patch % seg.model.multiple:
+        raise ValueError(f"--teacher {path}: its net's stride {seg.model.multiple} does not divide --patch {patch}")
+    log.info("distilling from %s (%s net, mirror averaging %s)", path, seg.model.cfg.arch,
+             "on" if seg.mirror_tta else "off")
+
+    @torch.no_grad()
+    def probs(x: Tensor, bf16: bool) -> Tensor:
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
+            out = seg.net.mirror_averaged(x) if seg.mirror_tta else seg.net(x)
+        return torch.sigmoid(out.float())
+
+    return probs
 
 
 def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Optimizer, torch.Generator, bool]:
@@ -146,6 +173,7 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
     composer, val_composer = build_composers(cfg)
     train_bank, val_bank = composer.bank, val_composer.bank
     hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
+    teacher = load_teacher(cfg.teacher, dev, cfg.patch if 0 < cfg.patch < size else 0) if cfg.teacher is not None else None
     distributed.barrier()  # every rank has checked the inputs before rank 0 writes into out/
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)  # only once the inputs are known to be good
@@ -253,7 +281,8 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
             if cfg.layer_reuse > 1 and (layers is None or (step - start) % cfg.layer_reuse == 0):
                 layers = composer.render_layers(cfg.batch_size - n_hdf5, gen)
             x, mask = training_batch(composer, cfg, gen, hdf5, layers)
-            loss = train_step(net, opt, x, mask, cfg, bf16, step)
+            soft = teacher(x, bf16) if teacher is not None else None
+            loss = train_step(net, opt, x, mask, cfg, bf16, step, soft)
             done = step + 1
             if not ctx.is_main:
                 if done % cfg.ckpt_every == 0 or done == cfg.steps:

@@ -10,6 +10,7 @@ from typing import Literal, Optional
 
 from graspsim import SimConfig
 from graspsim.distributed import DEFAULT_TIMEOUT
+from graspsim.fileio import check_in_file
 from graspsim.validate import (boolean, check_device, finite_non_negative, finite_positive, non_negative_int, positive_int,
                                probability)
 
@@ -129,6 +130,12 @@ class TrainVisionConfig:
     """Operating point: the least precision required on the transfer ``val/`` set (a margin over the 0.93 target)."""
     resume: bool = False
     """Continue from out/checkpoint.pt up to --steps."""
+    teacher: Optional[Path] = None
+    """A trained vision checkpoint to distil from: the net also learns to match the teacher's probabilities on every
+    training patch (BCE against them, weighted by --teacher-weight), beside the exact masks. The teacher runs with
+    its own mirror-averaging setting, under the same autocast as training."""
+    teacher_weight: float = 1.0
+    """Weight of the distillation term (with --teacher)."""
     hdf5: Optional[Path] = None
     """Optional collected dataset (graspsim-episodes-v1) whose rgb/mask frames are mixed into training."""
     hdf5_fraction: float = 0.25
@@ -168,7 +175,7 @@ class TrainVisionConfig:
                      "min_pixels", "patches_per_frame"):
             positive_int(owner, name, getattr(self, name))
         finite_positive(owner, "lr", self.lr)
-        for name in ("weight_decay", "dice_weight", "pos_weight", "frame_loss_weight"):
+        for name in ("weight_decay", "dice_weight", "pos_weight", "frame_loss_weight", "teacher_weight"):
             finite_non_negative(owner, name, getattr(self, name))
         m = self.model.multiple  # the net's stride: patches must tile it
         if not isinstance(self.patch, int) or self.patch < 0 or (self.patch and self.patch % m):
@@ -187,6 +194,8 @@ class TrainVisionConfig:
         if self.operating_point != "composite" and self.transfer is None:
             raise ValueError(f"TrainVisionConfig.operating_point={self.operating_point!r} needs the transfer sets (--transfer)")
         check_device(owner, self.device)
+        if self.teacher is not None:
+            check_in_file(self.teacher, f"{owner}.teacher", "vision checkpoint", inside="checkpoint.pt")
         if self.sim.image_size % self.model.multiple:
             raise ValueError(f"TrainVisionConfig: sim.image_size {self.sim.image_size} must be a multiple of "
                              f"the net's stride {self.model.multiple} (model.multiple)")
