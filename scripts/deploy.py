@@ -51,6 +51,7 @@ import torch
 
 from dagger.controller import Controller, Decision, SafetyConfig
 from graspsim import FAILURE_NAMES, SimConfig
+from graspsim.extras import require
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir
 from graspsim.rollout import Finished, Hooks, run_episodes
 from graspsim.seeds import derive_seed, episode_seeds
@@ -142,6 +143,10 @@ class DeployConfig:
             raise ValueError(f"DeployConfig.runtime must be 'torch' or 'onnx'; got {self.runtime!r}")
         if self.onnx is not None and self.runtime != "onnx":
             raise ValueError("DeployConfig: --onnx DIR needs --runtime onnx")
+        if self.runtime == "onnx":
+            require("onnxruntime", "deploy", "deploy --runtime onnx")
+            if self.onnx is None:  # the checkpoints are exported first
+                require("onnx", "deploy", "deploy --runtime onnx (without --onnx DIR, which exports the checkpoints)")
         if self.precision not in ("auto", "fp32"):
             raise ValueError(f"DeployConfig.precision must be 'auto' or 'fp32'; got {self.precision!r}")
         cam, rob = str(self.camera).strip(), str(self.robot).strip()
