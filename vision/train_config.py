@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from graspsim import SimConfig
-from graspsim.distributed import DEFAULT_TIMEOUT
-from graspsim.validate import (boolean, check_device, finite_non_negative, finite_positive, non_negative_int, positive_int,
+from graspsim.runtime import Runtime, RuntimeConfig
+from graspsim.validate import (boolean, finite_non_negative, finite_positive, positive_int,
                                probability)
 
 from .augment import AugmentConfig
@@ -130,18 +130,12 @@ class TrainVisionConfig:
     """Load at most this many frames from --hdf5 (evenly spread)."""
     skip_bad: bool = False
     """Skip unreadable background photos (listed in the log) instead of failing."""
-    device: str = "cpu"
-    """Torch device."""
-    threads: int = 0
-    """torch.set_num_threads (0 = leave the default)."""
-    dist_timeout: float = DEFAULT_TIMEOUT
-    """Under torchrun: seconds a collective waits for the other processes before the job fails (ignored on one
-    process)."""
+    runtime: Runtime = field(default_factory=RuntimeConfig)
+    """Device, threads, torchrun timeout and progress bar (flags --device, --threads, --dist-timeout,
+    --progress/--no-progress)."""
     bf16: bool = True
     """bfloat16 autocast for forward/backward on CPU when the CPU has native bf16 (AMX/AVX512-BF16); without
     it float32 is used, because emulated bf16 is ~10x slower. Weights and optimizer stay float32."""
-    progress: bool = True
-    """Show a rich progress bar."""
     model: SegNetConfig = field(default_factory=lambda: SegNetConfig(base_channels=12, max_channels=96, chroma=True))
     """Network size and input features (brightness-free colour features on by default: +0.05 transfer IoU at 1000
     steps; 12/24/48/96 channels: +0.03 composite and transfer validation IoU over 8/16/32/64 at 1000 steps,
@@ -171,15 +165,12 @@ class TrainVisionConfig:
         for name in ("tversky_beta", "patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
                      "min_precision", "max_fp_image_rate", "transfer_min_precision", "transfer_max_fp_image_rate"):
             probability(owner, name, getattr(self, name))
-        for name in ("mirror_tta", "frame_gate", "bf16", "progress", "resume", "skip_bad"):
+        for name in ("mirror_tta", "frame_gate", "bf16", "resume", "skip_bad"):
             boolean(owner, name, getattr(self, name))
-        non_negative_int(owner, "threads", self.threads)
-        finite_positive(owner, "dist_timeout", self.dist_timeout, unit="s")
         if self.operating_point not in ("composite", "transfer", "both"):
             raise ValueError(f"TrainVisionConfig.operating_point must be composite, transfer or both; got {self.operating_point!r}")
         if self.operating_point != "composite" and self.transfer is None:
             raise ValueError(f"TrainVisionConfig.operating_point={self.operating_point!r} needs the transfer sets (--transfer)")
-        check_device(owner, self.device)
         if self.sim.image_size % (2 ** self.model.depth):
             raise ValueError(f"TrainVisionConfig: sim.image_size {self.sim.image_size} must be a multiple of "
                              f"2**model.depth = {2 ** self.model.depth}")
