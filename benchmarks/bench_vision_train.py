@@ -17,7 +17,7 @@ AdamW). It also times one validation pass (mirror averaging as configured) and r
             + the transfer test pass
 
 It leaves out process start-up, loading photos and writing checkpoints (a few seconds). The medians per variant, the
-ratios to ``default`` and the ratio to the 900 s budget are printed. Accuracy is not measured here: docs/vision.md
+ratios to ``default`` and the ratio to the 900 s budget are printed. Accuracy is not measured here: docs/notes/vision_log.md
 has what each variant reached.
 """
 
