@@ -155,7 +155,8 @@ def project(cfg: TrainVisionConfig, batch_s: float, step_s: float, fixed: dict) 
 def bench_vision(cfg: BenchVisionConfig) -> dict:
     torch.set_num_threads(cfg.threads)
     unused = Path(tempfile.gettempdir())  # TrainVisionConfig needs a run folder; the benchmark writes nothing there
-    runners = [_Runner(v, dataclasses.replace(TrainVisionConfig(out=unused, seed=cfg.seed, runtime=RuntimeConfig(progress=False)),
+    quiet = RuntimeConfig(progress=False)
+    runners = [_Runner(v, dataclasses.replace(TrainVisionConfig(out=unused, seed=cfg.seed, runtime=quiet),
                                               **VARIANTS[v])) for v in cfg.variants]
     for r in runners:
         r.run(cfg.warmup, record=False)

@@ -6,7 +6,6 @@ after every DAgger iteration's training (``dagger``, in ``OUT/dagger``), with a 
 training batch, into ``OUT/digests-rank{R}.json`` = ``{kind: {"weights": [...], "batches": [...]}}``, so a test
 can check that the ranks stayed bit-identical while training on different data. The library runs as it does
 from the command line; only its step functions are wrapped to take the digests.
-from graspsim.runtime import RuntimeConfig
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import sys
 from pathlib import Path
 
 from graspsim import distributed
+from graspsim.runtime import RuntimeConfig
 
 
 def run_vision(out: Path) -> dict:
@@ -57,7 +57,8 @@ def run_dagger(out: Path) -> dict:
     dt.train_steps = spy
     try:
         dt.run_dagger(dt.DaggerConfig(out=out, iterations=2, episodes_per_iter=4, eval_episodes=2, num_envs=2,
-                                      train_steps=3, batch_size=8, runtime=RuntimeConfig(threads=1, progress=False, dist_timeout=60)))
+                                      train_steps=3, batch_size=8,
+                                      runtime=RuntimeConfig(threads=1, progress=False, dist_timeout=60)))
     finally:
         dt.train_steps = inner
     return record

@@ -735,7 +735,8 @@ def test_collect_overwrite_keeps_the_old_file_until_the_new_one_is_complete(worl
         seen.append(hashlib.sha256((world / "demos.h5").read_bytes()).hexdigest())
 
     sim = SimConfig(image_size=32, max_steps=8, shadows=False)
-    cfg = CollectConfig(out=world / "demos.h5", episodes=2, num_envs=1, seed=3, overwrite=True, sim=sim, runtime=RuntimeConfig(progress=False))
+    cfg = CollectConfig(out=world / "demos.h5", episodes=2, num_envs=1, seed=3, overwrite=True, sim=sim,
+                        runtime=RuntimeConfig(progress=False))
     collect(cfg, progress_fn=during)
     assert seen and all(h == old for h in seen)  # the old file stayed whole while the new one was written
     assert describe(world / "demos.h5")["config"]["seed"] == 3

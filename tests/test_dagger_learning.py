@@ -15,7 +15,8 @@ from dagger.model import ControlNet
 from dagger.policy import save_checkpoint
 from dagger.train import DaggerConfig, run_dagger
 
-BUDGET = dict(iterations=4, episodes_per_iter=96, eval_episodes=64, num_envs=96, train_steps=400, runtime=RuntimeConfig(progress=False), seed=0)
+BUDGET = dict(iterations=4, episodes_per_iter=96, eval_episodes=64, num_envs=96, train_steps=400,
+              runtime=RuntimeConfig(progress=False), seed=0)
 
 
 @pytest.mark.slow

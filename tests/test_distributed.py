@@ -110,7 +110,8 @@ def test_without_torchrun_everything_is_a_job_of_one(monkeypatch):
 def test_eval_sim_two_ranks_equal_one(tmp_path):
     from dagger.evaluate import EvalSimConfig, evaluate_sim
 
-    kw = dict(policy=ASSETS / "policy_format0.pt", episodes=12, seed=5, num_envs=4, gifs=2, runtime=RuntimeConfig(progress=False))
+    kw = dict(policy=ASSETS / "policy_format0.pt", episodes=12, seed=5, num_envs=4, gifs=2,
+              runtime=RuntimeConfig(progress=False))
     with one_thread():
         one = evaluate_sim(EvalSimConfig(out=tmp_path / "one", **kw))
     run_ok("-m", "scripts.cli", "eval-sim", "--policy", str(kw["policy"]), "--out", str(tmp_path / "two"),
@@ -185,7 +186,8 @@ def test_collect_two_ranks_equal_one_and_resume_after_a_killed_rank(tmp_path):
 
     n = 12
     with one_thread():  # (an episode's arrays do not depend on num_envs)
-        collect(CollectConfig(out=tmp_path / "one.h5", episodes=n, seed=3, num_envs=4, noise=0.01, runtime=RuntimeConfig(progress=False)))
+        collect(CollectConfig(out=tmp_path / "one.h5", episodes=n, seed=3, num_envs=4, noise=0.01,
+                              runtime=RuntimeConfig(progress=False)))
     out = tmp_path / "two.h5"
     args = ["-m", "scripts.cli", "collect", "--out", str(out), "--episodes", str(n), "--seed", "3", "--num-envs", "2",
             "--noise", "0.01", "--no-progress", "--dist-timeout", "60"]
