@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import tyro
 
+from graspsim.extras import require
 from graspsim.perf import tune_allocator
 
 REPO = Path(__file__).resolve().parents[1]
@@ -57,6 +58,8 @@ class LatencyConfig:
                 raise ValueError(f"LatencyConfig.{name} must be a positive int; got {v!r}")
         if not isinstance(self.warmup, int) or self.warmup < 0:
             raise ValueError(f"LatencyConfig.warmup must be a non-negative int; got {self.warmup!r}")
+        for module in ("onnx", "onnxruntime"):  # it exports the nets and times them in onnxruntime
+            require(module, "deploy", "benchmarks/bench_latency.py")
 
 
 def _stats(ms: list[float]) -> dict:

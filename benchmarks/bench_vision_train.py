@@ -17,7 +17,8 @@ AdamW). It also times one validation pass (mirror averaging as configured) and r
             + the transfer test pass
 
 It leaves out process start-up, loading photos and writing checkpoints (a few seconds). The medians per variant, the
-ratios to ``default`` and the ratio to the 300 s budget are printed. Accuracy is not measured here: docs/vision.md
+ratios to ``default`` and the ratio to the 300 s budget are printed. Accuracy is not measured here: docs/vision.md and
+docs/notes/vision_log.md
 has what each variant reached.
 """
 
@@ -31,6 +32,7 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
+from graspsim.runtime import RuntimeConfig
 from pathlib import Path
 from typing import Optional
 
@@ -149,7 +151,8 @@ def project(cfg: TrainVisionConfig, batch_s: float, step_s: float, fixed: dict) 
 def bench_vision(cfg: BenchVisionConfig) -> dict:
     torch.set_num_threads(cfg.threads)
     unused = Path(tempfile.gettempdir())  # TrainVisionConfig needs a run folder; the benchmark writes nothing there
-    runners = [_Runner(v, dataclasses.replace(TrainVisionConfig(out=unused, seed=cfg.seed, progress=False),
+    quiet = RuntimeConfig(progress=False)
+    runners = [_Runner(v, dataclasses.replace(TrainVisionConfig(out=unused, seed=cfg.seed, runtime=quiet),
                                               **VARIANTS[v])) for v in cfg.variants]
     for r in runners:
         r.run(cfg.warmup, record=False)

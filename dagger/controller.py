@@ -39,6 +39,7 @@ import numpy as np
 import torch
 
 from graspsim.env import GRIPPER_DIM
+from graspsim.extras import require
 from graspsim.validate import non_negative_int
 
 CONTRACT_FILE = "contract.json"
@@ -156,10 +157,8 @@ class OnnxNets:
     runtime = "onnx"
 
     def __init__(self, folder: str | os.PathLike, threads: int = 0):
-        try:
-            import onnxruntime as ort
-        except ImportError as e:
-            raise ValueError("--runtime onnx needs onnxruntime: pip install 'graspsim[deploy]'") from e
+        require("onnxruntime", "deploy", "--runtime onnx")
+        import onnxruntime as ort
         folder = Path(folder)
         self.contract = read_contract(folder)
         opts = ort.SessionOptions()

@@ -37,18 +37,18 @@ import numpy as np
 import torch
 
 from graspsim import FAILURE_NAMES, SimConfig, distributed
-from graspsim.config import check_device
 from graspsim.fileio import check_in_file, check_out_dir, replace_atomically, staged_dir
 from graspsim.keys import MASK, RGB
 from graspsim.progress import progress_bar
-from graspsim.validate import finite_positive, non_negative_int, positive_int
+from graspsim.runtime import Runtime, RuntimeConfig
+from graspsim.validate import non_negative_int, positive_int
 
 from .policy import MaskPolicy
 from graspsim.seeds import episode_seeds
 
 from .rollout import RolloutResult
 from .sharded import sharded_rollout
-from .train import atomic_write_text, make_mask_fn, stream_seed
+from .train import atomic_write_text, make_mask_fn
 
 log = logging.getLogger(__name__)
 
@@ -85,15 +85,9 @@ class EvalSimConfig:
     """Simulator backend: batched torch scenes or pybullet (Franka Panda)."""
     gifs: int = 4
     """Rollout GIFs to write (the first episodes)."""
-    device: str = "cpu"
-    """Torch device."""
-    threads: int = 0
-    """torch.set_num_threads (0 = leave the default)."""
-    dist_timeout: float = distributed.DEFAULT_TIMEOUT
-    """Under torchrun: seconds a collective waits for the other processes before the job fails (ignored on one
-    process)."""
-    progress: bool = True
-    """Show a progress bar."""
+    runtime: Runtime = field(default_factory=RuntimeConfig)
+    """Device, threads, torchrun timeout and progress bar (flags --device, --threads, --dist-timeout,
+    --progress/--no-progress)."""
     overwrite: bool = False
     """Replace the earlier eval-sim outputs in --out as a whole (the new ones are swapped in when complete)."""
     sim: SimConfig = field(default_factory=SimConfig)
@@ -120,9 +114,6 @@ class EvalSimConfig:
             raise ValueError(f"EvalSimConfig.moving_speed must satisfy 0 <= low <= high <= 0.2 m/s; got {self.moving_speed!r}")
         if self.backend not in ("torch", "bullet"):
             raise ValueError(f"EvalSimConfig.backend must be 'torch' or 'bullet'; got {self.backend!r}")
-        non_negative_int("EvalSimConfig", "threads", self.threads)
-        finite_positive("EvalSimConfig", "dist_timeout", self.dist_timeout, unit="s")
-        check_device("EvalSimConfig", self.device)
 
     @property
     def mask_source(self) -> str:
@@ -197,27 +188,25 @@ def write_gif(path: Path, rgb: list[np.ndarray], mask: list[np.ndarray], caption
         frames[0].save(tmp, format="GIF", save_all=True, append_images=frames[1:], duration=100, loop=0)
 
 
-def _make_env(backend: str, sim: SimConfig, num_envs: int, device: str, seed: int):
+def _make_env(backend: str, sim: SimConfig, num_envs: int, device: str):
     import graspsim
 
     if hasattr(graspsim, "make_env"):
-        return graspsim.make_env(backend, sim, num_envs, device, seed)
+        return graspsim.make_env(backend, sim, num_envs, device)
     if backend != "torch":
         raise ValueError(f"backend {backend!r} needs graspsim.make_env")
-    return graspsim.GraspEnv(sim, num_envs=num_envs, device=device, seed=seed)
+    return graspsim.GraspEnv(sim, num_envs=num_envs, device=device)
 
 
 def evaluate_sim(cfg: EvalSimConfig) -> dict:
     """Run the evaluation and write the outputs; returns the metrics dict (also in ``metrics.json``; under torchrun
     every rank returns it)."""
-    with distributed.job(cfg.device, cfg.dist_timeout, "eval-sim") as ctx:
+    with cfg.runtime.job("eval-sim") as ctx:
         return _evaluate_sim(cfg, ctx)
 
 
 def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    dev = distributed.local_device(cfg.device)
+    dev = distributed.local_device(cfg.runtime.device)
     policy = MaskPolicy.from_checkpoint(cfg.policy, dev)
     sim = cfg.eval_sim_config()
     if policy.cfg.image_size != sim.image_size:
@@ -225,11 +214,11 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
     mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev)
     out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
-    bar = progress_bar("eval-sim", cfg.progress and ctx.is_main, remaining=False)
+    bar = progress_bar("eval-sim", cfg.runtime.progress and ctx.is_main, remaining=False)
     with bar:
         task = bar.add_task("eval", total=cfg.episodes)
         _, res = sharded_rollout(  # this rank's share of the seeds; res: every rank's outcomes in seed order
-            lambda n: _make_env(cfg.backend, sim, min(cfg.num_envs, n), str(dev), stream_seed(cfg.seed, 0, 5)),
+            lambda n: _make_env(cfg.backend, sim, min(cfg.num_envs, n), str(dev)),
             seeds, policy=policy.act, beta=0.0, mask_fn=mask_fn, capture=cfg.gifs,
             progress=lambda n: bar.update(task, completed=n))
     metrics = summarize(res)

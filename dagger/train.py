@@ -58,8 +58,8 @@ from graspsim.config import from_dict
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically
 from graspsim.progress import progress_bar
 from graspsim.torch_util import count_parameters
-from graspsim.validate import (check_device, finite_non_negative, finite_positive, non_negative_int, positive_int,
-                               probability)
+from graspsim.runtime import Runtime, RuntimeConfig
+from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int, probability
 
 from .data import Aggregate, iteration_file, join_iteration, part_file, write_iteration
 from .model import ControlNet, ControlNetConfig
@@ -72,7 +72,7 @@ from .sharded import sharded_rollout
 
 log = logging.getLogger(__name__)
 
-RESUMABLE_KEYS = ("iterations", "resume", "progress", "threads", "dist_timeout")
+RESUMABLE_KEYS = ("iterations", "resume", "runtime.progress", "runtime.threads", "runtime.dist_timeout")
 """Config fields that may differ when resuming (they do not change what finished iterations did)."""
 SCHEDULES = ("linear", "exponential", "constant")
 
@@ -127,17 +127,11 @@ class DaggerConfig:
     """Vision checkpoint (graspsim train-vision) for --masks predicted."""
     seed: int = 0
     """Run seed: network init, scenes, Bernoulli choices, noise and minibatches derive from it."""
-    device: str = "cpu"
-    """Torch device for simulation, inference and training."""
-    threads: int = 0
-    """torch.set_num_threads (0 = leave the default)."""
-    dist_timeout: float = distributed.DEFAULT_TIMEOUT
-    """Under torchrun: seconds a collective waits for the other processes before the job fails (ignored on one
-    process)."""
     resume: bool = False
     """Continue the run in --out after its last finished iteration."""
-    progress: bool = True
-    """Show a progress bar."""
+    runtime: Runtime = field(default_factory=RuntimeConfig)
+    """Device, threads, torchrun timeout and progress bar (flags --device, --threads, --dist-timeout,
+    --progress/--no-progress)."""
     model: ControlNetConfig = field(default_factory=ControlNetConfig)
     """Control network size (its image_size and max_speed are taken from --sim)."""
     sim: SimConfig = field(default_factory=SimConfig)
@@ -168,12 +162,9 @@ class DaggerConfig:
         if self.vision is not None:
             check_in_file(self.vision, "DaggerConfig.vision", "vision checkpoint", inside="checkpoint.pt")
         non_negative_int(owner, "seed", self.seed)
-        non_negative_int(owner, "threads", self.threads)
-        finite_positive(owner, "dist_timeout", self.dist_timeout, unit="s")
         # the net's input size and velocity scale are the simulator's
         object.__setattr__(self, "model", dataclasses.replace(self.model, image_size=self.sim.image_size,
                                                               max_speed=self.sim.max_speed))
-        check_device(owner, self.device)
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
@@ -197,7 +188,9 @@ def beta_at(cfg: DaggerConfig, it: int) -> float:
 
 
 def stream_seed(seed: int, it: int, purpose: int) -> int:
-    """Seed of a random stream (purpose 0: env dynamics, 1: Bernoulli + noise, 2: minibatches, 3: eval env)."""
+    """Seed of iteration ``it``'s random stream for ``purpose``; the one left is 2, the minibatch draws. Scenes,
+    dynamics, expert choices and noise come from each episode's own seed (:mod:`graspsim.seeds`, :mod:`graspsim.rng`),
+    so the rollout environments need no seed of their own."""
     return derive_seed(seed, 0xDA66E2, it, purpose)
 
 
@@ -319,16 +312,14 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
     """Run (or resume) DAgger; returns a summary dict (``final_eval_success``, ``rows`` per iteration,
     ``checkpoint``, ``samples``, ``seconds``...). ``progress_fn`` receives each finished iteration's row (on rank 0
     under torchrun, where every rank returns the same summary)."""
-    with distributed.job(cfg.device, cfg.dist_timeout, "dagger") as ctx:
+    with cfg.runtime.job("dagger") as ctx:
         return _run_dagger(cfg, progress_fn, ctx)
 
 
 def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, ctx: distributed.Context) -> dict:
     from torch.utils.tensorboard import SummaryWriter
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    dev = distributed.local_device(cfg.device)
+    dev = distributed.local_device(cfg.runtime.device)
     out = check_out_dir(cfg.out, resume=cfg.resume)
     rows = _check_resume(cfg, out)
     mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
@@ -366,7 +357,7 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
     log.info("DAgger: %d iterations x %d episodes, %d-parameter control net, masks=%s, schedule=%s",
              cfg.iterations, cfg.episodes_per_iter, count_parameters(model), cfg.masks, cfg.schedule)
     try:
-        with progress_bar(None, cfg.progress and ctx.is_main, fields=("{task.fields[info]}",), remaining=False) as bar:
+        with progress_bar(None, cfg.runtime.progress and ctx.is_main, fields=("{task.fields[info]}",), remaining=False) as bar:
             for it in range(start, cfg.iterations):
                 t0 = time.perf_counter()
                 beta = beta_at(cfg, it)
@@ -374,8 +365,7 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
                 task = bar.add_task("rollout", total=cfg.episodes_per_iter, info=info)
                 seeds = episode_seeds(cfg.seed, "train", it * cfg.episodes_per_iter, cfg.episodes_per_iter)
                 ro, ro_all = sharded_rollout(  # ro: this rank's episodes; ro_all: every rank's outcomes
-                    lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev,
-                                       seed=stream_seed(cfg.seed, it, 0)),
+                    lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev),
                     seeds, policy=policy.act if it > 0 else None, beta=beta, mask_fn=mask_fn,
                     expert_noise=cfg.expert_noise,
                     record=True, progress=lambda n: bar.update(task, completed=n))
@@ -405,8 +395,7 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
                 t2 = time.perf_counter()
                 task = bar.add_task("eval", total=cfg.eval_episodes, info="learner alone, held-out")
                 _, ev = sharded_rollout(
-                    lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev,
-                                       seed=stream_seed(cfg.seed, it, 3)),
+                    lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev),
                     heldout, policy=policy.act, beta=0.0, mask_fn=mask_fn,
                     progress=lambda n: bar.update(task, completed=n))
                 t_eval = time.perf_counter() - t2

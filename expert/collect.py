@@ -44,12 +44,12 @@ import numpy as np
 import torch
 
 from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, distributed
-from graspsim.config import check_device
 from graspsim.dataset import EpisodeRecorder, EpisodeWriter, demo_attrs, describe, indexed_episodes, join
 from graspsim.fileio import check_out_file
 from graspsim.keys import PRIVILEGED_KEYS, RGB
 from graspsim.progress import progress_bar
-from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
+from graspsim.runtime import Runtime, RuntimeConfig
+from graspsim.validate import finite_non_negative, non_negative_int, positive_int
 from graspsim.rollout import ExpertHooks, Finished, run_episodes
 from graspsim.seeds import episode_seeds
 
@@ -57,8 +57,8 @@ from .fsm import FSMExpert
 
 log = logging.getLogger(__name__)
 
-RESUMABLE_KEYS = ("episodes", "resume", "overwrite", "out", "progress", "flush_seconds", "valid_fraction",
-                  "dist_timeout")
+RESUMABLE_KEYS = ("episodes", "resume", "overwrite", "out", "flush_seconds", "valid_fraction", "runtime.progress",
+                  "runtime.threads", "runtime.dist_timeout")
 """Config fields that may change when resuming a file (they do not change what is recorded)."""
 
 
@@ -81,8 +81,6 @@ class CollectConfig:
     """Continue an existing file up to --episodes (its stored config must match this one)."""
     overwrite: bool = False
     """Replace an existing file (the old one is kept until the new one is complete)."""
-    device: str = "cpu"
-    """Torch device for simulation and rendering."""
     compression: str = "gzip"
     """Compression of image arrays (rgb, mask): gzip, lzf or none."""
     flush_seconds: float = 0.0
@@ -91,11 +89,9 @@ class CollectConfig:
     valid_fraction: float = 0.0
     """Fraction of episodes listed under robomimic's filter key ``mask/valid`` (the rest under
     ``mask/train``); 0 writes no filter keys. Episode K's split depends only on the seed and K."""
-    progress: bool = True
-    """Show a progress bar."""
-    dist_timeout: float = distributed.DEFAULT_TIMEOUT
-    """Under torchrun: seconds a collective waits for the other processes before the job fails (ignored on one
-    process; rank 0 joins the shards while the others wait, so allow for that)."""
+    runtime: Runtime = field(default_factory=RuntimeConfig)
+    """Device, threads, torchrun timeout and progress bar (flags --device, --threads, --dist-timeout,
+    --progress/--no-progress)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration (randomization ranges, image size, episode length)."""
 
@@ -114,8 +110,6 @@ class CollectConfig:
             raise ValueError(f"CollectConfig.valid_fraction must be in [0, 1); got {self.valid_fraction!r}")
         if self.resume and self.overwrite:
             raise ValueError("CollectConfig: --resume and --overwrite exclude each other")
-        finite_positive("CollectConfig", "dist_timeout", self.dist_timeout, unit="s")
-        check_device("CollectConfig", self.device)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -126,7 +120,7 @@ class CollectConfig:
 def _env_args(cfg: CollectConfig) -> dict:
     from graspsim.gym_env import ENV_ID
 
-    return {"env_name": ENV_ID, "type": 2, "env_kwargs": {"cfg": cfg.sim.to_dict(), "device": cfg.device}}
+    return {"env_name": ENV_ID, "type": 2, "env_kwargs": {"cfg": cfg.sim.to_dict(), "device": cfg.runtime.device}}
 
 
 def _progress_bar(enabled: bool, total: int, done: int):
@@ -146,7 +140,7 @@ def collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None = Non
     Ctrl-C commits the finished episodes, consolidates the file and re-raises KeyboardInterrupt.
     Under torchrun (or when ``out`` has unjoined shards) see the module docstring; every rank returns the summary.
     """
-    with distributed.job(cfg.device, cfg.dist_timeout, "collect") as ctx:
+    with cfg.runtime.job("collect") as ctx:
         if ctx.distributed or shards_dir(cfg.out).exists():
             return _collect_sharded(cfg, ctx, progress_fn)
         return _collect(cfg, progress_fn)
@@ -159,7 +153,7 @@ def _writer(cfg: CollectConfig, path: Path, world_size: int, **kw) -> EpisodeWri
 
 
 def _collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None) -> dict[str, Any]:
-    device = torch.device(cfg.device)
+    device = torch.device(cfg.runtime.device)
     check_out_file(cfg.out, overwrite=cfg.overwrite, resume=cfg.resume)
     writer = _writer(cfg, cfg.out, 1, resume=cfg.resume, overwrite=cfg.overwrite)
     t_start = time.perf_counter()
@@ -174,7 +168,7 @@ def _collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None) -> 
             if start:
                 log.info("resuming %s at %d of %d episodes", cfg.out, start, cfg.episodes)
             new_eps, new_steps, scene_steps, n_success = _run(cfg, writer, device, _todo(cfg, previous), n_success,
-                                                              progress_fn, cfg.episodes, cfg.progress)
+                                                              progress_fn, cfg.episodes, cfg.runtime.progress)
     except KeyboardInterrupt:
         if not writer.num_episodes:  # nothing to keep: leave no empty file behind (and an old one untouched)
             writer.abort()
@@ -204,7 +198,7 @@ def shard_file(out: Path, rank: int) -> Path:
 def _collect_sharded(cfg: CollectConfig, ctx: distributed.Context,
                      progress_fn: Callable[[dict], None] | None) -> dict[str, Any]:
     """The distributed collect (module docstring). Also finishes unjoined shards on one process."""
-    device = distributed.local_device(cfg.device)
+    device = distributed.local_device(cfg.runtime.device)
     check_out_file(cfg.out, overwrite=cfg.overwrite, resume=cfg.resume)
     sdir = shards_dir(cfg.out)
     if sdir.exists() and not (cfg.resume or cfg.overwrite):
@@ -236,7 +230,7 @@ def _collect_sharded(cfg: CollectConfig, ctx: distributed.Context,
             w = _writer(cfg, shard_file(cfg.out, ctx.rank), ctx.world_size, resume=True, consolidate=False)
             try:
                 n_eps, n_steps, scene_steps, _ = _run(cfg, w, device, mine, 0, progress_fn if ctx.is_main else None,
-                                                      w.num_episodes + len(mine), cfg.progress and ctx.is_main)
+                                                      w.num_episodes + len(mine), cfg.runtime.progress and ctx.is_main)
                 new = (n_eps, n_steps, scene_steps)
             finally:
                 w.close()

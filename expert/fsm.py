@@ -147,23 +147,21 @@ class FSMExpert:
     while approaching high above the sphere, tapering linearly to zero when the fingertips are within
     ``NOISE_TAPER`` (m) of it, and none while grasping, lifting or recovering, so the noise diversifies
     the visited states without breaking the final alignment. The noise is each episode's own, drawn from
-    the privileged ``key`` and ``steps`` of the last ``act`` (:mod:`graspsim.rng`); without a ``key`` (an
-    older privileged dict) it comes from ``generator``.
+    the privileged ``key`` and ``steps`` of the last ``act`` (:mod:`graspsim.rng`).
     """
 
     NOISE_TAPER = 0.06
 
     def __init__(self, cfg: SimConfig | None = None, num_envs: int = 1, device: str | torch.device = "cpu",
-                 noise_std: float = 0.0, generator: torch.Generator | None = None):
+                 noise_std: float = 0.0):
         finite_non_negative("", "noise_std", noise_std)
         self.cfg = cfg or SimConfig()
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.noise_std = float(noise_std)
-        self.generator = generator
         self.phase = torch.full((num_envs,), RESET, dtype=torch.long, device=self.device)
         self._noise_scale = torch.zeros((num_envs,), device=self.device)
-        self._key: tuple[Tensor, Tensor] | None = None
+        self._key: tuple[Tensor, Tensor] | None = None  # (key, steps) of the last act: the noise's source
 
     def reset(self, env_ids: Tensor | None = None) -> None:
         if env_ids is None:
@@ -176,7 +174,7 @@ class FSMExpert:
         gap = (priv["tcp_pos"][:, 2] - priv["sphere_pos"][:, 2]).clamp_min(0.0)
         taper = (gap / self.NOISE_TAPER).clamp(0.0, 1.0)
         self._noise_scale = torch.where(self.phase == APPROACH, taper, torch.zeros_like(taper))
-        self._key = (priv["key"], priv["steps"]) if "key" in priv else None
+        self._key = (priv["key"], priv["steps"])
         return action
 
     def perturb(self, action: Tensor) -> Tensor:
@@ -184,10 +182,9 @@ class FSMExpert:
             return action
         if self._noise_scale.shape[0] != action.shape[0]:
             raise ValueError(f"perturb: action batch {action.shape[0]} does not match num_envs {self._noise_scale.shape[0]}")
-        if self._key is not None:
-            noise = rng.normal(self._key[0], self._key[1], rng.TAG_EXPERT_NOISE, 3).to(action.device)
-        else:
-            noise = torch.randn(action[:, :3].shape, generator=self.generator, device=action.device)
+        if self._key is None:
+            raise ValueError("perturb: call act(privileged) first (the noise is drawn from its per-episode keys)")
+        noise = rng.normal(self._key[0], self._key[1], rng.TAG_EXPERT_NOISE, 3).to(action.device)
         noise = noise * (self.noise_std * self._noise_scale)[:, None]
         out = action.clone()
         out[:, :3] = (out[:, :3] + noise).clamp(-self.cfg.max_speed, self.cfg.max_speed)

@@ -74,9 +74,23 @@ def describe_differences(old: dict, new: dict, keys: list[str], most: int = 8) -
     return f"{len(keys)} setting(s): {', '.join(keys)} ({values}{', ...' if len(keys) > most else ''})"
 
 
+def grouped_runtime(old: dict, new: dict) -> dict:
+    """``old`` as the current layout stores it: configs written before :class:`graspsim.runtime.RuntimeConfig`
+    kept device, threads, dist_timeout and progress at the top level; when ``new`` groups them under ``runtime``
+    and ``old`` does not, they are moved there (so ``threads`` compares as ``runtime.threads``)."""
+    group = new.get("runtime")
+    if not isinstance(group, dict) or "runtime" in old:
+        return old
+    moved = {k: old[k] for k in group if k in old}
+    if not moved:
+        return old
+    return {**{k: v for k, v in old.items() if k not in moved}, "runtime": moved}
+
+
 def check_resume(old: dict, new: dict, may_change: Collection[str], where: str | os.PathLike) -> None:
     """The one resume rule: raise ValueError naming every dotted key (except those in ``may_change``)
     whose value differs between the stored config ``old`` and the requested ``new``."""
+    old = grouped_runtime(old, new)
     diff = config_differences(old, new, ignore=may_change)
     if diff:
         raise ValueError(f"--resume: the config of {where} differs in {describe_differences(old, new, diff)}; "
@@ -175,6 +189,6 @@ def load_checkpoint(path: str | os.PathLike, kind: str, format_version: int, *, 
 
 __all__ = [
     "CONFIG_NAME", "TRAINING_ONLY", "check_resume", "config_differences", "deployable", "describe_differences",
-    "flatten_config",
+    "flatten_config", "grouped_runtime",
     "load_checkpoint", "read_config", "resume_config", "save_checkpoint", "write_config",
 ]

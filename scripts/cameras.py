@@ -103,7 +103,10 @@ class ImageFolderCamera(Camera):
 
         if self.k >= len(self.files):
             raise EndOfStream(f"{self.name}: all {len(self.files)} frames replayed")
-        rgb = read_image(self.files[self.k])
+        try:
+            rgb = read_image(self.files[self.k])
+        except (OSError, ValueError) as e:  # a damaged or vanished frame: the camera failed
+            raise CameraError(f"{self.name}: {e}") from None
         self.k += 1
         return Frame(rgb, time.monotonic(), self.k - 1)
 

@@ -28,7 +28,9 @@ Outputs: ``OUT/summary.json`` (episodes, success_rate where the robot can tell, 
 latency_ms p50/p99 per stage and end to end, stop counts, per-episode outcomes), ``OUT/ticks.csv`` (one row per
 tick: senses, the net's action, the command, what was sent, stop reason, stage times). ``--record DIR`` writes the
 frames in the eval-real format (``images/``, and ``masks/`` with the exact masks where the camera is simulated)
-plus the same per-tick CSV, written as the run goes, so an interrupted real run keeps what it recorded.
+plus the same per-tick CSV, written as the run goes into a hidden staging folder beside DIR and moved into DIR when
+the run ends, also after Ctrl-C or an adapter error, so an interrupted real run keeps what it recorded (after a hard
+kill it is in ``.DIR.*.staging``). With ``--overwrite`` the new recording replaces an earlier one as a whole.
 """
 
 from __future__ import annotations
@@ -51,7 +53,8 @@ import torch
 
 from dagger.controller import Controller, Decision, SafetyConfig
 from graspsim import FAILURE_NAMES, SimConfig
-from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir
+from graspsim.extras import require
+from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
 from graspsim.rollout import Finished, Hooks, run_episodes
 from graspsim.seeds import derive_seed, episode_seeds
 from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
@@ -74,6 +77,10 @@ CSV_FIELDS = ("episode", "tick", "image", "frame_age_ms", "gap", "close_sense", 
 
 class DeployError(ValueError):
     """A fault during the run (camera, adapter); the robot has been sent a stop first."""
+
+
+RECORD_OUTPUTS = ("images", "masks", "ticks.csv")
+"""What ``--record`` writes into its folder (and replaces as a whole with --overwrite)."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +149,10 @@ class DeployConfig:
             raise ValueError(f"DeployConfig.runtime must be 'torch' or 'onnx'; got {self.runtime!r}")
         if self.onnx is not None and self.runtime != "onnx":
             raise ValueError("DeployConfig: --onnx DIR needs --runtime onnx")
+        if self.runtime == "onnx":
+            require("onnxruntime", "deploy", "deploy --runtime onnx")
+            if self.onnx is None:  # the checkpoints are exported first
+                require("onnx", "deploy", "deploy --runtime onnx (without --onnx DIR, which exports the checkpoints)")
         if self.precision not in ("auto", "fp32"):
             raise ValueError(f"DeployConfig.precision must be 'auto' or 'fp32'; got {self.precision!r}")
         cam, rob = str(self.camera).strip(), str(self.robot).strip()
@@ -456,7 +467,14 @@ def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | No
         if camera is None:
             camera = open_camera(cam_name, world)
             opened.append(camera)
-        return _run(cfg, out, camera, robot, ctl)
+        if cfg.record is None:
+            summary, error = _run(cfg, out, camera, robot, ctl, None)
+        else:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
+            with staged_dir(cfg.record, lambda name: name in RECORD_OUTPUTS) as stage:
+                summary, error = _run(cfg, out, camera, robot, ctl, stage)
+        if error is not None:
+            raise error
+        return summary
     finally:
         for part in reversed(opened):
             with contextlib.suppress(Exception):
@@ -465,8 +483,10 @@ def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | No
             world.close()
 
 
-def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller) -> dict:
-    record = cfg.record
+def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller,
+         record: Path | None) -> tuple[dict, BaseException | None]:
+    """Run the episodes; returns the summary (written to ``out``) and the error or Ctrl-C that ended the run early,
+    for the caller to raise once the recording (into ``record``) is in place."""
     if record is not None:
         (record / "images").mkdir(parents=True, exist_ok=True)
         if cfg.camera.strip() in SIM_CAMERAS:
@@ -508,12 +528,12 @@ def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller) -> dict:
     atomic_write_text(out / "ticks.csv", rows.text())
     atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
     if error is not None:
-        raise error
+        return summary, error
     sr = summary["success_rate"]
     log.info("deploy: %d episodes, success %s, %.1f Hz achieved (target %s), decision p99 %.1f ms, %d overruns",
              summary["episodes"], "n/a" if sr is None else f"{100 * sr:.1f}%", summary["achieved_hz"] or 0.0,
              cfg.hz or "max", summary["latency_ms"]["decision"]["p99"] or 0.0, summary["overruns"])
-    return summary
+    return summary, None
 
 
 def _summary(cfg: DeployConfig, hooks: _DeployHooks, ctl: Controller, camera, robot, seconds: float,

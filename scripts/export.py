@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from dagger.controller import (CONTRACT_FILE, CONTRACT_KIND, CONTRACT_VERSION, CONTROL_ONNX, VISION_ONNX,
                                action_from_raw, mask_from_logits)
+from graspsim.extras import require
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
 from graspsim.validate import int_in, non_negative_int, positive_int
 
@@ -74,6 +75,9 @@ class ExportConfig:
         int_in("ExportConfig", "opset", self.opset, 17, 23)
         positive_int("ExportConfig", "frames", self.frames)
         non_negative_int("ExportConfig", "seed", self.seed)
+        require("onnx", "deploy", "export")  # torch.onnx writes the graphs with it
+        if self.check:
+            require("onnxruntime", "deploy", "export's parity check (--no-check skips it)")
 
 
 class _VisionGraph(nn.Module):

@@ -43,9 +43,9 @@ from typing import Literal, Optional
 
 from graspsim import SimConfig, distributed
 from graspsim import runs as run_folder
-from graspsim.config import check_device
 from graspsim.fileio import check_folder_path, check_in_file, check_out_dir
-from graspsim.validate import finite_positive, non_negative_int, positive_int
+from graspsim.runtime import Runtime, RuntimeConfig
+from graspsim.validate import non_negative_int, positive_int
 from vision.backgrounds import DEFAULT_TRANSFER
 
 from dagger.train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
@@ -63,7 +63,7 @@ PRESETS: dict[str, dict[str, int]] = {
 """Stage budgets per preset (episodes, optimizer steps). ``vision_mirror``: train and use the vision net with
 test-time mirror averaging (``TrainVisionConfig.mirror_tta``); off in ``small``, where the doubled segmentation
 cost of every DAgger, BC and evaluation rollout would not fit the preset's time budget."""
-RESUMABLE_KEYS = ("resume", "progress", "threads", "gifs", "dist_timeout")
+RESUMABLE_KEYS = ("resume", "runtime.progress", "runtime.threads", "gifs", "runtime.dist_timeout")
 """Settings that may differ when resuming a pipeline run folder (they do not change results)."""
 OVERRIDES = ("collect_episodes", "vision_steps", "iterations", "episodes_per_iter", "train_steps",
              "dagger_eval_episodes", "eval_episodes", "num_envs")
@@ -114,15 +114,9 @@ class PipelineConfig:
     """Override: scenes simulated in parallel."""
     gifs: int = 3
     """Example rollout GIFs per evaluation."""
-    device: str = "cpu"
-    """Torch device."""
-    threads: int = 0
-    """torch.set_num_threads (0 = leave the default)."""
-    dist_timeout: float = distributed.DEFAULT_TIMEOUT
-    """Under torchrun: seconds a collective waits for the other processes before the job fails (every stage's
-    --dist-timeout; ignored on one process)."""
-    progress: bool = True
-    """Show progress bars."""
+    runtime: Runtime = field(default_factory=RuntimeConfig)
+    """Device, threads, torchrun timeout and progress bars of every stage (flags --device, --threads, --dist-timeout,
+    --progress/--no-progress)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration for every stage."""
 
@@ -142,8 +136,6 @@ class PipelineConfig:
             object.__setattr__(self, "vision_checkpoint", check_in_file(self.vision_checkpoint, "PipelineConfig.vision_checkpoint",
                                                                         "vision checkpoint", inside="checkpoint.pt"))
         non_negative_int("PipelineConfig", "gifs", self.gifs)
-        finite_positive("PipelineConfig", "dist_timeout", self.dist_timeout, unit="s")
-        check_device("PipelineConfig", self.device)
 
     def budgets(self) -> dict[str, int]:
         b = dict(PRESETS[self.preset])
@@ -172,7 +164,7 @@ def _json(path: Path) -> dict | None:
 
 def run_pipeline(cfg: PipelineConfig) -> dict:
     """Run every stage (see the module docstring); returns the summary dict (also ``summary.json``)."""
-    with distributed.job(cfg.device, cfg.dist_timeout, "pipeline") as ctx:
+    with cfg.runtime.job("pipeline") as ctx:
         return _run_pipeline(cfg, ctx)
 
 
@@ -184,8 +176,6 @@ def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
 
     from dagger.evaluate import EvalSimConfig, evaluate_sim
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     t_start = time.perf_counter()
     # one name for all ranks (their clocks may disagree on the second)
     name = distributed.broadcast_object(
@@ -203,7 +193,7 @@ def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
         summary = _json(out / "summary.json")
     summary = distributed.broadcast_object(summary) or {"name": name, "preset": cfg.preset, "budgets": b,
                                                         "seconds": {}}
-    common = dict(device=cfg.device, progress=cfg.progress, dist_timeout=cfg.dist_timeout)
+    common = dict(runtime=cfg.runtime)
 
     def main_sees(path: Path) -> bool:
         """Whether ``path`` exists, as rank 0 sees it (the same answer on every rank)."""

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from graspsim import distributed
+from graspsim.runtime import RuntimeConfig
 
 
 def run_vision(out: Path) -> dict:
@@ -34,9 +35,9 @@ def run_vision(out: Path) -> dict:
     vt.train_step = spy
     try:
         vt.train_vision(vt.TrainVisionConfig(
-            out=out, steps=4, batch_size=4, val_every=4, ckpt_every=2, n_val=8, n_test=8, threads=1,
-            progress=False, model=SegNetConfig(base_channels=4, max_channels=8, depth=2), transfer=None,
-            operating_point="composite", dist_timeout=60))
+            out=out, steps=4, batch_size=4, val_every=4, ckpt_every=2, n_val=8, n_test=8,
+            runtime=RuntimeConfig(threads=1, progress=False, dist_timeout=60),
+            model=SegNetConfig(base_channels=4, max_channels=8, depth=2), transfer=None, operating_point="composite"))
     finally:
         vt.train_step = inner
     return record
@@ -56,7 +57,8 @@ def run_dagger(out: Path) -> dict:
     dt.train_steps = spy
     try:
         dt.run_dagger(dt.DaggerConfig(out=out, iterations=2, episodes_per_iter=4, eval_episodes=2, num_envs=2,
-                                      train_steps=3, batch_size=8, threads=1, progress=False, dist_timeout=60))
+                                      train_steps=3, batch_size=8,
+                                      runtime=RuntimeConfig(threads=1, progress=False, dist_timeout=60)))
     finally:
         dt.train_steps = inner
     return record

@@ -31,6 +31,7 @@ import numpy as np
 import pytest
 import torch
 
+from graspsim.runtime import RuntimeConfig
 from scripts.cli import main
 
 SIM = ["--sim.image-size", "32", "--sim.max-steps", "8", "--sim.no-shadows"]
@@ -109,7 +110,7 @@ def _build(root: Path) -> None:
     shutil.copy(root / "policy.pt", root / "policy_run" / "best.pt")
     # a dataset, and an interrupted copy of it whose middle part file is damaged
     sim = SimConfig(image_size=32, max_steps=8, shadows=False)
-    collect(CollectConfig(out=root / "demos.h5", episodes=3, num_envs=2, sim=sim, progress=False))
+    collect(CollectConfig(out=root / "demos.h5", episodes=3, num_envs=2, sim=sim, runtime=RuntimeConfig(progress=False)))
     with h5py.File(root / "demos.h5", "r") as f:
         config, env_args = json.loads(f.attrs["config"]), json.loads(f["data"].attrs["env_args"])
     with EpisodeWriter(root / "broken.h5", config, env_args=env_args, consolidate=False) as w:
@@ -144,20 +145,30 @@ def _build(root: Path) -> None:
     (root / "runs" / "taken" / "keep.txt").write_text("mine")
 
 
+def prepare(tmp_path_factory, name: str, build: Callable[[Path], None]) -> Path:
+    """A prepared folder ``<tmp>/<name>N/world`` filled by ``build`` (once per session or module)."""
+    root = tmp_path_factory.mktemp(name) / "world"
+    root.mkdir()
+    build(root)
+    return root
+
+
+def copy_world(template: Path, tmp_path: Path) -> Path:
+    """A case's own copy of the prepared folder, with the untouched originals beside it as ``template``."""
+    dst = tmp_path / "w"
+    shutil.copytree(template, dst)
+    (tmp_path / "template").symlink_to(template)  # for checks that compare with the originals
+    return dst
+
+
 @pytest.fixture(scope="session")
 def template(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("bad_input") / "world"
-    root.mkdir()
-    _build(root)
-    return root
+    return prepare(tmp_path_factory, "bad_input", _build)
 
 
 @pytest.fixture
 def world(template: Path, tmp_path: Path) -> Path:
-    dst = tmp_path / "w"
-    shutil.copytree(template, dst)
-    (tmp_path / "template").symlink_to(template)  # the untouched originals, for checks that compare with them
-    return dst
+    return copy_world(template, tmp_path)
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -307,6 +318,8 @@ class Case:
     check: Optional[Callable[[Path, str], None]] = None
     ours: bool = True
     """The error is reported by our handler ("graspsim <verb>: error: ..."), not by tyro's usage box."""
+    hide: tuple[str, ...] = ()
+    """Modules made unimportable for the case, as if their extra were not installed (tests/test_bad_input_verbs.py)."""
 
 
 def C(id: str, *argv: str, **kw) -> Case:
@@ -365,7 +378,7 @@ CASES = [
     C("collect-valid-fraction-one", "collect", "--out", f"{T}/n.h5", "--valid-fraction", "1",
       must=("CollectConfig.valid_fraction",)),
     C("collect-device-cuda-writes-nothing", "collect", "--out", f"{T}/n.h5", "--device", "cuda", *COLLECT,
-      must=("CollectConfig.device", "CUDA is not available", "--device cpu")),
+      must=("RuntimeConfig.device", "CUDA is not available", "--device cpu")),
     C("collect-device-gpu", "collect", "--out", f"{T}/n.h5", "--device", "gpu", must=("'gpu'", "not a torch device")),
     C("collect-device-cuda-index", "collect", "--out", f"{T}/n.h5", "--device", "cuda:7", must=("cuda:7",)),
     C("collect-resume-config-differs", "collect", "--out", f"{T}/demos.h5", "--resume", "--seed", "5", *COLLECT,
@@ -435,8 +448,8 @@ CASES = [
     C("tv-patch-not-multiple", "train-vision", "--out", f"{T}/tv", "--patch", "12", must=("TrainVisionConfig.patch",)),
     C("tv-min-precision-above-one", "train-vision", "--out", f"{T}/tv", "--min-precision", "2",
       must=("min_precision",)),
-    C("tv-threads-negative", "train-vision", "--out", f"{T}/tv", "--threads", "-1", must=("TrainVisionConfig.threads",)),
-    C("tv-device-cuda", "train-vision", "--out", f"{T}/tv", "--device", "cuda", must=("TrainVisionConfig.device",)),
+    C("tv-threads-negative", "train-vision", "--out", f"{T}/tv", "--threads", "-1", must=("RuntimeConfig.threads",)),
+    C("tv-device-cuda", "train-vision", "--out", f"{T}/tv", "--device", "cuda", must=("RuntimeConfig.device",)),
     C("tv-image-size-not-multiple", "train-vision", "--out", f"{T}/tv", "--sim.image-size", "33",
       must=("image_size 33",)),
     # --- eval-real
@@ -536,7 +549,7 @@ CASES = [
     C("dagger-lr-negative", "dagger", "--out", f"{T}/dg", "--lr", "-1", must=("DaggerConfig.lr",)),
     C("dagger-lr-final-frac-zero", "dagger", "--out", f"{T}/dg", "--lr-final-frac", "0",
       must=("DaggerConfig.lr_final_frac",)),
-    C("dagger-device-gpu", "dagger", "--out", f"{T}/dg", "--device", "gpu", must=("DaggerConfig.device",)),
+    C("dagger-device-gpu", "dagger", "--out", f"{T}/dg", "--device", "gpu", must=("RuntimeConfig.device",)),
     # --- eval-sim
     C("es-new-folder", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/o", *EVAL_SIM, rc=0, changes=("o",),
       check=_check_es_new),
@@ -573,7 +586,7 @@ CASES = [
     C("es-backend-unknown", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/o", "--backend", "mujoco",
       must=("--backend",), ours=False),
     C("es-device-cuda", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/o", "--device", "cuda",
-      must=("EvalSimConfig.device", "CUDA")),
+      must=("RuntimeConfig.device", "CUDA")),
     # --- pipeline
     C("pipeline-runs-dir-is-file", "pipeline", "--runs-dir", f"{T}/file.txt", "--name", "x",
       must=("file.txt", "not a folder")),
@@ -586,7 +599,7 @@ CASES = [
     C("pipeline-iterations-zero", "pipeline", "--iterations", "0", must=("PipelineConfig.iterations",)),
     C("pipeline-seed-negative", "pipeline", "--seed", "-2", must=("PipelineConfig.seed",)),
     C("pipeline-gifs-negative", "pipeline", "--gifs", "-1", must=("PipelineConfig.gifs",)),
-    C("pipeline-device-cuda", "pipeline", "--device", "cuda", must=("PipelineConfig.device", "CUDA")),
+    C("pipeline-device-cuda", "pipeline", "--device", "cuda", must=("RuntimeConfig.device", "CUDA")),
     C("pipeline-bad-sim", "pipeline", "--sim.randomization.latency-prob", "2", must=("latency_prob",)),
     # --- bench
     C("bench-overwrite-replaces-as-whole", "bench", "--out", f"{T}/bench_done", "--overwrite", *BENCH, rc=0,
@@ -630,8 +643,9 @@ def test_cases_are_many_and_distinct():
     assert verbs >= {"show", "collect", "inspect", "train-vision", "eval-real", "dagger", "eval-sim", "pipeline", "bench"}
 
 
-@pytest.mark.parametrize("case", _cases())
-def test_bad_input(case: Case, world: Path, capsys, caplog):
+def run_case(case: Case, world: Path, capsys, caplog) -> tuple[str, str, set[str]]:
+    """Run ``case`` in ``world`` and check its exit code, that no traceback shows and that the message names what
+    it must; returns (all output and log, stderr, the paths that changed)."""
     caplog.set_level("INFO")
     before = snapshot(world)
     rc = run_cli(_fill(case.argv, world))
@@ -641,7 +655,12 @@ def test_bad_input(case: Case, world: Path, capsys, caplog):
     assert rc == case.rc, text[-3000:]
     for s in case.must:
         assert s.replace(T, str(world)) in text, (s, text[-3000:])
-    changed = _changed(before, snapshot(world))
+    return text, err, _changed(before, snapshot(world))
+
+
+@pytest.mark.parametrize("case", _cases())
+def test_bad_input(case: Case, world: Path, capsys, caplog):
+    text, err, changed = run_case(case, world, capsys, caplog)
     if case.rc != 0:
         assert not changed, f"a refused input changed {sorted(changed)}"  # nothing written, nothing lost
         if case.ours:
@@ -716,7 +735,8 @@ def test_collect_overwrite_keeps_the_old_file_until_the_new_one_is_complete(worl
         seen.append(hashlib.sha256((world / "demos.h5").read_bytes()).hexdigest())
 
     sim = SimConfig(image_size=32, max_steps=8, shadows=False)
-    cfg = CollectConfig(out=world / "demos.h5", episodes=2, num_envs=1, seed=3, overwrite=True, sim=sim, progress=False)
+    cfg = CollectConfig(out=world / "demos.h5", episodes=2, num_envs=1, seed=3, overwrite=True, sim=sim,
+                        runtime=RuntimeConfig(progress=False))
     collect(cfg, progress_fn=during)
     assert seen and all(h == old for h in seen)  # the old file stayed whole while the new one was written
     assert describe(world / "demos.h5")["config"]["seed"] == 3

@@ -17,6 +17,7 @@ import pytest
 
 from expert.collect import CollectConfig, collect
 from expert.inspect import InspectConfig, inspect
+from graspsim.runtime import RuntimeConfig
 from graspsim import FAILURE_NAMES, GraspEnv, SimConfig
 from graspsim.dataset import describe, parts_dir
 
@@ -25,7 +26,7 @@ SIM = SimConfig(image_size=16, shadows=False)  # small and fast; the pipeline is
 
 
 def small(out, **kw) -> CollectConfig:
-    args = dict(out=out, episodes=4, num_envs=4, seed=3, progress=False, sim=SIM)
+    args = dict(out=out, episodes=4, num_envs=4, seed=3, runtime=RuntimeConfig(progress=False), sim=SIM)
     args.update(kw)
     return CollectConfig(**args)
 
@@ -203,7 +204,7 @@ def _attrs(path):
 
 @pytest.mark.slow
 def test_expert_success_over_300_seeded_scenes(tmp_path):
-    s = collect(CollectConfig(out=tmp_path / "e.h5", episodes=300, num_envs=64, seed=11, progress=False,
+    s = collect(CollectConfig(out=tmp_path / "e.h5", episodes=300, num_envs=64, seed=11, runtime=RuntimeConfig(progress=False),
                               sim=SimConfig(image_size=16, shadows=False)))
     assert s["success_rate"] >= 0.99, s["failures"]
 

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
+from graspsim.runtime import RuntimeConfig
 
 import numpy as np
 import pytest
@@ -27,7 +28,7 @@ NET = ControlNetConfig(image_size=32)
 
 def dagger_cfg(out: Path, **kw) -> DaggerConfig:
     args = dict(out=out, iterations=2, episodes_per_iter=4, eval_episodes=2, num_envs=4, train_steps=3,
-                batch_size=16, progress=False, sim=SIM, model=NET, seed=1)
+                batch_size=16, runtime=RuntimeConfig(progress=False), sim=SIM, model=NET, seed=1)
     args.update(kw)
     return DaggerConfig(**args)
 
@@ -264,7 +265,7 @@ def test_eval_sim_writes_metrics_gifs_and_report(tmp_path):
     net = ControlNet(NET)
     save_checkpoint(tmp_path / "p.pt", net, None, iteration=0)
     m = evaluate_sim(EvalSimConfig(policy=tmp_path / "p.pt", out=tmp_path / "ev", episodes=5, num_envs=3, gifs=2,
-                                   progress=False, sim=SIM))
+                                   runtime=RuntimeConfig(progress=False), sim=SIM))
     saved = json.loads((tmp_path / "ev" / "metrics.json").read_text())
     for key in ("success_rate", "num_episodes", "failures", "success_ci95", "failure_rates"):
         assert key in saved
@@ -281,7 +282,7 @@ def test_eval_sim_moving_target_and_input_errors(tmp_path):
     net = ControlNet(NET)
     save_checkpoint(tmp_path / "p.pt", net, None, iteration=0)
     cfg = EvalSimConfig(policy=tmp_path / "p.pt", out=tmp_path / "ev", episodes=2, num_envs=2, gifs=0,
-                        moving_target=True, progress=False, sim=SIM)
+                        moving_target=True, runtime=RuntimeConfig(progress=False), sim=SIM)
     assert cfg.eval_sim_config().randomization.target_speed == (0.005, 0.02)
     assert SIM.randomization.target_speed == (0.0, 0.0)  # training scenes never move
     assert evaluate_sim(cfg)["target_speed"] == [0.005, 0.02]

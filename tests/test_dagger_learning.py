@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from dagger.evaluate import EvalSimConfig, evaluate_sim
+from graspsim.runtime import RuntimeConfig
 from dagger.model import ControlNet
 from dagger.policy import save_checkpoint
 from dagger.train import DaggerConfig, run_dagger
 
-BUDGET = dict(iterations=4, episodes_per_iter=96, eval_episodes=64, num_envs=96, train_steps=400, progress=False, seed=0)
+BUDGET = dict(iterations=4, episodes_per_iter=96, eval_episodes=64, num_envs=96, train_steps=400,
+              runtime=RuntimeConfig(progress=False), seed=0)
 
 
 @pytest.mark.slow
@@ -26,7 +28,7 @@ def test_dagger_learns_to_grasp_and_beats_bc(tmp_path):
 
     def success(policy, name, n=128):
         return evaluate_sim(EvalSimConfig(policy=policy, out=tmp_path / name, episodes=n, gifs=0,
-                                          progress=False))["success_rate"]
+                                          runtime=RuntimeConfig(progress=False)))["success_rate"]
 
     assert success(tmp_path / "untrained.pt", "ev0", 64) <= 0.05
     dagger = success(tmp_path / "dagger" / "policy.pt", "ev1")

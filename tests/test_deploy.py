@@ -15,6 +15,7 @@ import pytest
 
 import deploy_fakes
 from dagger.controller import Controller, SafetyConfig
+from graspsim.runtime import RuntimeConfig
 from scripts.cli import main
 from scripts.deploy import DeployConfig, deploy, workspace_guard
 
@@ -102,7 +103,7 @@ def test_deploy_bullet_50_scenes_matches_eval_sim(tmp_path):
 
     s = deploy(_cfg(tmp_path, episodes=50))
     m = evaluate_sim(EvalSimConfig(policy=POLICY, vision=VISION, out=tmp_path / "es", episodes=50, num_envs=8,
-                                   backend="bullet", gifs=0, progress=False))
+                                   backend="bullet", gifs=0, runtime=RuntimeConfig(progress=False)))
     print(f"deploy {s['success_rate']:.3f} {s['success_ci95']}; eval-sim {m['success_rate']:.3f} {m['success_ci95']}")
     assert s["success_rate"] >= 0.9
     lo, hi = m["success_ci95"]

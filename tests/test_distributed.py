@@ -24,6 +24,7 @@ import h5py
 import numpy as np
 import pytest
 
+from graspsim.runtime import RuntimeConfig
 from graspsim import distributed
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +110,8 @@ def test_without_torchrun_everything_is_a_job_of_one(monkeypatch):
 def test_eval_sim_two_ranks_equal_one(tmp_path):
     from dagger.evaluate import EvalSimConfig, evaluate_sim
 
-    kw = dict(policy=ASSETS / "policy_format0.pt", episodes=12, seed=5, num_envs=4, gifs=2, progress=False)
+    kw = dict(policy=ASSETS / "policy_format0.pt", episodes=12, seed=5, num_envs=4, gifs=2,
+              runtime=RuntimeConfig(progress=False))
     with one_thread():
         one = evaluate_sim(EvalSimConfig(out=tmp_path / "one", **kw))
     run_ok("-m", "scripts.cli", "eval-sim", "--policy", str(kw["policy"]), "--out", str(tmp_path / "two"),
@@ -159,6 +161,16 @@ def rank_pid(parent: int, rank: int) -> int | None:
     return None
 
 
+def kill_rank_once_it_committed(proc: subprocess.Popen, shard: Path, rank: int = 1) -> None:
+    """SIGKILL rank ``rank`` of the torchrun job ``proc`` as soon as its shard ``shard`` holds an episode."""
+    t0 = time.monotonic()
+    while committed(shard) < 1 and proc.poll() is None and time.monotonic() - t0 < 120:
+        time.sleep(0.05)
+    pid = rank_pid(proc.pid, rank)
+    assert pid is not None and proc.poll() is None, f"rank {rank} finished before it could be killed"
+    os.kill(pid, signal.SIGKILL)
+
+
 def committed(path: Path) -> int:
     try:
         with h5py.File(path, "r") as f:
@@ -174,17 +186,13 @@ def test_collect_two_ranks_equal_one_and_resume_after_a_killed_rank(tmp_path):
 
     n = 12
     with one_thread():  # (an episode's arrays do not depend on num_envs)
-        collect(CollectConfig(out=tmp_path / "one.h5", episodes=n, seed=3, num_envs=4, noise=0.01, progress=False))
+        collect(CollectConfig(out=tmp_path / "one.h5", episodes=n, seed=3, num_envs=4, noise=0.01,
+                              runtime=RuntimeConfig(progress=False)))
     out = tmp_path / "two.h5"
     args = ["-m", "scripts.cli", "collect", "--out", str(out), "--episodes", str(n), "--seed", "3", "--num-envs", "2",
             "--noise", "0.01", "--no-progress", "--dist-timeout", "60"]
     proc = torchrun(*args)
-    t0 = time.monotonic()
-    while committed(shard_file(out, 1)) < 1 and proc.poll() is None and time.monotonic() - t0 < 120:
-        time.sleep(0.05)
-    pid = rank_pid(proc.pid, 1)
-    assert pid is not None and proc.poll() is None, "rank 1 finished before it could be killed"
-    os.kill(pid, signal.SIGKILL)
+    kill_rank_once_it_committed(proc, shard_file(out, 1))
     t_kill = time.monotonic()
     log = finish(proc, 90)
     assert proc.returncode != 0
@@ -193,7 +201,7 @@ def test_collect_two_ranks_equal_one_and_resume_after_a_killed_rank(tmp_path):
     assert shards_dir(out).is_dir() and committed(shard_file(out, 1)) >= 1  # what rank 1 committed is kept
 
     with pytest.raises(FileExistsError, match="--resume"):  # an unfinished distributed collect is not restarted
-        collect(CollectConfig(out=out, episodes=n, seed=3, num_envs=2, noise=0.01, progress=False))
+        collect(CollectConfig(out=out, episodes=n, seed=3, num_envs=2, noise=0.01, runtime=RuntimeConfig(progress=False)))
     run_ok(*args, "--resume")
     assert not shards_dir(out).exists()
     with h5py.File(out, "r") as f:

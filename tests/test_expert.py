@@ -27,9 +27,8 @@ def test_expert_succeeds_on_randomized_scenes():
 
 def test_expert_with_noise_and_moving_target():
     cfg = SimConfig(randomization=RandomizationConfig(target_speed=(0.005, 0.02)))
-    g = torch.Generator().manual_seed(0)
     env = GraspEnv(cfg, num_envs=200, seed=7, render_obs=False)
-    expert = FSMExpert(cfg, 200, noise_std=0.01, generator=g)
+    expert = FSMExpert(cfg, 200, noise_std=0.01)
     _run(env, expert, cfg.max_steps)
     assert env.state.success.float().mean().item() >= 0.95
 
@@ -84,7 +83,7 @@ def test_expert_phases_and_labels():
 def test_exploration_noise_keeps_success_and_spares_the_grasp():
     cfg = SimConfig()
     env = GraspEnv(cfg, num_envs=300, seed=2, render_obs=False)
-    expert = FSMExpert(cfg, 300, noise_std=0.05, generator=torch.Generator().manual_seed(0))
+    expert = FSMExpert(cfg, 300, noise_std=0.05)
     perturbed_high = False
     for _ in range(cfg.max_steps):
         clean = expert.act(env.privileged())

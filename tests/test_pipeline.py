@@ -7,6 +7,7 @@ import json
 import pytest
 
 from scripts.pipeline import PRESETS, PipelineConfig, run_pipeline
+from graspsim.runtime import RuntimeConfig
 from graspsim import SimConfig
 
 SIM = SimConfig(image_size=32, shadows=False, max_steps=40)
@@ -15,7 +16,7 @@ TINY = dict(collect_episodes=4, vision_steps=2, iterations=2, episodes_per_iter=
 
 
 def test_tiny_pipeline_writes_report_and_resumes(tmp_path):
-    cfg = PipelineConfig(name="tiny", runs_dir=tmp_path, sim=SIM, gifs=1, progress=False, **TINY)
+    cfg = PipelineConfig(name="tiny", runs_dir=tmp_path, sim=SIM, gifs=1, runtime=RuntimeConfig(progress=False), **TINY)
     s = run_pipeline(cfg)
     out = tmp_path / "tiny"
     html = (out / "report.html").read_text()
@@ -36,7 +37,7 @@ def test_tiny_pipeline_writes_report_and_resumes(tmp_path):
 
     with pytest.raises(FileExistsError):
         run_pipeline(cfg)
-    again = run_pipeline(PipelineConfig(name="tiny", runs_dir=tmp_path, sim=SIM, gifs=1, progress=False,
+    again = run_pipeline(PipelineConfig(name="tiny", runs_dir=tmp_path, sim=SIM, gifs=1, runtime=RuntimeConfig(progress=False),
                                         resume=True, **TINY))
     assert again["seconds"] == s["seconds"]  # every stage was already complete: nothing re-ran
 

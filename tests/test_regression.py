@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from graspsim.runtime import RuntimeConfig
 
 import h5py
 import numpy as np
@@ -53,13 +54,13 @@ def file_digest(path: Path) -> str:
 
 def test_collect_64_episodes_hash(tmp_path):
     out = tmp_path / "demos.h5"
-    collect(CollectConfig(out=out, episodes=64, seed=3, num_envs=16, progress=False))
+    collect(CollectConfig(out=out, episodes=64, seed=3, num_envs=16, runtime=RuntimeConfig(progress=False)))
     assert file_digest(out) == COLLECT_SHA256
 
 
 def test_eval_sim_100_scenes_successes(tmp_path):
     m = evaluate_sim(EvalSimConfig(policy=ASSETS / "policy_format0.pt", out=tmp_path / "ev", episodes=100,
-                                   seed=5, num_envs=32, gifs=0, progress=False))
+                                   seed=5, num_envs=32, gifs=0, runtime=RuntimeConfig(progress=False)))
     per_episode = json.loads((tmp_path / "ev" / "metrics.json").read_text())["per_episode_success"]
     assert "".join("1" if s else "0" for s in per_episode) == EVAL_SUCCESS
     assert m["num_episodes"] == 100

@@ -77,3 +77,43 @@ def test_pipeline_resume_refuses_a_changed_preset(tmp_path):
     with pytest.raises(ValueError, match="preset"):
         run_pipeline(PipelineConfig(name="r", runs_dir=tmp_path, preset="medium", resume=True))
     assert runs.read_config(tmp_path / "r")["preset"] == "small"  # the stored config is left as it was
+
+
+# ------------------------------------------------------------------------------------------ the runtime group
+def _flat(config: dict) -> dict:
+    """A config as run folders stored it before RuntimeConfig: the runtime settings at the top level."""
+    return {**{k: v for k, v in config.items() if k != "runtime"}, **config["runtime"]}
+
+
+def test_an_older_flat_config_compares_as_grouped():
+    new = {"seed": 0, "runtime": {"device": "cpu", "threads": 2, "dist_timeout": 60.0, "progress": False}}
+    old = _flat({**new, "runtime": {**new["runtime"], "threads": 0, "progress": True}})
+    runs.check_resume(old, new, ["runtime.threads", "runtime.progress"], "run")  # only resumable settings differ
+    with pytest.raises(ValueError, match=r"runtime\.device: 'cuda' -> 'cpu'"):
+        runs.check_resume({**old, "device": "cuda"}, new, ["runtime.threads"], "run")
+    with pytest.raises(ValueError, match=r"1 setting\(s\): seed "):
+        runs.check_resume({**old, "seed": 1}, new, ["runtime.threads", "runtime.progress"], "run")
+    assert runs.grouped_runtime(new, new) is new and runs.grouped_runtime({"a": 1}, new) == {"a": 1}
+
+
+def test_dagger_resumes_a_run_folder_written_before_the_runtime_group(tmp_path, capsys):
+    """A DAgger run folder whose config.json keeps device/threads/dist_timeout/progress at the top level (as
+    folders written before RuntimeConfig do) resumes; a changed setting that matters is still named."""
+    import json
+
+    from scripts.cli import main
+
+    tiny = ["--episodes-per-iter", "2", "--eval-episodes", "2", "--num-envs", "2", "--train-steps", "1",
+            "--batch-size", "4", "--no-progress", "--sim.image-size", "32", "--sim.max-steps", "8", "--sim.no-shadows"]
+    out = tmp_path / "dg"
+    assert main(["dagger", "--out", str(out), "--iterations", "1", *tiny]) == 0
+    stored = json.loads((out / "config.json").read_text())
+    assert stored["runtime"]["progress"] is False and "threads" not in stored
+    (out / "config.json").write_text(json.dumps(_flat(stored)))
+    assert main(["dagger", "--out", str(out), "--resume", "--iterations", "2", "--threads", "1", *tiny]) == 0
+    assert len(json.loads((out / "metrics.json").read_text())) == 2
+    (out / "config.json").write_text(json.dumps(_flat(stored)))
+    assert main(["dagger", "--out", str(out), "--resume", "--iterations", "3", "--lr", "0.1", *tiny]) == 2
+    err = capsys.readouterr().err
+    assert "lr: 0.002 -> 0.1" in err and "runtime" not in err.split("(")[0]
+    assert len(json.loads((out / "metrics.json").read_text())) == 2  # the refused resume wrote nothing

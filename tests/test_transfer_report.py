@@ -9,14 +9,15 @@ import pytest
 import torch
 
 from vision.backgrounds import DEFAULT_TRANSFER
+from graspsim.runtime import RuntimeConfig
 from vision.model import SegNetConfig
 from vision.train import TrainVisionConfig, train_vision
 from vision.transfer_report import load_transfer_sets, operating_point_gap
 
 torch.set_num_threads(2)
 TINY = SegNetConfig(base_channels=4, max_channels=8, depth=2, chroma=True)
-KW = dict(batch_size=8, steps=4, val_every=4, ckpt_every=4, n_val=32, n_test=16, threads=2, progress=False, model=TINY,
-          mirror_tta=False)
+KW = dict(batch_size=8, steps=4, val_every=4, ckpt_every=4, n_val=32, n_test=16, model=TINY, mirror_tta=False,
+          runtime=RuntimeConfig(threads=2, progress=False))
 
 
 @pytest.fixture(scope="module")

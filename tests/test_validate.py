@@ -44,14 +44,15 @@ def test_bounded_checks_and_bare_names():
 
 def test_configs_use_the_shared_messages():
     from graspsim import SimConfig
+    from graspsim.runtime import RuntimeConfig
     from vision.train_config import TrainVisionConfig
 
     with pytest.raises(ValueError, match=r"^SimConfig\.max_steps must be a positive int; got 0$"):
         SimConfig(max_steps=0)
     with pytest.raises(ValueError, match=r"^TrainVisionConfig\.patches_per_frame must be a positive int; got 0$"):
         TrainVisionConfig(out="x", patches_per_frame=0)
-    with pytest.raises(ValueError, match=r"^TrainVisionConfig\.threads must be a non-negative int; got -1$"):
-        TrainVisionConfig(out="x", threads=-1)
+    with pytest.raises(ValueError, match=r"^RuntimeConfig\.threads must be a non-negative int; got -1$"):
+        TrainVisionConfig(out="x", runtime=RuntimeConfig(threads=-1))
 
 
 def test_observation_keys_are_what_the_env_returns():

@@ -104,7 +104,7 @@ class AugmentConfig:
     of every batch stays in our own composites' distribution while the rest is randomized (the first
     ``round(clean_fraction * n)`` frames of a batch; frames are drawn i.i.d., so which ones does not matter).
     Half and half gave +0.03 composite validation IoU over none at 1000 steps, transfer unchanged; at 2,500 steps
-    0.8 gave +0.016 composite and +0.010 transfer validation IoU over 0.5 (two seeds, docs/vision.md round 10)."""
+    0.8 gave +0.016 composite and +0.010 transfer validation IoU over 0.5 (two seeds, docs/notes/vision_log.md, round 10)."""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -55,7 +55,7 @@ from .transfer_report import load_transfer_sets, operating_point_gap, transfer_b
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "checkpoint.pt"
-RESUMABLE_KEYS = ("steps", "resume", "progress", "threads", "ckpt_every", "out", "dist_timeout")
+RESUMABLE_KEYS = ("steps", "resume", "ckpt_every", "out", "runtime.progress", "runtime.threads", "runtime.dist_timeout")
 """Settings that may change on --resume (``steps`` is the new total: the cosine schedule stretches to it)."""
 
 __all__ = [  # the config, losses, batches and evaluation sets live in their own modules; importable from here too
@@ -96,7 +96,7 @@ def _check_disjoint(train_dir: Path, val_dir: Path) -> None:
 
 def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
     """The training composer (training photos with the configured hue rotation, camouflage and colour matching) and
-    the validation/test composer (held-out photos, real colours), on ``cfg.device``. Refuses photo folders that
+    the validation/test composer (held-out photos, real colours), on ``cfg.runtime.device``. Refuses photo folders that
     share an identical file."""
     train_dir, val_dir = resolve_split(cfg.backgrounds, cfg.val_backgrounds)
     _check_disjoint(train_dir, val_dir)
@@ -107,7 +107,7 @@ def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
     val_bank = BackgroundBank.from_folder(val_dir, size=size, skip_bad=cfg.skip_bad)
     log.info("training backgrounds (%d) from %s: %s", len(train_bank), train_dir, ", ".join(train_bank.names))
     log.info("held-out validation backgrounds (%d) from %s: %s", len(val_bank), val_dir, ", ".join(val_bank.names))
-    dev = torch.device(cfg.device)
+    dev = torch.device(cfg.runtime.device)
     return (Composer(train_bank, cfg.sim, cfg.compose, dev, color_match_prob=cfg.color_match_prob, augment=cfg.augment),
             Composer(val_bank, cfg.sim, cfg.compose, dev))
 
@@ -136,9 +136,9 @@ def load_teacher(path: Path, device: torch.device, patch: int) -> Callable[[Tens
 
 def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Optimizer, torch.Generator, bool]:
     """A freshly initialised model (seeded by ``cfg.seed``; channels-last on CPU), its AdamW optimizer, the data
-    generator (seeded by ``cfg.seed``) on ``cfg.device``, and whether to train under bf16 autocast (only on CPUs with
+    generator (seeded by ``cfg.seed``) on ``cfg.runtime.device``, and whether to train under bf16 autocast (only on CPUs with
     native bf16, :func:`vision.model.cpu_has_fast_bf16`)."""
-    dev = torch.device(cfg.device)
+    dev = torch.device(cfg.runtime.device)
     torch.manual_seed(cfg.seed)
     model = SegNet(cfg.model).to(dev)
     if dev.type == "cpu":
@@ -153,16 +153,14 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     """Train (or resume) and return the final metrics dict (``test`` metrics at the chosen threshold,
     plus ``val``, ``threshold``, ``steps``, ``train_seconds``, ``num_parameters``, ``world_size``). See the module
     docstring; under torchrun every rank returns rank 0's dict."""
-    with distributed.job(cfg.device, cfg.dist_timeout, "train-vision") as ctx:
+    with cfg.runtime.job("train-vision") as ctx:
         return _train_vision(cfg, ctx)
 
 
 def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
     from torch.utils.tensorboard import SummaryWriter
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    dev = distributed.local_device(cfg.device)
+    dev = distributed.local_device(cfg.runtime.device)
     out = check_out_dir(cfg.out, resume=cfg.resume)  # a non-empty folder needs --resume
     ckpt_path = out / CHECKPOINT_NAME
     if cfg.resume and not ckpt_path.is_file():
@@ -273,7 +271,7 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
     model.train()
     layers = None
     t_start = time.perf_counter()
-    with progress_bar("train-vision", cfg.progress and ctx.is_main, fields=("{task.fields[info]}",)) as bar:
+    with progress_bar("train-vision", cfg.runtime.progress and ctx.is_main, fields=("{task.fields[info]}",)) as bar:
         task = bar.add_task("train", total=cfg.steps, completed=start, info="")
         for step in range(start, cfg.steps):
             for grp in opt.param_groups:

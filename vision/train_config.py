@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from graspsim import SimConfig
-from graspsim.distributed import DEFAULT_TIMEOUT
 from graspsim.fileio import check_in_file
-from graspsim.validate import (boolean, check_device, finite_non_negative, finite_positive, non_negative_int, positive_int,
+from graspsim.runtime import Runtime, RuntimeConfig
+from graspsim.validate import (boolean, finite_non_negative, finite_positive, positive_int,
                                probability)
 
 from .augment import AugmentConfig
@@ -144,18 +144,12 @@ class TrainVisionConfig:
     """Load at most this many frames from --hdf5 (evenly spread)."""
     skip_bad: bool = False
     """Skip unreadable background photos (listed in the log) instead of failing."""
-    device: str = "cpu"
-    """Torch device."""
-    threads: int = 0
-    """torch.set_num_threads (0 = leave the default)."""
-    dist_timeout: float = DEFAULT_TIMEOUT
-    """Under torchrun: seconds a collective waits for the other processes before the job fails (ignored on one
-    process)."""
+    runtime: Runtime = field(default_factory=RuntimeConfig)
+    """Device, threads, torchrun timeout and progress bar (flags --device, --threads, --dist-timeout,
+    --progress/--no-progress)."""
     bf16: bool = True
     """bfloat16 autocast for forward/backward on CPU when the CPU has native bf16 (AMX/AVX512-BF16); without
     it float32 is used, because emulated bf16 is ~10x slower. Weights and optimizer stay float32."""
-    progress: bool = True
-    """Show a rich progress bar."""
     model: SegNetConfig = field(default_factory=lambda: DEFAULT_MODEL)
     """Network design and size. Default: the half-resolution net at 16/32/64 channels with chroma features
     (:data:`DEFAULT_MODEL`; the 12/24/48/96 full-resolution U-Net before issue 27 cost 6x more per frame).
@@ -185,15 +179,12 @@ class TrainVisionConfig:
         for name in ("tversky_beta", "patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
                      "min_precision", "max_fp_image_rate", "transfer_min_precision", "transfer_max_fp_image_rate"):
             probability(owner, name, getattr(self, name))
-        for name in ("mirror_tta", "frame_gate", "bf16", "progress", "resume", "skip_bad"):
+        for name in ("mirror_tta", "frame_gate", "bf16", "resume", "skip_bad"):
             boolean(owner, name, getattr(self, name))
-        non_negative_int(owner, "threads", self.threads)
-        finite_positive(owner, "dist_timeout", self.dist_timeout, unit="s")
         if self.operating_point not in ("composite", "transfer", "both"):
             raise ValueError(f"TrainVisionConfig.operating_point must be composite, transfer or both; got {self.operating_point!r}")
         if self.operating_point != "composite" and self.transfer is None:
             raise ValueError(f"TrainVisionConfig.operating_point={self.operating_point!r} needs the transfer sets (--transfer)")
-        check_device(owner, self.device)
         if self.teacher is not None:
             check_in_file(self.teacher, f"{owner}.teacher", "vision checkpoint", inside="checkpoint.pt")
         if self.sim.image_size % self.model.multiple:
