@@ -35,10 +35,11 @@ VIDEO_FRAME_MAE = 14.0
 
 def _collect(path: Path, seed: int, **sim) -> Path:
     from expert.collect import CollectConfig, collect
+    from graspsim.runtime import RuntimeConfig
     from graspsim import SimConfig
 
     cfg = SimConfig(**{"image_size": 32, "max_steps": 8, "shadows": False, **sim})
-    collect(CollectConfig(out=path, episodes=2, num_envs=2, seed=seed, sim=cfg, progress=False))
+    collect(CollectConfig(out=path, episodes=2, num_envs=2, seed=seed, sim=cfg, runtime=RuntimeConfig(progress=False)))
     return path
 
 

@@ -87,11 +87,12 @@ def _ffmpeg_dir(env: Path, where: Path) -> Path:
 def interop(tmp_path_factory):
     from expert.collect import CollectConfig, collect
     from graspsim import SimConfig
+    from graspsim.runtime import RuntimeConfig
 
     root = tmp_path_factory.mktemp("interop_data")
     env = _venv(tmp_path_factory)
     h5 = root / "demos.h5"
-    collect(CollectConfig(out=h5, episodes=3, num_envs=3, seed=5, progress=False,
+    collect(CollectConfig(out=h5, episodes=3, num_envs=3, seed=5, runtime=RuntimeConfig(progress=False),
                           sim=SimConfig(image_size=32, max_steps=10, shadows=False)))
     return env, h5, root
 

@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
+from .. import extras
 from ..fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
 from ..keys import GRIPPER, MASK, RGB
 from ..runs import config_differences
@@ -111,15 +112,10 @@ FIXED_FEATURES = {
 
 
 def require_extra(verb: str = "export-dataset") -> None:
-    """ValueError (one line, naming the extra and the install command) unless pyarrow and PyAV import."""
-    missing = []
-    for mod, dist in (("pyarrow", "pyarrow"), ("av", "av (PyAV)")):
-        try:
-            __import__(mod)
-        except ImportError:
-            missing.append(dist)
-    if missing:
-        raise ValueError(f"{verb} needs {' and '.join(missing)} from the optional '{EXTRA}' extra: {INSTALL_HINT}")
+    """:class:`graspsim.extras.MissingExtra` (one line, naming the extra and the install command) unless pyarrow and
+    PyAV are installed."""
+    for module in ("pyarrow", "av"):
+        extras.require(module, EXTRA, verb)
 
 
 def check_codec(codec: str) -> str:
