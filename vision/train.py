@@ -114,22 +114,20 @@ def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
 
 def load_teacher(path: Path, device: torch.device, patch: int) -> Callable[[Tensor, bool], Tensor]:
     """The distillation teacher of ``--teacher``: a function of a training batch ``x`` N,3,S,S float in [0, 1] (and
-    whether to run under bf16 autocast) giving the teacher's probabilities N,S,S float32 (BatchNorm folded, its own
-    mirror-averaging setting, no gradients). Raises like :func:`load_checkpoint` for a missing file or another kind
+    whether to run under bf16 autocast) giving the teacher's probabilities N,S,S float32 (BatchNorm folded, one pass
+    without mirror averaging, which would double its cost, no gradients). Raises like :func:`load_checkpoint` for a missing file or another kind
     of checkpoint, and ValueError when the teacher's stride does not divide the training patch side ``patch``."""
     from .infer import Segmenter
 
     seg = Segmenter.from_checkpoint(path, device, precision="fp32")
     if patch and patch % seg.model.multiple:
         raise ValueError(f"--teacher {path}: its net's stride {seg.model.multiple} does not divide --patch {patch}")
-    log.info("distilling from %s (%s net, mirror averaging %s)", path, seg.model.cfg.arch,
-             "on" if seg.mirror_tta else "off")
+    log.info("distilling from %s (%s net)", path, seg.model.cfg.arch)
 
     @torch.no_grad()
     def probs(x: Tensor, bf16: bool) -> Tensor:
         with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
-            out = seg.net.mirror_averaged(x) if seg.mirror_tta else seg.net(x)
-        return torch.sigmoid(out.float())
+            return torch.sigmoid(seg.net(x).float())
 
     return probs
 

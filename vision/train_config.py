@@ -132,8 +132,8 @@ class TrainVisionConfig:
     """Continue from out/checkpoint.pt up to --steps."""
     teacher: Optional[Path] = None
     """A trained vision checkpoint to distil from: the net also learns to match the teacher's probabilities on every
-    training patch (BCE against them, weighted by --teacher-weight), beside the exact masks. The teacher runs with
-    its own mirror-averaging setting, under the same autocast as training."""
+    training patch (BCE against them, weighted by --teacher-weight), beside the exact masks. The teacher runs one
+    pass per patch (no mirror averaging) under the same autocast as training."""
     teacher_weight: float = 1.0
     """Weight of the distillation term (with --teacher)."""
     hdf5: Optional[Path] = None
