@@ -23,6 +23,7 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "inspect": ("expert.inspect", "InspectConfig", "inspect", "summarise an HDF5 dataset, write a contact sheet/GIF"),
     "train-vision": ("vision.train", "TrainVisionConfig", "train_vision", "train the segmentation net on sim-real composites"),
     "eval-real": ("vision.evaluate", "EvalRealConfig", "evaluate_real", "evaluate the segmentation net on a recorded image set"),
+    "calibrate": ("vision.calibrate", "CalibrateConfig", "calibrate", "choose the vision net's threshold and frame gate on your labelled frames"),
     "dagger": ("dagger.train", "DaggerConfig", "run_dagger", "train the mask-driven controller by DAgger"),
     "eval-sim": ("dagger.evaluate", "EvalSimConfig", "evaluate_sim", "closed-loop evaluation in simulation"),
     "pipeline": ("scripts.pipeline", "PipelineConfig", "run_pipeline", "collect -> vision -> DAgger -> evaluate -> report"),

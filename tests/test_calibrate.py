@@ -1,0 +1,124 @@
+"""graspsim calibrate: the operating point chosen on a user's labelled frames, its provenance, and clear errors."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from vision.calibrate import CalibrateConfig, calibrate, frames_needed
+from vision.checkpoint import load_checkpoint, save_checkpoint
+from vision.evaluate import EvalRealConfig, evaluate_real
+from vision.infer import Segmenter
+from vision.model import SegNet, SegNetConfig
+
+torch.set_num_threads(2)
+TINY = SegNetConfig(base_channels=4, max_channels=8, depth=2)
+
+
+def _png(path: Path, img: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ok, buf = cv2.imencode(".png", img)
+    assert ok
+    path.write_bytes(buf.tobytes())
+
+
+def _checkpoint(path: Path, seed: int = 0) -> Path:
+    torch.manual_seed(seed)
+    model = SegNet(TINY)
+    save_checkpoint(path, {"model": model.state_dict(), "model_config": dataclasses.asdict(model.cfg), "config": {},
+                           "step": 0, "threshold": 0.5, "peak_threshold": 0.0, "image_size": 64,
+                           "optimizer": {"state": {}}, "mirror_tta": True})
+    return path
+
+
+def _frames(root: Path, n_target: int, n_free: int, size: int = 48, seed: int = 0) -> Path:
+    """``root/images`` + ``root/masks``: reddish discs on noise (target frames) and plain noise (target-free)."""
+    rng = np.random.default_rng(seed)
+    for i in range(n_target + n_free):
+        img = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+        mask = np.zeros((size, size), np.uint8)
+        if i < n_target:
+            c = rng.integers(6, size - 6, 2)
+            cv2.circle(mask, (int(c[0]), int(c[1])), int(rng.integers(2, 5)), 255, -1)
+            img[mask > 0] = (30, 40, 220)  # BGR red
+        _png(root / "images" / f"f{i:03d}.png", img)
+        _png(root / "masks" / f"f{i:03d}.png", mask)
+    return root
+
+
+def test_frames_needed_follows_the_limits():
+    assert frames_needed(0.93, 0.03) == (15, 34)  # 1/0.07 -> 15 target frames; 1/0.03 -> 34 target-free frames
+    assert frames_needed(0.9, 0.1) == (10, 10)
+    assert frames_needed(0.5, 0.01) == (10, 100)
+
+
+def test_calibrate_writes_the_chosen_point_with_provenance_and_matches_eval_real(tmp_path):
+    ck = _checkpoint(tmp_path / "net.pt")
+    root = _frames(tmp_path / "tune", n_target=12, n_free=5)
+    out = tmp_path / "cal.pt"
+    rec = calibrate(CalibrateConfig(vision=ck, images=root / "images", out=out, min_precision=0.5, max_fp_images=0.2,
+                                    precision="fp32"))
+    c = load_checkpoint(out)
+    assert c["calibration"] == rec and "optimizer" not in c  # deployable: no training state
+    assert (rec["n_frames"], rec["n_target"], rec["n_target_free"]) == (17, 12, 5)
+    assert rec["folder"] == str((root / "images").resolve()) and rec["frame_size"] == [48, 48]
+    assert (rec["min_precision"], rec["max_fp_images"]) == (0.5, 0.2) and rec["chosen_at"]
+    assert c["threshold"] == rec["after"]["threshold"] and c["peak_threshold"] == rec["after"]["peak_threshold"]
+    assert c["mirror_tta"] is True and all(torch.equal(c["model"][k], load_checkpoint(ck)["model"][k]) for k in c["model"])
+    assert not list(tmp_path.glob("*.tmp*"))
+    seg = Segmenter.from_checkpoint(out)
+    assert (seg.threshold, seg.peak_threshold) == (c["threshold"], c["peak_threshold"])
+    # eval-real on the same frames with the written checkpoint measures what calibrate promised
+    m = evaluate_real(EvalRealConfig(images=root / "images", masks=root / "masks", vision=out, out=tmp_path / "ev",
+                                     precision="fp32"))
+    for k in ("precision", "recall", "iou", "false_positive_images"):
+        want = rec["after"][k]
+        assert (m[k] != m[k]) if want is None else m[k] == pytest.approx(want, abs=1e-9)
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        calibrate(CalibrateConfig(vision=ck, images=root / "images", out=out, min_precision=0.5, max_fp_images=0.2))
+
+
+def test_calibrate_refuses_a_set_too_small_and_says_what_it_needs(tmp_path):
+    ck = _checkpoint(tmp_path / "net.pt")
+    small = _frames(tmp_path / "small", n_target=12, n_free=5)
+    with pytest.raises(ValueError, match=r"5 target-free frames and needs at least 34.*12 frames with the target and "
+                                         r"needs at least 15"):
+        calibrate(CalibrateConfig(vision=ck, images=small / "images", out=tmp_path / "o.pt"))
+    no_free = _frames(tmp_path / "nofree", n_target=12, n_free=0)
+    with pytest.raises(ValueError, match="no target-free frames"):
+        calibrate(CalibrateConfig(vision=ck, images=no_free / "images", out=tmp_path / "o.pt", min_precision=0.5,
+                                  max_fp_images=0.2))
+    assert not (tmp_path / "o.pt").exists()
+
+
+def test_calibrate_bad_input_errors(tmp_path, capsys):
+    from scripts.cli import main
+
+    ck = _checkpoint(tmp_path / "net.pt")
+    root = _frames(tmp_path / "s", n_target=12, n_free=5)
+    kw = dict(vision=ck, out=tmp_path / "o.pt", min_precision=0.5, max_fp_images=0.2)
+    (root / "masks" / "f003.png").unlink()
+    with pytest.raises(ValueError, match=r"have no mask.*f003"):
+        calibrate(CalibrateConfig(images=root / "images", **kw))
+    _png(root / "masks" / "f003.png", np.zeros((40, 48), np.uint8))
+    with pytest.raises(ValueError, match=r"f003.png is 48x40.*must match"):
+        calibrate(CalibrateConfig(images=root / "images", **kw))
+    _png(root / "masks" / "f003.png", np.zeros((48, 48), np.uint8))
+    (root / "images" / "f004.png").write_bytes(b"not a png")
+    with pytest.raises(ValueError, match="f004.png.*corrupt"):
+        calibrate(CalibrateConfig(images=root / "images", **kw))
+    torch.save({"kind": "graspsim-control", "model": {}, "config": {}}, tmp_path / "control.pt")
+    code = main(["calibrate", "--vision", str(tmp_path / "control.pt"), "--images", str(root / "images"),
+                 "--out", str(tmp_path / "o.pt")])
+    assert code == 2 and "graspsim-control" in capsys.readouterr().err
+    with pytest.raises(FileNotFoundError, match="nope.pt"):
+        calibrate(CalibrateConfig(images=root / "images", **{**kw, "vision": tmp_path / "nope.pt"}))
+    for bad in ({"min_precision": 1.0}, {"max_fp_images": 0.0}):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            CalibrateConfig(images=root / "images", **{**kw, **bad})
+    assert not (tmp_path / "o.pt").exists()

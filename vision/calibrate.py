@@ -1,0 +1,211 @@
+"""``graspsim calibrate``: choose a vision checkpoint's operating point (pixel threshold and frame gate) on a user's own
+labelled frames, and write a copy of the checkpoint that carries it and records where it came from.
+
+The frames are scored the way ``eval-real`` scores them (each frame resized to the net's input, the probabilities
+resized back to the frame, metrics at the frame's resolution), and the pair is chosen by the same rule as at the end
+of ``train-vision`` (:func:`vision.metrics.choose_thresholds_on`): the best pooled F1 among the (threshold, gate)
+pairs whose false-positive image rate is at most ``--max-fp-images`` and whose pixel precision is at least
+``--min-precision``.
+
+**How many frames.** With N target-free frames the false-positive image rate moves in steps of 1/N, so a limit of
+``max_fp_images`` can only be told apart from zero when N >= 1 / max_fp_images (34 frames for 3 %). Likewise, one
+wrong frame in n target frames should weigh no more than the imprecision allowed, 1 - min_precision, which needs
+n >= 1 / (1 - min_precision) target frames (15 for 0.93), and never fewer than ``MIN_TARGET_FRAMES``. A smaller set is
+refused with the counts it needs.
+
+The output checkpoint is the input's deployable part (no optimizer state) with the new ``threshold`` and
+``peak_threshold`` and a ``calibration`` record: ``folder`` (images), ``masks``, ``n_frames``, ``n_target``,
+``n_target_free``, ``min_precision``, ``max_fp_images``, ``min_pixels``, ``chosen_at`` (UTC time), ``source``
+(the input checkpoint), ``before`` / ``after`` (the metrics on these frames at the old and the new point) and
+``constraints_met``. Score frames you did **not** calibrate on with ``eval-real`` before you trust the numbers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from graspsim import runs
+from graspsim.validate import boolean, check_device, positive_int
+
+from .checkpoint import load_checkpoint, save_checkpoint
+from .infer import PRECISIONS, Segmenter
+from .labelled import LabelledFrames, load_labelled
+from .metrics import PEAKS, choose_thresholds_on, evaluate_set, gate_frames
+
+log = logging.getLogger(__name__)
+
+MIN_TARGET_FRAMES = 10
+"""The fewest target frames calibrate accepts whatever --min-precision is."""
+REPORT_KEYS = ("precision", "recall", "iou", "f1", "false_positive_image_rate", "false_positive_images",
+               "num_target_images", "num_empty_images", "threshold")
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    """Choose the pixel threshold and frame gate of a vision checkpoint on your own labelled frames."""
+
+    vision: Path
+    """Vision checkpoint to calibrate (written by train-vision, or the shipped vision/assets/segnet.pt)."""
+    images: Path
+    """Folder of your labelled tuning frames (PNG/JPEG, one size). Keep the frames you report on out of it."""
+    out: Path
+    """Where to write the calibrated checkpoint (a file). An existing file is refused unless --overwrite is given."""
+    masks: Optional[Path] = None
+    """Folder of binary masks with the images' stems (all-zero = target-free frame); default: masks/ beside --images."""
+    min_precision: float = 0.93
+    """The chosen pair must reach at least this pooled pixel precision on the frames (dropped when no pair does)."""
+    max_fp_images: float = 0.03
+    """The chosen pair may predict a target on at most this fraction of the target-free frames."""
+    min_pixels: int = 1
+    """A target-free frame is a false-positive image when at least this many pixels are predicted."""
+    frame_gate: bool = True
+    """Choose a frame gate with the threshold (:func:`vision.metrics.gate_frames`); off: the gate is 0 (none)."""
+    overwrite: bool = False
+    """Replace an existing --out file."""
+    device: str = "cpu"
+    """Torch device."""
+    precision: str = "auto"
+    """Inference precision, as eval-real and deploy use it: auto, fp32 or bf16."""
+
+    def __post_init__(self) -> None:
+        for name in ("min_precision", "max_fp_images"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v < 1.0:
+                raise ValueError(f"CalibrateConfig.{name} must be in (0, 1); got {v!r}")
+        positive_int("CalibrateConfig", "min_pixels", self.min_pixels)
+        for name in ("frame_gate", "overwrite"):
+            boolean("CalibrateConfig", name, getattr(self, name))
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"CalibrateConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
+        check_device("CalibrateConfig", self.device)
+
+
+def frames_needed(min_precision: float, max_fp_images: float) -> tuple[int, int]:
+    """(target frames, target-free frames) that a tuning set needs for these limits (module docstring)."""
+    # round first: 1 / 0.03 is 33.33, but 1 / (1 - 0.9) is 10.000000000000002 in floating point
+    n_free = math.ceil(round(1.0 / max_fp_images, 9))
+    n_target = max(MIN_TARGET_FRAMES, math.ceil(round(1.0 / (1.0 - min_precision), 9)))
+    return n_target, n_free
+
+
+def check_enough(frames: LabelledFrames, min_precision: float, max_fp_images: float) -> None:
+    """ValueError saying how many frames of each kind are missing when ``frames`` is too small to choose on."""
+    need_target, need_free = frames_needed(min_precision, max_fp_images)
+    have_target, have_free = frames.n_target, frames.n_target_free
+    if have_target >= need_target and have_free >= need_free:
+        return
+    parts = []
+    if have_free == 0:
+        parts.append(f"it has no target-free frames (all-zero masks); false positives cannot be measured without "
+                     f"them, and it needs at least {need_free}")
+    elif have_free < need_free:
+        parts.append(f"it has {have_free} target-free frames and needs at least {need_free}: with N of them the "
+                     f"false-positive image rate moves in steps of 1/N, so --max-fp-images {max_fp_images:g} needs "
+                     f"N >= {need_free}")
+    if have_target < need_target:
+        parts.append(f"it has {have_target} frames with the target and needs at least {need_target} (one frame in n "
+                     f"should weigh no more than 1 - --min-precision {min_precision:g}, and never fewer than "
+                     f"{MIN_TARGET_FRAMES})")
+    raise ValueError(f"the tuning set {frames.folder} ({len(frames)} frames) is too small to choose an operating point: "
+                     + "; ".join(parts))
+
+
+def probabilities(seg: Segmenter, rgb: Tensor, batch: int = 64) -> Tensor:
+    """Target probabilities N,H,W float32 of frames ``rgb`` N,3,H,W uint8, before any frame gate, as eval-real makes
+    them: each frame resized to the net's input (area-averaged when shrinking), the map resized back (bilinear)."""
+    import cv2
+
+    S = seg.image_size
+    n, _, h, w = rgb.shape
+    out = torch.empty((n, h, w), dtype=torch.float32)
+    frames = rgb.permute(0, 2, 3, 1).numpy()
+    for i in range(0, n, batch):
+        chunk = frames[i:i + batch]
+        x = chunk if (h, w) == (S, S) else np.stack(
+            [cv2.resize(f, (S, S), interpolation=cv2.INTER_AREA if max(h, w) > S else cv2.INTER_LINEAR) for f in chunk])
+        p = torch.sigmoid(seg.logits(torch.from_numpy(np.ascontiguousarray(x)).permute(0, 3, 1, 2).contiguous())).cpu()
+        if (h, w) != (S, S):
+            p = torch.from_numpy(np.stack([cv2.resize(q, (w, h), interpolation=cv2.INTER_LINEAR) for q in p.numpy()]))
+        out[i:i + len(chunk)] = p.clamp_(0.0, 1.0)
+    return out
+
+
+def _summary(probs: Tensor, mask: Tensor, threshold: float, peak: float, min_pixels: int) -> dict:
+    s, _ = evaluate_set(gate_frames(probs, peak), mask, threshold, min_pixels)
+    out = {k: s[k] for k in REPORT_KEYS}
+    out["peak_threshold"] = peak
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+
+
+def _check_out(cfg: CalibrateConfig) -> Path:
+    out = Path(cfg.out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the calibrated checkpoint's file name, e.g. {out / 'calibrated.pt'}")
+    if out.exists() and not cfg.overwrite:
+        raise FileExistsError(f"--out {out} exists; pass --overwrite to replace it")
+    if not out.parent.is_dir():
+        raise FileNotFoundError(f"the folder of --out {out} does not exist")
+    return out
+
+
+def calibrate(cfg: CalibrateConfig) -> dict:
+    """Choose the operating point on ``cfg.images`` and write the calibrated checkpoint to ``cfg.out``; returns the
+    ``calibration`` record stored in it (module docstring). Every input is checked before anything is written."""
+    out = _check_out(cfg)
+    ckpt = load_checkpoint(cfg.vision)  # refuses missing, corrupt and control checkpoints
+    seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.device, precision=cfg.precision)
+    frames = load_labelled(cfg.images, cfg.masks)
+    check_enough(frames, cfg.min_precision, cfg.max_fp_images)
+    probs = probabilities(seg, frames.rgb)
+    mask = frames.mask
+    threshold, peak = choose_thresholds_on([(probs, mask)], cfg.max_fp_images, cfg.min_precision, cfg.min_pixels,
+                                           PEAKS if cfg.frame_gate else (0.0,))
+    before = _summary(probs, mask, seg.threshold, seg.peak_threshold, cfg.min_pixels)
+    after = _summary(probs, mask, threshold, peak, cfg.min_pixels)
+    met = (after["false_positive_image_rate"] is not None and after["false_positive_image_rate"] <= cfg.max_fp_images
+           and after["precision"] is not None and after["precision"] >= cfg.min_precision)
+    record = {
+        "folder": str(Path(cfg.images).resolve()),
+        "masks": str(Path(cfg.masks).resolve()) if cfg.masks is not None else str(Path(cfg.images).resolve().parent / "masks"),
+        "n_frames": len(frames), "n_target": frames.n_target, "n_target_free": frames.n_target_free,
+        "frame_size": list(frames.rgb.shape[-2:]),
+        "min_precision": cfg.min_precision, "max_fp_images": cfg.max_fp_images, "min_pixels": cfg.min_pixels,
+        "chosen_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "source": str(Path(cfg.vision).resolve()), "inference_dtype": "bfloat16" if seg.bf16 else "float32",
+        "before": before, "after": after, "constraints_met": bool(met),
+    }
+    payload = {k: v for k, v in runs.deployable(ckpt).items() if k not in ("kind", "format_version")}
+    payload.update(threshold=threshold, peak_threshold=peak, calibration=record)
+    save_checkpoint(out, payload)
+    se = math.sqrt(cfg.max_fp_images * (1 - cfg.max_fp_images) / frames.n_target_free)
+    log.info("calibrated on %d frames (%d with the target, %d target-free) of %s: threshold %.2f, frame gate %s "
+             "(was %.2f, %s)", len(frames), frames.n_target, frames.n_target_free, cfg.images, threshold,
+             f"{peak:g}" if peak else "off", seg.threshold, f"{seg.peak_threshold:g}" if seg.peak_threshold else "off")
+    for name, m in (("before", before), ("after", after)):
+        log.info("  %s: precision %s recall %s iou %s fp-images %d of %d", name, _f(m["precision"]), _f(m["recall"]),
+                 _f(m["iou"]), m["false_positive_images"], m["num_empty_images"])
+    log.info("a false-positive image rate of %.0f%% measured on %d target-free frames is uncertain by about +-%.1f "
+             "points (one standard error); check on frames you did not calibrate on (eval-real)",
+             100 * cfg.max_fp_images, frames.n_target_free, 100 * se)
+    if not met:
+        log.warning("no operating point meets precision >= %g and false-positive images <= %g on these frames; the "
+                    "closest was written (constraints_met: false). Consider fine-tuning on your frames "
+                    "(train-vision --init %s --real ...)", cfg.min_precision, cfg.max_fp_images, cfg.vision)
+    log.info("wrote %s", out)
+    return record
+
+
+def _f(v) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+__all__ = ["CalibrateConfig", "MIN_TARGET_FRAMES", "calibrate", "check_enough", "frames_needed", "probabilities"]
