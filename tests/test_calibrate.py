@@ -14,17 +14,11 @@ from vision.calibrate import CalibrateConfig, calibrate, frames_needed
 from vision.checkpoint import load_checkpoint, save_checkpoint
 from vision.evaluate import EvalRealConfig, evaluate_real
 from vision.infer import Segmenter
-from vision.model import SegNet, SegNetConfig
+from vision.model import SegNet
+
+from frame_sets import TINY, write_png as _png
 
 torch.set_num_threads(2)
-TINY = SegNetConfig(base_channels=4, max_channels=8, depth=2)
-
-
-def _png(path: Path, img: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ok, buf = cv2.imencode(".png", img)
-    assert ok
-    path.write_bytes(buf.tobytes())
 
 
 def _checkpoint(path: Path, seed: int = 0) -> Path:

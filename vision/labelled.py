@@ -95,4 +95,57 @@ def load_labelled(images: str | os.PathLike, masks: str | os.PathLike | None = N
     return LabelledFrames(rgb, torch.from_numpy(np.stack(gts)), [p.stem for p in files], images)
 
 
-__all__ = ["LabelledFrames", "load_labelled", "mask_folder_of"]
+class RealFrames:
+    """A user's labelled frames to mix into training batches (``train-vision --real``), at the net's input ``size``.
+
+    ``folders``: each holds ``images/`` and ``masks/``. Frames must be square and of one size across all folders.
+    ``sample(n, gen)`` -> (rgb n,3,size,size uint8, mask n,size,size bool), drawn with replacement, each mirrored
+    left-right with probability 1/2, on ``gen``'s device."""
+
+    def __init__(self, folders: tuple[Path, ...] | list[Path], size: int):
+        sets = []
+        for folder in folders:
+            folder = Path(folder)
+            if not (folder / "images").is_dir():
+                raise FileNotFoundError(f"--real {folder} has no images/ folder (it should hold images/ and masks/, the "
+                                        "eval-real format)")
+            frames = load_labelled(folder / "images", folder / "masks", square=True)
+            if sets and frames.rgb.shape[-2:] != sets[0].rgb.shape[-2:]:
+                raise ValueError(f"--real frames of {folder} are {frames.rgb.shape[-1]}x{frames.rgb.shape[-2]} but those of "
+                                 f"{sets[0].folder.parent} are {sets[0].rgb.shape[-1]}x{sets[0].rgb.shape[-2]}; give "
+                                 "frames of one size")
+            sets.append(frames)
+        if not sets:
+            raise ValueError("RealFrames needs at least one folder")
+        self.native_size = int(sets[0].rgb.shape[-1])
+        self.folders = [Path(f) for f in folders]
+        self.counts = [len(f) for f in sets]
+        merged = [f.resized(size) for f in sets]
+        self.rgb = torch.cat([f.rgb for f in merged])
+        self.mask = torch.cat([f.mask for f in merged])
+        self.n_target = int(self.mask.flatten(1).any(1).sum())
+
+    def __len__(self) -> int:
+        return int(self.rgb.shape[0])
+
+    def record(self) -> dict:
+        """Provenance for checkpoints and metrics: folders, frame counts, native frame size."""
+        return {"folders": [str(f.resolve()) for f in self.folders], "n_frames_per_folder": self.counts,
+                "n_frames": len(self), "n_target": self.n_target, "n_target_free": len(self) - self.n_target,
+                "frame_size": self.native_size}
+
+    def to(self, device: torch.device | str) -> "RealFrames":
+        self.rgb, self.mask = self.rgb.to(device), self.mask.to(device)
+        return self
+
+    def sample(self, n: int, gen: torch.Generator) -> tuple[Tensor, Tensor]:
+        dev = gen.device
+        idx = torch.randint(len(self), (n,), generator=gen, device=dev)
+        flip = torch.rand((n,), generator=gen, device=dev) < 0.5
+        rgb, mask = self.rgb.to(dev)[idx], self.mask.to(dev)[idx]
+        rgb = torch.where(flip[:, None, None, None], rgb.flip(-1), rgb)
+        mask = torch.where(flip[:, None, None], mask.flip(-1), mask)
+        return rgb, mask
+
+
+__all__ = ["LabelledFrames", "RealFrames", "load_labelled", "mask_folder_of"]

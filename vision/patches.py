@@ -12,6 +12,7 @@ from .train_config import TrainVisionConfig
 
 if TYPE_CHECKING:
     from .hdf5_frames import HDF5Frames
+    from .labelled import RealFrames
 
 
 def random_patches(rgb: Tensor, mask: Tensor, side: int, per_frame: int, target_prob: float,
@@ -57,20 +58,27 @@ def _hdf5_share(cfg: TrainVisionConfig, hdf5: "HDF5Frames | None") -> int:
     return int(round(cfg.batch_size * cfg.hdf5_fraction)) if hdf5 is not None else 0
 
 
+def _real_share(cfg: TrainVisionConfig, real: "RealFrames | None") -> int:
+    """Frames of each training batch taken from the user's labelled ``real`` frames (0 without them)."""
+    return int(round(cfg.batch_size * cfg.real_fraction)) if real is not None else 0
+
+
 def training_batch(composer: Composer, cfg: TrainVisionConfig, gen: torch.Generator, hdf5: "HDF5Frames | None" = None,
-                   layers: Optional[Layers] = None) -> tuple[Tensor, Tensor]:
+                   layers: Optional[Layers] = None, real: "RealFrames | None" = None) -> tuple[Tensor, Tensor]:
     """One step's training input: ``x`` N,3,S,S float32 in [0, 1] (channels-last on CPU) and ``mask`` N,S,S bool.
 
     Draws ``cfg.batch_size`` composites (a ``cfg.hdf5_fraction`` share from ``hdf5`` when given; with ``layers``,
-    those rendered layers on fresh background crops instead of new renders) and cuts them into
+    those rendered layers on fresh background crops instead of new renders; a ``cfg.real_fraction`` share from ``real``
+    when given) and cuts them into
     ``cfg.patches_per_frame`` patches of ``cfg.patch`` px (N = batch * patches; S = patch), or keeps whole frames
     (N = batch, S = image size) when ``cfg.patch`` is 0 or not smaller than the image."""
-    n_hdf5 = _hdf5_share(cfg, hdf5)
-    comp = composer(cfg.batch_size - n_hdf5, gen) if layers is None else composer.composite(layers, gen, hflip=True)
+    n_hdf5, n_real = _hdf5_share(cfg, hdf5), _real_share(cfg, real)
+    comp = composer(cfg.batch_size - n_hdf5 - n_real, gen) if layers is None else composer.composite(layers, gen, hflip=True)
     rgb, mask = comp.rgb, comp.mask
-    if n_hdf5:
-        hr, hm = hdf5.sample(n_hdf5, gen)
-        rgb, mask = torch.cat([rgb, hr.to(rgb.device)]), torch.cat([mask, hm.to(rgb.device)])
+    for source, n in ((hdf5, n_hdf5), (real, n_real)):
+        if n:
+            sr, sm = source.sample(n, gen)
+            rgb, mask = torch.cat([rgb, sr.to(rgb.device)]), torch.cat([mask, sm.to(rgb.device)])
     if 0 < cfg.patch < rgb.shape[-1]:
         rgb, mask = random_patches(rgb, mask, cfg.patch, cfg.patches_per_frame, cfg.patch_target_prob, gen)
     x = rgb.float().div_(255.0)

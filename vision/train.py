@@ -45,17 +45,18 @@ from .compose import Composer
 from .eval_sets import make_set, per_background, predict_probs
 from .hdf5_frames import HDF5Frames
 from .io import atomic_write_bytes, list_images
+from .labelled import RealFrames
 from .losses import lr_at, seg_loss
 from .metrics import PEAKS, best_threshold, choose_thresholds_on, evaluate_set, gate_frames
-from .model import SegNet, cpu_has_fast_bf16
-from .patches import _hdf5_share, random_patches, training_batch
+from .model import SegNet, SegNetConfig, cpu_has_fast_bf16
+from .patches import _hdf5_share, _real_share, random_patches, training_batch
 from .train_config import TrainVisionConfig
 from .transfer_report import load_transfer_sets, operating_point_gap, transfer_breakdown
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "checkpoint.pt"
-RESUMABLE_KEYS = ("steps", "resume", "ckpt_every", "out", "runtime.progress", "runtime.threads", "runtime.dist_timeout")
+RESUMABLE_KEYS = ("steps", "init_steps", "resume", "ckpt_every", "out", "runtime.progress", "runtime.threads", "runtime.dist_timeout")
 """Settings that may change on --resume (``steps`` is the new total: the cosine schedule stretches to it)."""
 
 __all__ = [  # the config, losses, batches and evaluation sets live in their own modules; importable from here too
@@ -146,11 +147,70 @@ def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Opti
     return model, opt, gen, cfg.bf16 and dev.type == "cpu" and cpu_has_fast_bf16()
 
 
+# ----------------------------------------------------------------------------------------------- fine-tuning
+def fine_tune_config(cfg: TrainVisionConfig) -> TrainVisionConfig:
+    """``cfg`` as it runs: with ``--init``, the net of the init checkpoint (its stored model config, so that its
+    weights fit) and the short schedule ``init_steps`` / ``init_lr`` in place of ``steps`` / ``lr``. Refuses a
+    checkpoint that is not a vision checkpoint (e.g. a control net) or was trained at another image size, and an
+    explicit ``--steps`` / ``--lr`` (the fine-tune's are ``--init-steps`` / ``--init-lr``)."""
+    if cfg.init is None:
+        return cfg
+    fields = TrainVisionConfig.__dataclass_fields__
+    for name in ("steps", "lr"):
+        if getattr(cfg, name) not in (fields[name].default, getattr(cfg, f"init_{name}")):
+            raise ValueError(f"--{name} sets a from-scratch run; with --init the fine-tune's is --init-{name.replace('_', '-')} "
+                             f"(now {getattr(cfg, f'init_{name}')})")
+    ck = load_checkpoint(cfg.init)
+    if int(ck["image_size"]) != cfg.sim.image_size:
+        raise ValueError(f"--init {cfg.init} was trained at {ck['image_size']} px, this run at --sim.image-size "
+                         f"{cfg.sim.image_size}")
+    try:
+        model = SegNetConfig(**ck["model_config"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"--init {cfg.init}: its stored model config does not build a net ({e})") from None
+    return dataclasses.replace(cfg, model=model, steps=cfg.init_steps, lr=cfg.init_lr)
+
+
+def load_real_frames(cfg: TrainVisionConfig, transfer: dict) -> RealFrames | None:
+    """The ``--real`` frames at the training size, or None. Refuses frames of the transfer ``test/`` set (it is only
+    ever reported); warns about frames of the transfer ``val/`` set (the operating point would be chosen on frames
+    the net trained on)."""
+    if not cfg.real:
+        return None
+    real = RealFrames(cfg.real, cfg.sim.image_size)
+    mine = {hashlib.sha1(f.numpy().tobytes()).hexdigest() for f in real.rgb}
+    for split in ("test", "val"):
+        if split in transfer:
+            shared = sum(hashlib.sha1(f.numpy().tobytes()).hexdigest() in mine for f in transfer[split].rgb)
+            if shared and split == "test":
+                raise ValueError(f"--real holds {shared} frame(s) of the transfer test set {cfg.transfer}/test, which is "
+                                 "only ever reported; train on other frames")
+            if shared:
+                log.warning("--real holds %d frame(s) of the transfer val/ set, on which this run chooses its operating "
+                            "point; calibrate the result on frames it did not train on (graspsim calibrate)", shared)
+    log.info("mixing %d labelled real frames (%d with the target) from %s into %.0f%% of every batch", len(real),
+             real.n_target, ", ".join(map(str, cfg.real)), 100 * cfg.real_fraction)
+    return real
+
+
+def _start_from_init(model: SegNet, cfg: TrainVisionConfig, real: RealFrames | None) -> dict | None:
+    """Load the ``--init`` weights into ``model``; returns the ``fine_tune`` record of checkpoints and metrics."""
+    if cfg.init is None:
+        return {"init": None, "real": real.record()} if real is not None else None
+    ck = load_checkpoint(cfg.init)
+    model.load_state_dict(ck["model"])
+    return {"init": str(Path(cfg.init).resolve()), "init_step": int(ck["step"]), "init_threshold": float(ck["threshold"]),
+            "init_peak_threshold": float(ck.get("peak_threshold", 0.0)), "steps": cfg.steps, "lr": cfg.lr,
+            "real_fraction": cfg.real_fraction if real is not None else 0.0,
+            "real": real.record() if real is not None else None}
+
+
 # ----------------------------------------------------------------------------------------------- main
 def train_vision(cfg: TrainVisionConfig) -> dict:
     """Train (or resume) and return the final metrics dict (``test`` metrics at the chosen threshold,
     plus ``val``, ``threshold``, ``steps``, ``train_seconds``, ``num_parameters``, ``world_size``). See the module
     docstring; under torchrun every rank returns rank 0's dict."""
+    cfg = fine_tune_config(cfg)
     with cfg.runtime.job("train-vision") as ctx:
         return _train_vision(cfg, ctx)
 
@@ -170,13 +230,16 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
     train_bank, val_bank = composer.bank, val_composer.bank
     hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
     teacher = load_teacher(cfg.teacher, dev, cfg.patch if 0 < cfg.patch < size else 0) if cfg.teacher is not None else None
+    real = load_real_frames(cfg, transfer)
     distributed.barrier()  # every rank has checked the inputs before rank 0 writes into out/
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)  # only once the inputs are known to be good
     n_hdf5 = _hdf5_share(cfg, hdf5)
+    n_other = n_hdf5 + _real_share(cfg, real)  # frames of a batch that are not composites
 
     model, opt, gen, bf16 = new_training_state(cfg)
     model.to(dev)
+    fine_tune = None if cfg.resume else _start_from_init(model, cfg, real)
     gen.manual_seed(distributed.rank_seed(cfg.seed, ctx.rank))
     start, train_seconds = 0, 0.0
     if cfg.resume:
@@ -191,6 +254,7 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
                              f"{ctx.world_size}; each process continues its own data stream, so resume with "
                              f"--nproc-per-node {stored_world} (or start a new run folder)")
         model.load_state_dict(ckpt["model"])
+        fine_tune = ckpt.get("fine_tune")
         opt.load_state_dict(ckpt["optimizer"])
         gen.set_state(ckpt.get("generator_states", [ckpt["generator_state"]])[ctx.rank])
         start = int(ckpt["step"])
@@ -255,7 +319,7 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
         save_checkpoint(ckpt_path, {**extra,
             "model": model.state_dict(), "optimizer": opt.state_dict(), "model_config": dataclasses.asdict(cfg.model),
             "config": cfg.to_dict(), "step": step, "threshold": threshold, "peak_threshold": peak, "image_size": size,
-            "mirror_tta": cfg.mirror_tta,
+            "mirror_tta": cfg.mirror_tta, **({"fine_tune": fine_tune} if fine_tune else {}),
             "metrics": metrics,
             "probe_rgb": probe, "generator_state": gen.get_state(), "train_seconds": seconds, "history": history,
         })
@@ -275,8 +339,8 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
             for grp in opt.param_groups:
                 grp["lr"] = lr_at(step, cfg)
             if cfg.layer_reuse > 1 and (layers is None or (step - start) % cfg.layer_reuse == 0):
-                layers = composer.render_layers(cfg.batch_size - n_hdf5, gen)
-            x, mask = training_batch(composer, cfg, gen, hdf5, layers)
+                layers = composer.render_layers(cfg.batch_size - n_other, gen)
+            x, mask = training_batch(composer, cfg, gen, hdf5, layers, real)
             soft = teacher(x, bf16) if teacher is not None else None
             loss = train_step(net, opt, x, mask, cfg, bf16, step, soft)
             done = step + 1
@@ -350,7 +414,7 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
         "mirror_tta": cfg.mirror_tta, "steps": steps_done,
         "train_seconds": train_seconds, "num_parameters": nparams, "batch_size": cfg.batch_size,
         "train_backgrounds": train_bank.names, "val_backgrounds": val_bank.names, "history": history,
-        "test_by_background": by_background,
+        "test_by_background": by_background, **({"fine_tune": fine_tune} if fine_tune else {}),
     }
     result["world_size"] = ctx.world_size
     checkpoint(steps_done, threshold, result, train_seconds, final_states, peak)

@@ -6,7 +6,7 @@ import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Tuple
 
 from graspsim import SimConfig
 from graspsim.fileio import check_in_file
@@ -142,6 +142,20 @@ class TrainVisionConfig:
     """Fraction of each batch taken from --hdf5 frames (when given)."""
     hdf5_max_frames: int = 20000
     """Load at most this many frames from --hdf5 (evenly spread)."""
+    init: Optional[Path] = None
+    """Fine-tune: start from this vision checkpoint's weights and net (its stored model config replaces --model.*),
+    with the short schedule --init-steps / --init-lr instead of --steps / --lr. A fresh optimizer; the run folder,
+    resume rule and reports are those of any train-vision run."""
+    init_steps: int = 300
+    """Optimizer steps of a fine-tune (--init); minutes, not the full budget."""
+    init_lr: float = 1e-3
+    """Peak learning rate of a fine-tune (--init), under the same warm-up and cosine decay."""
+    real: Tuple[Path, ...] = ()
+    """Folders of your labelled real frames (each with images/ and masks/, the eval-real format; several as
+    DIR,DIR or DIR DIR) mixed into every training batch. Square frames of one size, resized to the net's input.
+    Keep the frames you will calibrate and report on out of them."""
+    real_fraction: float = 0.5
+    """Share of each batch's frames drawn from --real (with a random left-right mirror); the rest are composites."""
     skip_bad: bool = False
     """Skip unreadable background photos (listed in the log) instead of failing."""
     runtime: Runtime = field(default_factory=RuntimeConfig)
@@ -181,6 +195,7 @@ class TrainVisionConfig:
             probability(owner, name, getattr(self, name))
         for name in ("mirror_tta", "frame_gate", "bf16", "resume", "skip_bad"):
             boolean(owner, name, getattr(self, name))
+        self._check_fine_tune()
         if self.operating_point not in ("composite", "transfer", "both"):
             raise ValueError(f"TrainVisionConfig.operating_point must be composite, transfer or both; got {self.operating_point!r}")
         if self.operating_point != "composite" and self.transfer is None:
@@ -190,6 +205,20 @@ class TrainVisionConfig:
         if self.sim.image_size % self.model.multiple:
             raise ValueError(f"TrainVisionConfig: sim.image_size {self.sim.image_size} must be a multiple of "
                              f"the net's stride {self.model.multiple} (model.multiple)")
+
+    def _check_fine_tune(self) -> None:
+        owner = "TrainVisionConfig"
+        positive_int(owner, "init_steps", self.init_steps)
+        finite_positive(owner, "init_lr", self.init_lr)
+        probability(owner, "real_fraction", self.real_fraction)
+        # DIR,DIR on the command line: split, so that every entry is one folder
+        real = tuple(Path(p) for entry in self.real for p in str(entry).split(",") if p)
+        object.__setattr__(self, "real", real)
+        if real and not 0.0 < self.real_fraction < 1.0:
+            raise ValueError(f"TrainVisionConfig.real_fraction must be in (0, 1) with --real; got {self.real_fraction!r}")
+        if real and self.hdf5 is not None and self.real_fraction + self.hdf5_fraction >= 1.0:
+            raise ValueError(f"TrainVisionConfig: real_fraction {self.real_fraction} + hdf5_fraction "
+                             f"{self.hdf5_fraction} leave no composites in a batch; lower one of them")
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
