@@ -185,7 +185,7 @@ def load_real_frames(cfg: TrainVisionConfig, transfer: dict) -> RealFrames | Non
             if shared and split == "test":
                 raise ValueError(f"--real holds {shared} frame(s) of the transfer test set {cfg.transfer}/test, which is "
                                  "only ever reported; train on other frames")
-            if shared:
+            if shared and cfg.operating_point != "composite":
                 log.warning("--real holds %d frame(s) of the transfer val/ set, on which this run chooses its operating "
                             "point; calibrate the result on frames it did not train on (graspsim calibrate)", shared)
     log.info("mixing %d labelled real frames (%d with the target) from %s into %.0f%% of every batch", len(real),
