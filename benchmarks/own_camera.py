@@ -13,11 +13,20 @@ and the transfer ``test/`` set (12 other photos) is scored too. Nothing is chose
 
     python benchmarks/own_camera.py split --out /tmp/own_camera          # writes the splits and tune subsets
     python benchmarks/own_camera.py score NAME=CKPT [NAME=CKPT ...]      # one row per checkpoint, at its stored point
+    python benchmarks/own_camera.py piles --out DIR --n 200 --seed 5                # the stress set (below)
     python benchmarks/own_camera.py bn-adapt --vision CKPT --images DIR --out CKPT2 [--strength S]
 
 ``bn-adapt`` is the unlabelled adaptation that was tried and not kept (it lowered IoU on every split measured,
 docs/own_camera.md): every ``nn.BatchNorm2d``'s running statistics are re-estimated on the frames (each also
 mirrored) and blended with the stored ones, ``(1 - S) * old + S * new``.
+
+``piles`` writes the stress set: piles of touching target-coloured spheres. The simulator never shows two targets,
+so each pile is made from one of our composites on the held-out photos (``data/backgrounds/val``): the frame's whole
+target (a disc of diameter d px) is copied, pixels and mask, to 2-4 neighbouring places d px away (left, right, above,
+below, diagonal), so that the copies touch it; the mask is the union. Frames whose target is cut by the border or is
+smaller than 3 px across are skipped. Copies are pasted over whatever is there (a finger too). ``score --piles DIR``
+adds the set to every row (pixel metrics pooled over the piles; every frame holds a pile, so no false-positive
+images are counted there).
 
 Caveat: ``train-vision`` by default chooses a net's operating point on the transfer ``val/`` set too (with
 composites), so a net's *stored* point has seen report/ frames; rows scored at a point chosen by ``calibrate`` on
@@ -79,7 +88,7 @@ def split(out: Path, seed: int = 0) -> dict:
     return {"splits": summary, "subsets": counts}
 
 
-def score(checkpoints: dict[str, Path], root: Path) -> list[dict]:
+def score(checkpoints: dict[str, Path], root: Path, piles_dir: Path | None = None) -> list[dict]:
     import torch
 
     from vision.calibrate import probabilities
@@ -89,6 +98,8 @@ def score(checkpoints: dict[str, Path], root: Path) -> list[dict]:
 
     sets = {"same_scenes": load_labelled(root / "tune_b" / "images"), "new_scenes": load_labelled(root / "report" / "images"),
             "transfer_test": load_labelled(REPO / "data" / "transfer" / "test" / "images")}
+    if piles_dir is not None:
+        sets["piles"] = load_labelled(piles_dir / "images")
     out = []
     for name, ck in checkpoints.items():
         seg = Segmenter.from_checkpoint(ck, precision="fp32")
@@ -103,6 +114,45 @@ def score(checkpoints: dict[str, Path], root: Path) -> list[dict]:
                  f"fp {m['false_positive_images']}/{m['num_empty_images']}" for s, m in ((s, row[s]) for s in sets)]
         print(f"{name:<22} t={seg.threshold:.2f} gate={seg.peak_threshold:g} | " + " | ".join(cells), flush=True)
     return out
+
+
+def piles(out: Path, n: int, seed: int) -> dict:
+    """Write ``n`` pile frames (images/, masks/, spheres.csv: the stem and the number of spheres) to ``out``."""
+    from vision.eval_sets import make_set
+    from vision.io import write_png
+    from vision.train import TrainVisionConfig, build_composers
+
+    _, val = build_composers(TrainVisionConfig(out=out, transfer=None, operating_point="composite"))
+    rng = np.random.default_rng(seed)
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    (out / "masks").mkdir(parents=True, exist_ok=True)
+    rows, done, draw = [], 0, 0
+    offsets = [(0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (-1, 1), (1, -1), (-1, -1)]
+    while done < n:
+        rgb, mask = make_set(val, 256, seed * 1000 + draw)
+        draw += 1
+        for img, m in zip(rgb.permute(0, 2, 3, 1).numpy(), mask.numpy()):
+            ys, xs = np.nonzero(m)
+            if done >= n or ys.size == 0:
+                continue
+            H, W = m.shape
+            d = max(ys.max() - ys.min(), xs.max() - xs.min()) + 1
+            if d < 3 or ys.min() == 0 or xs.min() == 0 or ys.max() == H - 1 or xs.max() == W - 1:
+                continue
+            img, m_all, k = img.copy(), m.copy(), int(rng.integers(2, 5))
+            for j in rng.choice(len(offsets), k, replace=False):
+                dy, dx = offsets[j][0] * d, offsets[j][1] * d
+                ty, tx = ys + dy, xs + dx
+                keep = (ty >= 0) & (ty < H) & (tx >= 0) & (tx < W)
+                img[ty[keep], tx[keep]] = img[ys[keep], xs[keep]]
+                m_all[ty[keep], tx[keep]] = True
+            stem = f"pile_{done:04d}"
+            write_png(out / "images" / f"{stem}.png", img)
+            write_png(out / "masks" / f"{stem}.png", m_all)
+            rows.append(f"{stem},{k + 1}")
+            done += 1
+    (out / "spheres.csv").write_text("name,spheres\n" + "\n".join(rows) + "\n")
+    return {"frames": done, "spheres": int(sum(int(r.split(",")[1]) for r in rows))}
 
 
 def bn_adapt(vision: Path, images: Path, out: Path, strength: float = 1.0) -> int:
@@ -153,13 +203,21 @@ def main() -> None:
     b.add_argument("nets", nargs="+", help="NAME=CHECKPOINT")
     b.add_argument("--root", type=Path, default=Path("/tmp/own_camera"), help="the folder `split` wrote")
     b.add_argument("--json", type=Path, help="also write the rows here")
+    b.add_argument("--piles", type=Path, help="also score this pile set (written by `piles`)")
     b.add_argument("--threads", type=int, default=1)
+    d = sub.add_parser("piles")
+    d.add_argument("--out", type=Path, required=True)
+    d.add_argument("--n", type=int, default=200)
+    d.add_argument("--seed", type=int, default=5)
     c = sub.add_parser("bn-adapt")
     c.add_argument("--vision", type=Path, required=True)
     c.add_argument("--images", type=Path, required=True)
     c.add_argument("--out", type=Path, required=True)
     c.add_argument("--strength", type=float, default=1.0)
     args = ap.parse_args()
+    if args.cmd == "piles":
+        print(piles(args.out, args.n, args.seed))
+        return
     if args.cmd == "bn-adapt":
         print(f"re-estimated {bn_adapt(args.vision, args.images, args.out, args.strength)} BatchNorm layers")
         return
@@ -169,7 +227,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    rows = score({n.split("=", 1)[0]: Path(n.split("=", 1)[1]) for n in args.nets}, args.root)
+    rows = score({n.split("=", 1)[0]: Path(n.split("=", 1)[1]) for n in args.nets}, args.root, args.piles)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
 
