@@ -6,7 +6,10 @@ JSON-able dict), ``step``, ``threshold`` (probability threshold chosen on valida
 gate chosen with it, 0 = none; optional, older checkpoints lack it), ``image_size``,
 ``metrics`` (last validation metrics), ``probe_rgb`` (a few validation images ``N,3,H,W uint8`` used to
 check reduced-precision inference), ``generator_state`` (training data RNG, for resume); under torchrun also
-``generator_states`` (every rank's data RNG, in rank order) and ``world_size``.
+``generator_states`` (every rank's data RNG, in rank order) and ``world_size``. Provenance of a user's own frames
+(optional): ``fine_tune`` (``train-vision --init/--real``: the init checkpoint, the real frames' folders and counts)
+and ``calibration`` (``graspsim calibrate``: the tuning frames' folder and counts, the limits, when, the metrics
+before and after; :mod:`vision.calibrate`).
 """
 
 from __future__ import annotations
