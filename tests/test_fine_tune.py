@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from graspsim.runtime import RuntimeConfig
 from vision.checkpoint import load_checkpoint, save_checkpoint
 from vision.labelled import RealFrames
 from vision.model import SegNet, SegNetConfig
@@ -43,8 +44,8 @@ def _init(path: Path, seed: int = 0) -> Path:
 
 
 def _kw(tmp_path: Path, **over) -> dict:
-    kw = dict(out=tmp_path / "run", batch_size=8, val_every=4, ckpt_every=4, n_val=16, n_test=8, threads=2,
-              progress=False, transfer=None, operating_point="composite", init_steps=4)
+    kw = dict(out=tmp_path / "run", batch_size=8, val_every=4, ckpt_every=4, n_val=16, n_test=8, transfer=None,
+              operating_point="composite", init_steps=4, runtime=RuntimeConfig(threads=2, progress=False))
     kw.update(over)
     return kw
 
