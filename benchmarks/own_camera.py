@@ -39,13 +39,11 @@ import argparse
 import csv
 import json
 import os
-import sys
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 SPLITS = {"adapt": ("robosuite_gray_felt.jpg",), "tune": ("chelsea.jpg", "coffee.jpg", "robosuite_clay.jpg"),
           "report": ("coins.jpg", "robosuite_dark_wood.jpg", "robosuite_wood_tiles.jpg")}
@@ -215,6 +213,12 @@ def main() -> None:
     c.add_argument("--out", type=Path, required=True)
     c.add_argument("--strength", type=float, default=1.0)
     args = ap.parse_args()
+    if args.cmd == "piles" and args.n < 1:
+        ap.error(f"piles --n must be a positive number of frames; got {args.n}")
+    if args.cmd == "bn-adapt" and not 0.0 < args.strength <= 1.0:
+        ap.error(f"bn-adapt --strength must be in (0, 1]; got {args.strength}")
+    if args.cmd == "score" and any("=" not in n for n in args.nets):
+        ap.error(f"score takes NAME=CHECKPOINT pairs; got {[n for n in args.nets if '=' not in n]}")
     if args.cmd == "piles":
         print(piles(args.out, args.n, args.seed))
         return

@@ -20,6 +20,7 @@ BAD_FLAGS = {
     "bench_vision_train.py": (["--rounds", "0"], "--rounds"),
     "expert_backends.py": (["--workers", "-1"], "ExpertBackendsConfig.workers"),
     "mask_gap.py": (["--steps", "0"], "MaskGapConfig.steps"),
+    "own_camera.py": (["piles", "--out", "x", "--n", "0"], "piles --n"),
     "render_floor.py": (["--batch-sizes", "0"], "RenderFloorConfig.batch_sizes"),
 }
 
