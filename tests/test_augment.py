@@ -84,6 +84,16 @@ def test_a_frames_augmentation_does_not_depend_on_the_clean_share(layers):
     assert torch.equal(outs["half"][-1], outs["none"][-1])
 
 
+def test_a_batch_of_clean_frames_only_comes_back_unchanged(layers):
+    """One frame with the default 80 % clean share is a clean frame: nothing is left to augment or filter."""
+    lay, bg, _ = layers
+    cfg = AugmentConfig()
+    color, cover, bg2 = augment_layer(lay.color[:1], lay.alpha[:1], lay.mask[:1], bg[:1], lay.kind[:1], cfg, _gen())
+    assert torch.equal(color, lay.color[:1]) and torch.equal(bg2, bg[:1]) and cover.shape == (1, 1, 64, 64)
+    out, mask = augment_frame(lay.color[:1].clamp(0, 1), lay.mask[:1], cfg, _gen())
+    assert torch.equal(out, lay.color[:1].clamp(0, 1)) and torch.equal(mask, lay.mask[:1])
+
+
 def test_highlights_and_speckle_touch_only_the_target(layers):
     lay, bg, _ = layers
     for cfg in (_only(highlight_prob=1.0), _only(speckle_prob=1.0)):

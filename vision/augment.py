@@ -178,6 +178,8 @@ def motion_kernels(length: Tensor, angle: Tensor, K: int = KERNEL) -> Tensor:
 def filter_frames(x: Tensor, kernels: Tensor) -> Tensor:
     """Convolve each frame of ``x`` (n,C,H,W) with its own kernel (n,K,K, odd K), replicate border."""
     n, C, H, W = x.shape
+    if n == 0:  # a batch whose frames are all clean leaves nothing to filter
+        return x
     K = kernels.shape[-1]
     w = kernels.repeat_interleave(C, 0)[:, None]  # n*C,1,K,K
     out = F.conv2d(F.pad(x.reshape(1, n * C, H, W), (K // 2,) * 4, mode="replicate"), w, groups=n * C)
