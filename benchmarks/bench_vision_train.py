@@ -32,7 +32,6 @@ import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
-from graspsim.runtime import RuntimeConfig
 from pathlib import Path
 from typing import Optional
 
@@ -40,11 +39,11 @@ import torch
 import tyro
 
 from graspsim.perf import tune_allocator
-from vision.augment import AugmentConfig
+from graspsim.runtime import RuntimeConfig
 from vision.io import atomic_write_bytes
-from vision.model import SegNetConfig
 from vision.train import (TrainVisionConfig, build_composers, make_set, new_training_state, predict_probs, train_step,
                           training_batch)
+from vision.train_config import HALFRES_MODEL
 
 BUDGET_S = 300.0
 TRANSFER_FRAMES = 1024  # frames in each transfer set (data/transfer/{val,test})
@@ -52,17 +51,17 @@ TRANSFER_FRAMES = 1024  # frames in each transfer set (data/transfer/{val,test})
 VARIANTS: dict[str, dict] = {
     "default": {},
     "float32": {"bf16": False},
-    "unet-round-11": {"model": SegNetConfig(base_channels=12, max_channels=96, chroma=True), "mirror_tta": True},
-    "halfres-12": {"model": SegNetConfig(arch="halfres", base_channels=12, max_channels=48, depth=2, chroma=True)},
+    "halfres": {"model": HALFRES_MODEL, "mirror_tta": False},
+    "halfres-whole": {"model": HALFRES_MODEL, "mirror_tta": False, "patch": 0},
     "patch-32": {"patch": 32},
     "batch-16": {"batch_size": 16},
 }
-"""Overrides of :class:`TrainVisionConfig` per variant. ``unet-round-11`` is the default before issue 27 (the
-12/24/48/96-channel full-resolution U-Net with mirror averaging, 384 MFLOP a frame as validated and deployed) at the
-current step count; ``halfres-12`` the default design at 12/24/48 channels (18 MFLOP); ``patch-32`` trains on 32x32
-patches (1.8x the pixels of a step); ``batch-16`` is a third of the frames per step. ``float32`` turns bf16 autocast
-off (what a CPU without native bf16, e.g. an AVX2-only EPYC, runs). A variant may override ``model`` with a
-:class:`vision.model.SegNetConfig` and ``augment`` with a :class:`vision.augment.AugmentConfig`."""
+"""Overrides of :class:`TrainVisionConfig` per variant. ``halfres`` is issue 27's cheapest candidate
+(:data:`vision.train_config.HALFRES_MODEL`, 36 MFLOP a frame, no mirror averaging) on the default 24x24 patches,
+``halfres-whole`` the same on whole frames; ``patch-32`` trains on 32x32 patches (1.8x the pixels of a step);
+``batch-16`` is a third of the frames per step. ``float32`` turns bf16 autocast off (what a CPU without native
+bf16, e.g. an AVX2-only EPYC, runs). A variant may override ``model`` with a :class:`vision.model.SegNetConfig` and
+``augment`` with a :class:`vision.augment.AugmentConfig`."""
 
 
 @dataclass(frozen=True)

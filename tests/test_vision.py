@@ -236,21 +236,21 @@ def _ckpt(path: Path, model: SegNet, threshold: float = 0.5, probe=None) -> Path
 
 def test_halfres_net_shapes_stride_cost_and_old_configs():
     """The issue-27 design: full-resolution logits from a half-resolution net, inputs that are multiples of its
-    stride, about a sixth of the U-Net's cost at its default size, and stored configs without ``arch`` (every
-    earlier checkpoint) rebuild the U-Net."""
+    stride, under a fifth of the default U-Net's cost, and stored configs without ``arch`` (every earlier
+    checkpoint) rebuild the U-Net."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from vision.train_config import DEFAULT_MODEL
+    from vision.train_config import DEFAULT_MODEL, HALFRES_MODEL
 
     torch.manual_seed(0)
-    net = SegNet(DEFAULT_MODEL).eval()
-    assert DEFAULT_MODEL.arch == "halfres" and net.multiple == 8 == DEFAULT_MODEL.multiple
+    net = SegNet(HALFRES_MODEL).eval()
+    assert HALFRES_MODEL.arch == "halfres" and net.multiple == 8 == HALFRES_MODEL.multiple
     x = torch.rand(3, 3, 64, 64)
     assert net(x).shape == (3, 64, 64) and net(x[..., :24, :40]).shape == (3, 24, 40)
     with pytest.raises(ValueError, match="multiples of 8"):
         net(x[..., :20, :])
     flops = {}
-    for name, m in (("halfres", net), ("unet", SegNet(SegNetConfig(base_channels=12, max_channels=96, chroma=True)))):
+    for name, m in (("halfres", net), ("unet", SegNet(DEFAULT_MODEL))):
         with FlopCounterMode(display=False) as fc:
             m.eval()(x[:1])
         flops[name] = fc.get_total_flops() / 1e6
@@ -648,7 +648,7 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
     assert m["steps"] == 30 and 0.0 < m["threshold"] < 1.0 and "iou" in m["test"]
     assert any((tmp_path / "run" / "tb").iterdir())
     seg = Segmenter.from_checkpoint(tmp_path / "run" / "checkpoint.pt")
-    assert seg.threshold == m["threshold"] and not seg.mirror_tta and not m["mirror_tta"]  # off by default (issue 27)
+    assert seg.threshold == m["threshold"] and seg.mirror_tta and m["mirror_tta"]  # the default is on
 
 
 @pytest.mark.slow

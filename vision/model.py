@@ -3,16 +3,17 @@
 Input ``B,3,H,W float32`` RGB in [0, 1] (H, W multiples of :attr:`SegNet.multiple`); output ``B,H,W`` logits
 (float32 or the autocast dtype). Two designs (``SegNetConfig.arch``):
 
-* ``"unet"`` (checkpoints before issue 27): a U-Net at full resolution. Encoder: ``depth`` stages of two 3x3
-  conv + BatchNorm + ReLU, each followed by 2x2 max pooling, channels doubling from ``base_channels``; a
-  bottleneck stage; decoder: bilinear upsampling, concatenation with the skip, two 3x3 convs; a 1x1 conv gives
-  one logit per pixel. 192 MFLOP per 64x64 frame at 12/24/48/96 channels.
-* ``"halfres"`` (the default since issue 27): the same encoder-decoder idea run at half resolution. A stride-2
-  3x3 stem reads the full-resolution pixels once; one 3x3 conv follows at H/2; ``depth`` stages of max pooling +
-  two 3x3 convs; a light decoder (1x1 projection, bilinear 2x upsampling, *added* to the skip, one 3x3 conv); a
-  1x1 conv gives four logits per half-resolution pixel, rearranged into the 2x2 full-resolution pixels it covers
-  (sub-pixel output, ``pixel_shuffle``), so the mask keeps full resolution. 31 MFLOP per 64x64 frame at
-  16/32/64 channels (``torch.utils.flop_counter``).
+* ``"unet"`` (the default, and every checkpoint before issue 27): a U-Net at full resolution. Encoder: ``depth``
+  stages of two 3x3 conv + BatchNorm + ReLU, each followed by 2x2 max pooling, channels doubling from
+  ``base_channels``; a bottleneck stage; decoder: bilinear upsampling, concatenation with the skip, two 3x3 convs; a
+  1x1 conv gives one logit per pixel. 192 MFLOP per 64x64 frame at 12/24/48/96 channels.
+* ``"halfres"`` (issue 27's cheaper design, not the default: it missed the accuracy targets): the same
+  encoder-decoder idea run at half resolution. A stride-2 3x3 stem; ``depth`` stages of max pooling + two 3x3 convs;
+  a light decoder (1x1 projection, bilinear 2x upsampling, *added* to the skip, one 3x3 conv). Its full-resolution
+  output comes either from a 1x1 conv giving four logits per half-resolution pixel, rearranged into the 2x2 pixels
+  it covers (sub-pixel output, ``pixel_shuffle``; 31 MFLOP at 16/32/64 channels), or, with ``full_channels`` > 0,
+  from a thin full-resolution stage before the stem whose features come back through a full-resolution decoder
+  stage (36 MFLOP with 8 full-resolution channels). Counts by ``torch.utils.flop_counter``.
 """
 
 from __future__ import annotations
@@ -45,9 +46,8 @@ class SegNetConfig:
     the three channels) beside RGB: the target is defined by its hue, which these keep under shading, exposure
     and highlights. Off in older checkpoints."""
     arch: Literal["unet", "halfres"] = "unet"
-    """``unet``: full-resolution U-Net (every checkpoint before issue 27; the default here so that stored configs
-    without this key rebuild that net); ``halfres``: stride-2 stem, light decoder, sub-pixel output (module
-    docstring), about a sixth of the cost at equal channels."""
+    """``unet``: full-resolution U-Net (the default; stored configs without this key rebuild it); ``halfres``:
+    stride-2 stem, light decoder, full-resolution output (module docstring), about a fifth of the cost."""
 
     full_channels: int = 0
     """``halfres`` only: 0 = the stride-2 stem reads the input and a sub-pixel head gives the full-resolution logits;
@@ -82,7 +82,8 @@ def _block(cin: int, cout: int) -> nn.Sequential:
 
 class SegNet(nn.Module):
     """Segmentation net; see the module docstring. ``SegNet(SegNetConfig())`` (a 8/16/32/64 ``unet``) has 122,465
-    parameters; the ``train-vision`` default (``halfres``, 16/32/64) 87,220."""
+    parameters, the ``train-vision`` default (12/24/48/96) 275,281, ``halfres`` at 16/32/64 with 8 full-resolution
+    channels 86,225."""
 
     # fixed input normalisation (ImageNet-free: mean/std of natural images are close to 0.45/0.25)
     MEAN = 0.45

@@ -20,11 +20,18 @@ from .compose import ComposeConfig
 from .model import SegNetConfig
 
 
-DEFAULT_MODEL = SegNetConfig(arch="halfres", base_channels=16, max_channels=64, depth=2, chroma=True)
-"""The default net (issue 27): the half-resolution design at 16/32/64 channels with chroma features, 31 MFLOP per
-64x64 frame (docs/vision.md, "The net's design")."""
-DEFAULT_MIRROR_TTA = False
-"""Mirror averaging off by default: it doubles the cost of every frame (docs/vision.md, "The net's design")."""
+DEFAULT_MODEL = SegNetConfig(base_channels=12, max_channels=96, chroma=True)
+"""The default net: the full-resolution U-Net at 12/24/48/96 channels with chroma features (192 MFLOP per 64x64 frame,
+384 with mirror averaging). Issue 27 searched for a net of <= 40 MFLOP at equal accuracy and did not find one:
+the best, :data:`HALFRES_MODEL`, stayed 0.07 composite and 0.09 transfer validation IoU short (docs/vision.md,
+"The net's cost")."""
+DEFAULT_MIRROR_TTA = True
+"""Mirror averaging on by default: +0.02 held-out IoU and recall on the default net, at twice the inference cost."""
+HALFRES_MODEL = SegNetConfig(arch="halfres", base_channels=16, max_channels=64, depth=2, chroma=True, full_channels=8)
+"""The cheapest net that came closest to the default's accuracy in issue 27's search (36 MFLOP per frame, a tenth
+of the default as deployed; about 7x the frames/s): ``--model.arch halfres --model.base-channels 16
+--model.max-channels 64 --model.depth 2 --model.full-channels 8 --no-mirror-tta``. Not the default: it misses the
+accuracy targets (docs/vision.md, "The net's cost")."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,7 @@ class TrainVisionConfig:
     mirror_tta: bool = DEFAULT_MIRROR_TTA
     """Test-time mirror averaging (:meth:`vision.model.SegNet.mirror_averaged`): validation, the test set and every
     later use of the checkpoint (it is stored there) average the logits of each frame and of its left-right
-    mirror. Twice the inference cost; off by default since issue 27 (docs/vision.md, "The net's design")."""
+    mirror. About 2x the inference cost; +0.02 held-out IoU and recall on the default net."""
     frame_gate: bool = True
     """Choose a frame-level detection gate with the threshold (:func:`vision.metrics.gate_frames`): a frame's
     mask is kept only when some pixel reaches the gate's peak threshold, so the pixel threshold can stay low
@@ -165,9 +172,9 @@ class TrainVisionConfig:
     """bfloat16 autocast for forward/backward on CPU when the CPU has native bf16 (AMX/AVX512-BF16); without
     it float32 is used, because emulated bf16 is ~10x slower. Weights and optimizer stay float32."""
     model: SegNetConfig = field(default_factory=lambda: DEFAULT_MODEL)
-    """Network design and size. Default: the half-resolution net at 16/32/64 channels with chroma features
-    (:data:`DEFAULT_MODEL`; the 12/24/48/96 full-resolution U-Net before issue 27 cost 6x more per frame).
-    Chroma features: +0.05 transfer IoU at 1000 steps (docs/vision.md)."""
+    """Network design and size (:data:`DEFAULT_MODEL`; brightness-free colour features on by default: +0.05 transfer
+    IoU at 1000 steps; 12/24/48/96 channels: +0.03 composite and transfer validation IoU over 8/16/32/64 at 1000
+    steps, docs/notes/vision_log.md). ``--model.arch halfres`` selects the cheaper design (:data:`HALFRES_MODEL`)."""
     compose: ComposeConfig = field(default_factory=ComposeConfig)
     """How composites are drawn."""
     augment: AugmentConfig = field(default_factory=AugmentConfig)
