@@ -187,7 +187,7 @@ def table(result: dict) -> str:
         ratio = r.get("total_ratio_to_default", math.nan)
         lines.append(f"{name:<11} {r['steps']:>5} {r['batch_s']:>8.3f} {r['step_s']:>7.3f} {r['val_pass_s']:>10.1f} "
                      f"{r['loop_s']:>7.0f} {r['total_s']:>8.0f} {ratio:>8.2f}x {r['ratio_to_budget']:>7.2f}x")
-    lines.append(f"budget: {result['budget_s']:.0f} s for the whole command (issue 16); 'x budget' > 1 means over it. "
+    lines.append(f"budget: {result['budget_s']:.0f} s for the whole command (issue 27); 'x budget' > 1 means over it. "
                  "Start-up, photo loading and checkpoints are not included.")
     return "\n".join(lines)
 
