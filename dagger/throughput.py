@@ -50,9 +50,11 @@ def load_nets(cfg: BenchConfig, image_size: int) -> tuple[object, object, dict]:
     if cfg.vision_checkpoint is not None:
         seg = Segmenter.from_checkpoint(cfg.vision_checkpoint, dev)
     else:
-        torch.manual_seed(cfg.seed)
+        with torch.random.fork_rng():  # seeded weights, the caller's random state untouched
+            torch.manual_seed(cfg.seed)
+            net = SegNet(DEFAULT_MODEL)
         bf16 = dev.type != "cpu" or cpu_has_fast_bf16()
-        seg = Segmenter(SegNet(DEFAULT_MODEL), image_size=image_size, device=dev, precision="bf16" if bf16 else "fp32",
+        seg = Segmenter(net, image_size=image_size, device=dev, precision="bf16" if bf16 else "fp32",
                         mirror_tta=DEFAULT_MIRROR_TTA)
     if cfg.control_checkpoint is not None:
         ctl = MaskPolicy.from_checkpoint(cfg.control_checkpoint, dev)

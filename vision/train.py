@@ -116,8 +116,9 @@ def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
 def load_teacher(path: Path, device: torch.device, patch: int) -> Callable[[Tensor, bool], Tensor]:
     """The distillation teacher of ``--teacher``: a function of a training batch ``x`` N,3,S,S float in [0, 1] (and
     whether to run under bf16 autocast) giving the teacher's probabilities N,S,S float32 (BatchNorm folded, one pass
-    without mirror averaging, which would double its cost, no gradients). Raises like :func:`load_checkpoint` for a missing file or another kind
-    of checkpoint, and ValueError when the teacher's stride does not divide the training patch side ``patch``."""
+    without mirror averaging, which would double its cost, no gradients). Raises like :func:`load_checkpoint` for a
+    missing file or another kind of checkpoint, and ValueError when the teacher's stride does not divide the training
+    patch side ``patch``."""
     from .infer import Segmenter
 
     seg = Segmenter.from_checkpoint(path, device, precision="fp32")
