@@ -37,7 +37,7 @@ from graspsim import runs
 from graspsim.validate import boolean, check_device, positive_int
 
 from .checkpoint import load_checkpoint, save_checkpoint
-from .infer import PRECISIONS, Segmenter
+from .infer import PRECISIONS, Segmenter, frame_probabilities, to_frame_size
 from .labelled import LabelledFrames, load_labelled
 from .metrics import PEAKS, choose_thresholds_on, evaluate_set, gate_frames
 
@@ -121,21 +121,13 @@ def check_enough(frames: LabelledFrames, min_precision: float, max_fp_images: fl
 
 def probabilities(seg: Segmenter, rgb: Tensor, batch: int = 64) -> Tensor:
     """Target probabilities N,H,W float32 of frames ``rgb`` N,3,H,W uint8, before any frame gate, as eval-real makes
-    them: each frame resized to the net's input (area-averaged when shrinking), the map resized back (bilinear)."""
-    import cv2
-
-    S = seg.image_size
+    them (:func:`vision.infer.frame_probabilities`, then back to the frames' size)."""
     n, _, h, w = rgb.shape
     out = torch.empty((n, h, w), dtype=torch.float32)
     frames = rgb.permute(0, 2, 3, 1).numpy()
     for i in range(0, n, batch):
-        chunk = frames[i:i + batch]
-        x = chunk if (h, w) == (S, S) else np.stack(
-            [cv2.resize(f, (S, S), interpolation=cv2.INTER_AREA if max(h, w) > S else cv2.INTER_LINEAR) for f in chunk])
-        p = torch.sigmoid(seg.logits(torch.from_numpy(np.ascontiguousarray(x)).permute(0, 3, 1, 2).contiguous())).cpu()
-        if (h, w) != (S, S):
-            p = torch.from_numpy(np.stack([cv2.resize(q, (w, h), interpolation=cv2.INTER_LINEAR) for q in p.numpy()]))
-        out[i:i + len(chunk)] = p.clamp_(0.0, 1.0)
+        p = frame_probabilities(seg, list(frames[i:i + batch])).numpy()
+        out[i:i + len(p)] = torch.from_numpy(np.stack([to_frame_size(q, h, w) for q in p]))
     return out
 
 

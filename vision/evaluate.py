@@ -36,7 +36,7 @@ from graspsim.fileio import check_in_file, check_out_dir, staged_dir
 from graspsim.progress import progress_bar
 from graspsim.validate import check_device, positive_int
 
-from .infer import PRECISIONS, Segmenter
+from .infer import PRECISIONS, Segmenter, frame_probabilities, to_frame_size
 from .io import MASK_MAX_LEVELS, IMAGE_EXTENSIONS, atomic_write_bytes, list_images, load_mask, read_image, write_png
 from .metrics import SegMetrics, frame_averaged, gate_frames
 
@@ -272,8 +272,6 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
 def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] | None, seg: Segmenter,
               out: Path) -> dict:
     """The work of :func:`evaluate_real`, writing into the (staging) folder ``out``."""
-    import cv2
-
     threshold = seg.threshold if cfg.threshold is None else float(cfg.threshold)
     if cfg.peak_threshold is not None:
         seg.peak_threshold = float(cfg.peak_threshold)
@@ -308,15 +306,13 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     def flush(batch: list) -> None:
         if not batch:
             return
-        x = np.stack([cv2.resize(img, (S, S), interpolation=cv2.INTER_AREA if max(img.shape[:2]) > S else cv2.INTER_LINEAR)
-                      for _, img, _ in batch])
-        raw = torch.sigmoid(seg.logits(torch.from_numpy(x).permute(0, 3, 1, 2).contiguous())).cpu()
+        raw = frame_probabilities(seg, [img for _, img, _ in batch])
         peaks = raw.flatten(1).amax(1).tolist()  # before the frame gate, for the per-image table
         probs = gate_frames(raw, seg.peak_threshold).numpy()
         for (path, img, gt), p, peak in zip(batch, probs, peaks):
             h, w = img.shape[:2]
-            prob = p if (h, w) == (S, S) else cv2.resize(p, (w, h), interpolation=cv2.INTER_LINEAR)
-            prob_t = torch.from_numpy(np.clip(prob, 0.0, 1.0))[None]
+            prob = to_frame_size(p, h, w)
+            prob_t = torch.from_numpy(prob)[None]
             pred = prob >= threshold
             row = {"file": path.name, "stem": path.stem, "width": w, "height": h,
                    "pred_pixels": int(pred.sum()), "max_prob": peak}

@@ -144,6 +144,28 @@ class Segmenter:
         return mask
 
 
+def frame_probabilities(seg: Segmenter, frames: list) -> Tensor:
+    """Target probabilities B,S,S float32 (before the frame gate) of ``frames``, a list of H,W,3 uint8 arrays of any
+    size: each frame is resized to the net's input side S (area-averaged when shrinking, bilinear when enlarging),
+    as ``eval-real`` and ``calibrate`` score recorded frames. :func:`to_frame_size` maps a result back."""
+    import cv2
+    import numpy as np
+
+    S = seg.image_size
+    x = np.stack([f if f.shape[:2] == (S, S) else
+                  cv2.resize(f, (S, S), interpolation=cv2.INTER_AREA if max(f.shape[:2]) > S else cv2.INTER_LINEAR)
+                  for f in frames])
+    return torch.sigmoid(seg.logits(torch.from_numpy(np.ascontiguousarray(x)).permute(0, 3, 1, 2).contiguous())).cpu()
+
+
+def to_frame_size(prob, h: int, w: int):
+    """A probability map S,S (numpy float32) at a frame's ``h`` x ``w`` (bilinear), clipped to [0, 1]."""
+    import cv2
+    import numpy as np
+
+    return np.clip(prob if prob.shape == (h, w) else cv2.resize(prob, (w, h), interpolation=cv2.INTER_LINEAR), 0.0, 1.0)
+
+
 def throughput(seg: Segmenter, batch: int = 256, iters: int = 5, seed: int = 0) -> dict:
     """Measure ``predict_mask`` speed on random ``batch,3,S,S`` uint8 frames: dict with ``img_per_s``,
     ``batch``, ``dtype`` and ``threads``. One warm-up call is not timed."""
