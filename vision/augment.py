@@ -223,7 +223,7 @@ def augment_layer(color: Tensor, alpha: Tensor, mask: Tensor, bg: Tensor, kind: 
     dev = color.device
     k = int(clean_frames(n, cfg, dev).sum())  # the first k frames are clean
     sim_all = (kind == 3)[:, None, None, None]
-    hard = torch.where(sim_all, torch.ones_like(alpha[:, None], dtype=torch.float32), alpha[:, None].float())
+    hard = torch.where(sim_all[:k], 1.0, alpha[:k, None].float())  # the clean frames' coverage
     color0, bg0 = color, bg
     color, bg, mask, sim = color[k:], bg[k:], mask[k:], sim_all[k:]
     a = alpha[k:, None].float()
@@ -275,7 +275,7 @@ def augment_layer(color: Tensor, alpha: Tensor, mask: Tensor, bg: Tensor, kind: 
     c_ext = filter_frames(color * a, k3) / a_soft.clamp_min(1e-3)
     cover = torch.where(sim, torch.ones_like(a), a + edge * (a_soft - a))
     color = torch.where((edge > 0) & (a == 0), c_ext, color)
-    return (torch.cat([color0[:k], color.clamp(0, 1)]), torch.cat([hard[:k], cover.clamp(0, 1)]),
+    return (torch.cat([color0[:k], color.clamp(0, 1)]), torch.cat([hard, cover.clamp(0, 1)]),
             torch.cat([bg0[:k], bg]))
 
 
