@@ -43,7 +43,7 @@ from graspsim.runtime import RuntimeConfig
 from vision.io import atomic_write_bytes
 from vision.train import (TrainVisionConfig, build_composers, make_set, new_training_state, predict_probs, train_step,
                           training_batch)
-from vision.train_config import HALFRES_MODEL
+from vision.train_config import CROPPED_MODEL, HALFRES_MODEL
 
 BUDGET_S = 300.0
 TRANSFER_FRAMES = 1024  # frames in each transfer set (data/transfer/{val,test})
@@ -51,12 +51,15 @@ TRANSFER_FRAMES = 1024  # frames in each transfer set (data/transfer/{val,test})
 VARIANTS: dict[str, dict] = {
     "default": {},
     "float32": {"bf16": False},
+    "cropped": {"model": CROPPED_MODEL},
     "halfres": {"model": HALFRES_MODEL, "mirror_tta": False},
     "halfres-whole": {"model": HALFRES_MODEL, "mirror_tta": False, "patch": 0},
     "patch-32": {"patch": 32},
     "batch-16": {"batch_size": 16},
 }
-"""Overrides of :class:`TrainVisionConfig` per variant. ``halfres`` is issue 27's cheapest candidate
+"""Overrides of :class:`TrainVisionConfig` per variant. ``cropped`` is issue 27's cropped cascade
+(:data:`vision.train_config.CROPPED_MODEL`, 36.7 MFLOP a frame with mirror averaging of its window; its U-Net also
+trains on the locator's windows, 48 more patches a step). ``halfres`` is issue 27's cheapest candidate
 (:data:`vision.train_config.HALFRES_MODEL`, 36 MFLOP a frame, no mirror averaging) on the default 24x24 patches,
 ``halfres-whole`` the same on whole frames; ``patch-32`` trains on 32x32 patches (1.8x the pixels of a step);
 ``batch-16`` is a third of the frames per step. ``float32`` turns bf16 autocast off (what a CPU without native
@@ -115,9 +118,9 @@ class _Runner:
         batch = step = 0.0
         for _ in range(n):
             t0 = time.perf_counter()
-            x, mask = training_batch(self.composer, self.cfg, self.gen)
+            x, mask, *frames = training_batch(self.composer, self.cfg, self.gen, with_frames=bool(self.cfg.model.crop))
             t1 = time.perf_counter()
-            train_step(self.model, self.opt, x, mask, self.cfg, self.bf16, self.step)
+            train_step(self.model, self.opt, x, mask, self.cfg, self.bf16, self.step, frames=tuple(frames) or None)
             t2 = time.perf_counter()
             batch, step, self.step = batch + t1 - t0, step + t2 - t1, self.step + 1
         if record:

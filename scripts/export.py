@@ -89,9 +89,7 @@ class _VisionGraph(nn.Module):
 
     def forward(self, rgb: Tensor) -> Tensor:
         x = rgb.float() / 255.0
-        if self.mirror:
-            return 0.5 * (self.model(x) + self.model(x.flip(-1)).flip(-1))
-        return self.model(x)
+        return self.model.mirror_averaged(x) if self.mirror else self.model(x)
 
 
 def _sha256(path: Path) -> str:

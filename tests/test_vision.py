@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from pathlib import Path
 
 import cv2
@@ -294,6 +295,112 @@ def test_full_resolution_stage_and_distillation(tmp_path):
         train_vision(TrainVisionConfig(out=tmp_path / "run3", steps=3, teacher=tmp_path / "ctl.pt", **kw))
     with pytest.raises(FileNotFoundError, match="TrainVisionConfig.teacher"):
         TrainVisionConfig(out=tmp_path / "run4", teacher=tmp_path / "missing.pt")
+
+
+CROPPED = SegNetConfig(base_channels=4, max_channels=8, depth=2, chroma=True, crop=16, locator_channels=4)
+
+
+def test_cropped_cascade_is_the_unet_on_the_located_window(tmp_path):
+    """A cropped net (issue 27): the locator's best cell centres the window (moved inside the frame at the edges);
+    the window's logits are the U-Net's on that window, every other pixel is OUTSIDE_LOGIT; mirror averaging mirrors
+    the window only. Checked against a per-frame slicing reference; the Segmenter (BatchNorm folded) gives the same.
+    In training, the U-Net also runs on the windows the locator picks."""
+    from vision.model import OUTSIDE_LOGIT, fold_batchnorm, window_indices
+
+    cells = torch.full((3, 16, 16), -5.0)
+    cells[0, 7, 9] = 2.0  # centre (30, 38): window rows 22..37, cols 30..45
+    cells[1, 0, 15] = 2.0  # top-right corner: the window is moved inside the frame
+    cells[2, 15, 0] = 2.0
+    idx = window_indices(cells, 16, (64, 64))
+    assert idx.shape == (3, 256)
+    for b, (r0, c0) in enumerate(((22, 30), (0, 48), (48, 0))):
+        assert int(idx[b, 0]) == r0 * 64 + c0 and int(idx[b, -1]) == (r0 + 15) * 64 + c0 + 15
+
+    torch.manual_seed(0)
+    net = SegNet(CROPPED)
+    x = torch.rand(4, 3, 64, 64)
+    patches = torch.rand(5, 3, 16, 16)
+    for _ in range(3):  # running statistics away from their initial values
+        logits, cells, index = net(patches, frames=x)
+    assert logits.shape == (9, 16, 16) and cells.shape == (4, 16, 16) and index.shape == (4, 256)
+    net.eval()
+    with torch.no_grad():
+        got, got_m = net(x), net.mirror_averaged(x)
+        feats = net._inputs(x)
+        cells = net.locator(feats)
+        for b in range(4):
+            i = int(cells[b].flatten().argmax())
+            r0 = min(max(i // 16 * 4 + 2 - 8, 0), 48)
+            c0 = min(max(i % 16 * 4 + 2 - 8, 0), 48)
+            win = feats[b:b + 1, :, r0:r0 + 16, c0:c0 + 16]
+            for out, u in ((got, net._unet(win)), (got_m, 0.5 * (net._unet(win) + net._unet(win.flip(-1)).flip(-1)))):
+                torch.testing.assert_close(out[b, r0:r0 + 16, c0:c0 + 16], u[0], atol=1e-5, rtol=1e-4)
+                outside = torch.ones(64, 64, dtype=torch.bool)
+                outside[r0:r0 + 16, c0:c0 + 16] = False
+                assert bool((out[b][outside] == OUTSIDE_LOGIT).all())
+            # the training call's window of frame b is the same window
+            torch.testing.assert_close(net(patches, frames=x)[0][5 + b], net._unet(win)[0], atol=1e-5, rtol=1e-4)
+        # inputs of the crop's size (training patches) run the U-Net alone
+        torch.testing.assert_close(net(x[:, :, :16, :16]), net._unet(net._inputs(x[:, :, :16, :16])))
+        torch.testing.assert_close(fold_batchnorm(net)(x), got, atol=1e-4, rtol=1e-4)
+    seg = Segmenter(net, image_size=64, precision="fp32", mirror_tta=True)
+    rgb = (x * 255).to(torch.uint8)
+    torch.testing.assert_close(seg.logits(rgb), net.mirror_averaged(rgb.float() / 255), atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="crop needs arch='unet'"):
+        SegNetConfig(arch="halfres", crop=16)
+    with pytest.raises(ValueError, match="multiple of the net's stride 4"):
+        SegNetConfig(depth=2, crop=18)
+    with pytest.raises(ValueError, match="needs frames at least 16 px"):
+        net(torch.rand(1, 3, 8, 40))
+    with pytest.raises(ValueError, match="set --patch 16"):
+        TrainVisionConfig(out=tmp_path / "x", model=CROPPED, patch=24)
+
+
+def test_cropped_preset_costs_a_tenth_of_the_default():
+    """CROPPED_MODEL, as deployed (mirror averaging of the window), is within issue 27's 40 MFLOP and at least 10x
+    cheaper than the default whole-frame U-Net with mirror averaging."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from vision.train_config import CROPPED_MODEL, DEFAULT_MODEL
+
+    x = torch.rand(1, 3, 64, 64)
+    flops = {}
+    for name, cfg in (("cropped", CROPPED_MODEL), ("default", DEFAULT_MODEL)):
+        with FlopCounterMode(display=False) as fc, torch.no_grad():
+            SegNet(cfg).eval().mirror_averaged(x)
+        flops[name] = fc.get_total_flops() / 1e6  # MFLOP, a multiply-add counted as two (as graspsim bench reports)
+    assert flops["cropped"] <= 40.0 and flops["default"] >= 10 * flops["cropped"], flops
+
+
+def test_locator_loss_hand_case():
+    """The locator's loss: -log of the softmax mass on the cells holding target pixels, averaged over the frames
+    with a target; target-free frames add nothing."""
+    from vision.model import locator_loss
+
+    cells = torch.zeros(3, 4, 4)
+    mask = torch.zeros(3, 16, 16, dtype=torch.bool)
+    mask[0, 5:7, 5:7] = True  # one 4x4 cell (1, 1)
+    mask[1, 3:5, 0:2] = True  # two cells, (0, 0) and (1, 0)
+    torch.testing.assert_close(locator_loss(cells, mask), torch.tensor(0.5 * (math.log(16) + math.log(8))))
+    cells[0, 1, 1] = 50.0
+    cells[1, 0, 0] = 50.0
+    cells[2, 3, 3] = 80.0  # the target-free frame's cells do not matter
+    torch.testing.assert_close(locator_loss(cells, mask), torch.tensor(0.0), atol=1e-6, rtol=0)
+    assert float(locator_loss(cells[2:], mask[2:])) == 0.0
+
+
+def test_cropped_net_trains_and_reports_window_coverage(tmp_path):
+    """A short cropped run: the locator learns beside the U-Net, validation reports the share of target pixels
+    inside the chosen windows, and the checkpoint rebuilds a cropped Segmenter."""
+    from vision.train import train_vision
+
+    kw = dict(batch_size=6, val_every=4, ckpt_every=4, n_val=32, n_test=16, model=CROPPED, patch=16, transfer=None,
+              operating_point="composite", runtime=RuntimeConfig(threads=2, progress=False))
+    r = train_vision(TrainVisionConfig(out=tmp_path / "run", steps=4, **kw))
+    assert 0.0 <= r["val"]["window_coverage"] <= 1.0
+    seg = Segmenter.from_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert seg.model.cfg.crop == 16
+    assert seg(torch.zeros(2, 3, 64, 64, dtype=torch.uint8)).shape == (2, 64, 64)
 
 
 def test_folded_batchnorm_keeps_the_outputs():

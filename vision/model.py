@@ -14,6 +14,14 @@ Input ``B,3,H,W float32`` RGB in [0, 1] (H, W multiples of :attr:`SegNet.multipl
   it covers (sub-pixel output, ``pixel_shuffle``; 31 MFLOP at 16/32/64 channels), or, with ``full_channels`` > 0,
   from a thin full-resolution stage before the stem whose features come back through a full-resolution decoder
   stage (36 MFLOP with 8 full-resolution channels). Counts by ``torch.utils.flop_counter``.
+
+A ``unet`` with ``crop`` > 0 is a *cropped cascade* (issue 27): the target covers a few pixels of the frame, so most
+of a whole-frame U-Net's work is spent where there is nothing to find. A :class:`Locator` of a few MFLOP scores
+every 4x4 cell of the whole frame, and the U-Net runs only on the ``crop`` x ``crop`` window around the best cell;
+pixels outside it get :data:`OUTSIDE_LOGIT`. The U-Net trains on patches of the window's side (as every ``unet``
+does) and on the windows the locator picks, so what it sees at inference is what it learned on; the locator learns
+from the same composites' whole frames (:func:`locator_loss`). The whole cascade, windows included, is gathered and
+scattered with index tensors: batched, no per-frame loop, and exportable to ONNX with a dynamic batch.
 """
 
 from __future__ import annotations
@@ -49,6 +57,16 @@ class SegNetConfig:
     """``unet``: full-resolution U-Net (the default; stored configs without this key rebuild it); ``halfres``:
     stride-2 stem, light decoder, full-resolution output (module docstring), about a fifth of the cost."""
 
+    crop: int = 0
+    """``unet`` only: 0 = the U-Net reads the whole frame; > 0 = a cropped cascade (issue 27). A small *locator* net
+    reads the whole frame and scores every 4x4 cell for "the target is here"; the U-Net then runs only on the
+    ``crop`` x ``crop`` window centred on the best cell, and every pixel outside it gets the logit
+    :data:`OUTSIDE_LOGIT`. Training cuts patches of the same side (``--patch`` must equal it), so the U-Net sees at
+    inference the windows it was trained on, and also trains on the windows the locator picks. A multiple of :attr:`multiple`."""
+    locator_channels: int = 8
+    """``crop`` > 0: channels of the locator's first (half-resolution) stage; its quarter- and eighth-resolution
+    stages have 2x and 4x as many."""
+
     full_channels: int = 0
     """``halfres`` only: 0 = the stride-2 stem reads the input and a sub-pixel head gives the full-resolution logits;
     > 0 = a full-resolution 3x3 stage of this many channels before the stride-2 stem, whose features come back
@@ -70,6 +88,12 @@ class SegNetConfig:
         int_in("SegNetConfig", "full_channels", self.full_channels, 0, 128)
         if self.full_channels and self.arch != "halfres":
             raise ValueError("SegNetConfig.full_channels needs arch='halfres'")
+        int_in("SegNetConfig", "crop", self.crop, 0, 1024)
+        int_in("SegNetConfig", "locator_channels", self.locator_channels, 2, 128)
+        if self.crop and self.arch != "unet":
+            raise ValueError("SegNetConfig.crop needs arch='unet'")
+        if self.crop % self.multiple:
+            raise ValueError(f"SegNetConfig.crop must be a multiple of the net's stride {self.multiple}; got {self.crop}")
 
 
 def _cbr(cin: int, cout: int, k: int = 3, stride: int = 1) -> list[nn.Module]:
@@ -80,10 +104,75 @@ def _block(cin: int, cout: int) -> nn.Sequential:
     return nn.Sequential(*_cbr(cin, cout), *_cbr(cout, cout))
 
 
+OUTSIDE_LOGIT = -20.0
+"""The logit a cropped cascade gives every pixel outside its window (probability 2e-9)."""
+LOCATOR_STRIDE = 4
+"""Side in px of the cells a :class:`Locator` scores."""
+
+
+class Locator(nn.Module):
+    """The cheap first stage of a cropped cascade: input features B,C,H,W (H, W multiples of 8) -> one logit per
+    4x4 cell, B,H/4,W/4, "this cell holds target pixels". Two stride-2 3x3 stages (``c`` then ``2c`` channels), a
+    3x3 stage at quarter resolution, an eighth-resolution branch (max pooling, two 3x3 stages of ``4c``) whose 1x1
+    projection is upsampled and added back, one more 3x3 stage and a 1x1 head: about 6 MFLOP per 64x64 frame at
+    ``c`` = 8, with a receptive field that spans most of the frame (a red blob is judged in its surroundings)."""
+
+    def __init__(self, cin: int, c: int):
+        super().__init__()
+        self.down = nn.Sequential(*_cbr(cin, c, stride=2), *_cbr(c, 2 * c, stride=2), *_cbr(2 * c, 2 * c))
+        self.deep = nn.Sequential(nn.MaxPool2d(2), *_cbr(2 * c, 4 * c), *_cbr(4 * c, 4 * c), *_cbr(4 * c, 2 * c, k=1))
+        self.fuse = nn.Sequential(*_cbr(2 * c, 2 * c))
+        self.head = nn.Conv2d(2 * c, 1, 1)
+
+    def forward(self, f: Tensor) -> Tensor:
+        a = self.down(f)
+        a = self.fuse(a + F.interpolate(self.deep(a), size=a.shape[-2:], mode="nearest"))
+        return self.head(a)[:, 0]
+
+
+def window_indices(cells: Tensor, side: int, size: tuple[int, int]) -> Tensor:
+    """Flat pixel indices B,side*side (row-major, into frames of ``size`` = H, W) of the ``side`` x ``side`` window
+    of every frame centred on the best cell of ``cells`` B,h,w (logits of :data:`LOCATOR_STRIDE`-px cells), moved
+    inside the frame where it would stick out. Built without the batch size in any shape, so an ONNX export keeps a
+    dynamic batch."""
+    H, W = size
+    w = cells.shape[-1]
+    best = cells.flatten(1).argmax(1)
+    cy = torch.div(best, w, rounding_mode="floor") * LOCATOR_STRIDE + LOCATOR_STRIDE // 2
+    cx = (best % w) * LOCATOR_STRIDE + LOCATOR_STRIDE // 2
+    y0 = (cy - side // 2).clamp(0, H - side)
+    x0 = (cx - side // 2).clamp(0, W - side)
+    k = torch.arange(side, device=cells.device)
+    return ((y0[:, None] + k)[:, :, None] * W + (x0[:, None] + k)[:, None, :]).flatten(1)
+
+
+def gather_windows(f: Tensor, index: Tensor, side: int) -> Tensor:
+    """The windows ``index`` (:func:`window_indices`) of ``f`` B,C,H,W -> B,C,side,side (channels-last memory)."""
+    flat = f.permute(0, 2, 3, 1).flatten(1, 2)  # B,H*W,C: free for channels-last input
+    win = torch.gather(flat, 1, index[:, :, None].expand(-1, -1, f.shape[1]))
+    return win.unflatten(1, (side, side)).permute(0, 3, 1, 2)
+
+
+def locator_loss(cells: Tensor, mask: Tensor) -> Tensor:
+    """Training loss of a :class:`Locator`: ``cells`` B,h,w logits, ``mask`` B,H,W bool (H = h * 4). For every frame
+    with target pixels, the softmax over its cells must put its mass on cells that hold target pixels
+    (``-log`` of that mass, averaged over those frames); the window is centred on the argmax cell, so this trains
+    exactly the choice made at inference. Target-free frames add nothing: whether a window shows the target is the
+    U-Net's call (it also trains on the windows the locator picks in them, :meth:`SegNet.forward`). 0 for a batch
+    without targets."""
+    hit = F.max_pool2d(mask[:, None].float(), LOCATOR_STRIDE)[:, 0].flatten(1) > 0
+    has = hit.any(1)
+    if not bool(has.any()):
+        return cells.sum() * 0.0
+    c = cells.float().flatten(1)[has]
+    on = c.masked_fill(~hit[has], float("-inf"))
+    return (torch.logsumexp(c, 1) - torch.logsumexp(on, 1)).mean()
+
+
 class SegNet(nn.Module):
     """Segmentation net; see the module docstring. ``SegNet(SegNetConfig())`` (a 8/16/32/64 ``unet``) has 122,465
     parameters, the ``train-vision`` default (12/24/48/96) 275,281, ``halfres`` at 16/32/64 with 8 full-resolution
-    channels 86,225."""
+    channels 86,225, the cropped cascade ``vision.train_config.CROPPED_MODEL`` 169,158."""
 
     # fixed input normalisation (ImageNet-free: mean/std of natural images are close to 0.45/0.25)
     MEAN = 0.45
@@ -100,6 +189,8 @@ class SegNet(nn.Module):
             self.mid = _block(c[cfg.depth - 1], c[cfg.depth])
             self.dec = nn.ModuleList([_block(c[i + 1] + c[i], c[i]) for i in reversed(range(cfg.depth))])
             self.head = nn.Conv2d(c[0], 1, 1)
+            if cfg.crop:
+                self.locator = Locator(cin, cfg.locator_channels)
         else:  # halfres: levels 0..depth at 1/2, 1/4, ... of the input side
             f = cfg.full_channels
             if f:
@@ -132,8 +223,22 @@ class SegNet(nn.Module):
             x = x.contiguous()
         return torch.cat([(x - self.MEAN) / self.STD] + chroma_features(x), 1)
 
-    def forward(self, x: Tensor) -> Tensor:
-        """``x``: B,3,H,W float in [0, 1] -> logits B,H,W."""
+    def forward(self, x: Tensor, frames: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor, Tensor]:
+        """``x``: B,3,H,W float in [0, 1] -> logits B,H,W. A cropped net (``crop`` > 0) runs its cascade on inputs
+        larger than the crop and the U-Net alone on inputs of at most the crop's area (training patches).
+        Training a cropped net: with ``frames`` N,3,H',W' (whole frames), the locator scores ``frames``, and the
+        U-Net runs on the patches ``x`` followed by the N windows the locator picks (in target-free frames these are
+        the hard negatives the cascade meets at inference). Returns (U-Net logits B+N,crop,crop, the locator's cell
+        logits N,H'/4,W'/4, the windows' flat pixel indices N,crop*crop of :func:`window_indices`), in one call so
+        that data-parallel training sees every parameter."""
+        if frames is not None:
+            if not self.cfg.crop:
+                raise ValueError("SegNet.forward(frames=...) is for cropped nets (SegNetConfig.crop > 0)")
+            f = self._inputs(frames)
+            cells = self.locator(f)
+            index = window_indices(cells.detach(), self.cfg.crop, tuple(f.shape[-2:]))
+            win = gather_windows(f, index, self.cfg.crop)
+            return self._unet(torch.cat([self._inputs(x), win.to(memory_format=torch.channels_last)])), cells, index
         if x.dim() != 4 or x.shape[1] != 3:
             raise ValueError(f"SegNet expects B,3,H,W input; got {tuple(x.shape)}")
         if x.shape[2] % self.multiple or x.shape[3] % self.multiple:
@@ -141,6 +246,12 @@ class SegNet(nn.Module):
         x = self._inputs(x)
         if self.cfg.arch == "halfres":
             return self._forward_halfres(x)
+        if self.cfg.crop and x.shape[-1] * x.shape[-2] > self.cfg.crop ** 2:
+            return self._cascade(x, mirror=False)
+        return self._unet(x)
+
+    def _unet(self, x: Tensor) -> Tensor:
+        """The U-Net on input features ``x`` B,C,H,W -> logits B,H,W."""
         skips = []
         for blk in self.enc:
             x = blk(x)
@@ -158,10 +269,34 @@ class SegNet(nn.Module):
         the concatenated batch measured 1.5x slower than two on CPU. The scenes are left-right symmetric in
         distribution, so the mirror is a second, equally valid view. On the default net, averaging the two raised
         held-out IoU by about 0.02 (docs/vision.md)."""
+        if self.cfg.crop and x.shape[-1] * x.shape[-2] > self.cfg.crop ** 2:
+            return self._cascade(self._inputs(x), mirror=True)
         mirrored = x.flip(-1)
         if x.is_contiguous(memory_format=torch.channels_last):
             mirrored = mirrored.contiguous(memory_format=torch.channels_last)
         return 0.5 * (self(x) + self(mirrored).flip(-1))
+
+    def locate(self, x: Tensor) -> Tensor:
+        """Cropped cascade: the locator's cell logits B,H/4,W/4 for frames ``x`` B,3,H,W in [0, 1]."""
+        return self.locator(self._inputs(x))
+
+    def _cascade(self, f: Tensor, mirror: bool) -> Tensor:
+        """Cropped cascade on input features ``f`` B,C,H,W: locate, cut each frame's window (gathered, no per-frame
+        loop), run the U-Net there (with ``mirror``, averaged with the mirrored window's flipped logits) and place
+        its logits in frames of :data:`OUTSIDE_LOGIT`. Logits B,H,W."""
+        H, W = f.shape[-2:]
+        side = self.cfg.crop
+        if H % (2 * LOCATOR_STRIDE) or W % (2 * LOCATOR_STRIDE) or H < side or W < side:
+            raise ValueError(f"a cropped SegNet needs frames at least {side} px with sides multiples of "
+                             f"{2 * LOCATOR_STRIDE}; got {H}x{W}")
+        cells = self.locator(f)
+        index = window_indices(cells, side, (H, W))
+        win = gather_windows(f, index, side)
+        out = self._unet(win)
+        if mirror:
+            out = 0.5 * (out + self._unet(win.flip(-1)).flip(-1))
+        full = torch.full_like(f[:, 0], OUTSIDE_LOGIT, dtype=out.dtype).flatten(1)
+        return full.scatter(1, index, out.flatten(1)).unflatten(1, (H, W))
 
     def _forward_halfres(self, x: Tensor) -> Tensor:
         full = self.full(x) if self.cfg.full_channels else None
@@ -176,6 +311,25 @@ class SegNet(nn.Module):
             return F.pixel_shuffle(self.head(x), 2)[:, 0]
         up = F.interpolate(self.proj_full(x), size=full.shape[-2:], mode="bilinear", align_corners=False)
         return self.head(self.dec_full(up + full))[:, 0]
+
+
+@torch.no_grad()
+def locator_coverage(model: SegNet, rgb: Tensor, mask: Tensor, chunk: int = 256) -> float:
+    """Cropped nets: the share of all target pixels of ``mask`` n,H,W bool that fall inside the windows the
+    locator chooses for ``rgb`` n,3,H,W uint8 (1.0 = the locator never cuts off a target pixel; eval mode, no
+    autocast)."""
+    was = model.training
+    model.eval()
+    dev = next(model.parameters()).device
+    inside = total = 0
+    for i in range(0, rgb.shape[0], chunk):
+        m = mask[i:i + chunk].to(dev)
+        cells = model.locate(rgb[i:i + chunk].to(dev).float() / 255.0)
+        index = window_indices(cells, model.cfg.crop, tuple(m.shape[-2:]))
+        inside += int(m.flatten(1).gather(1, index).sum())
+        total += int(m.sum())
+    model.train(was)
+    return inside / total if total else float("nan")
 
 
 def fold_batchnorm(model: nn.Module) -> nn.Module:

@@ -64,14 +64,17 @@ def _real_share(cfg: TrainVisionConfig, real: "RealFrames | None") -> int:
 
 
 def training_batch(composer: Composer, cfg: TrainVisionConfig, gen: torch.Generator, hdf5: "HDF5Frames | None" = None,
-                   layers: Optional[Layers] = None, real: "RealFrames | None" = None) -> tuple[Tensor, Tensor]:
+                   layers: Optional[Layers] = None, real: "RealFrames | None" = None,
+                   with_frames: bool = False) -> tuple[Tensor, ...]:
     """One step's training input: ``x`` N,3,S,S float32 in [0, 1] (channels-last on CPU) and ``mask`` N,S,S bool.
 
     Draws ``cfg.batch_size`` composites (a ``cfg.hdf5_fraction`` share from ``hdf5`` when given; with ``layers``,
     those rendered layers on fresh background crops instead of new renders; a ``cfg.real_fraction`` share from ``real``
     when given) and cuts them into
     ``cfg.patches_per_frame`` patches of ``cfg.patch`` px (N = batch * patches; S = patch), or keeps whole frames
-    (N = batch, S = image size) when ``cfg.patch`` is 0 or not smaller than the image."""
+    (N = batch, S = image size) when ``cfg.patch`` is 0 or not smaller than the image. ``with_frames`` (the locator of
+    a cropped net learns on them) adds the whole frames before cutting: ``(x, mask, frames, frames_mask)``,
+    frames B,3,H,W float32 in [0, 1] and B,H,W bool."""
     n_hdf5, n_real = _hdf5_share(cfg, hdf5), _real_share(cfg, real)
     comp = composer(cfg.batch_size - n_hdf5 - n_real, gen) if layers is None else composer.composite(layers, gen, hflip=True)
     rgb, mask = comp.rgb, comp.mask
@@ -79,9 +82,10 @@ def training_batch(composer: Composer, cfg: TrainVisionConfig, gen: torch.Genera
         if n:
             sr, sm = source.sample(n, gen)
             rgb, mask = torch.cat([rgb, sr.to(rgb.device)]), torch.cat([mask, sm.to(rgb.device)])
+    frames = (rgb.float().div_(255.0), mask) if with_frames else ()
     if 0 < cfg.patch < rgb.shape[-1]:
         rgb, mask = random_patches(rgb, mask, cfg.patch, cfg.patches_per_frame, cfg.patch_target_prob, gen)
     x = rgb.float().div_(255.0)
     if x.device.type == "cpu":
         x = x.contiguous(memory_format=torch.channels_last)
-    return x, mask
+    return (x, mask, *frames)

@@ -48,7 +48,7 @@ from .io import atomic_write_bytes, list_images
 from .labelled import RealFrames
 from .losses import lr_at, seg_loss
 from .metrics import PEAKS, best_threshold, choose_thresholds_on, evaluate_set, gate_frames
-from .model import SegNet, SegNetConfig, cpu_has_fast_bf16
+from .model import SegNet, SegNetConfig, cpu_has_fast_bf16, locator_coverage, locator_loss
 from .patches import _hdf5_share, _real_share, random_patches, training_batch
 from .train_config import TrainVisionConfig
 from .transfer_report import load_transfer_sets, operating_point_gap, transfer_breakdown
@@ -67,15 +67,26 @@ __all__ = [  # the config, losses, batches and evaluation sets live in their own
 
 # ----------------------------------------------------------------------------------------------- helpers
 def train_step(model: SegNet, opt: torch.optim.Optimizer, x: Tensor, mask: Tensor, cfg: TrainVisionConfig, bf16: bool,
-               step: int, soft: Tensor | None = None) -> Tensor:
+               step: int, soft: Tensor | None = None, frames: tuple[Tensor, Tensor] | None = None) -> Tensor:
     """One optimizer step on ``x`` N,3,S,S / ``mask`` N,S,S (:func:`training_batch`); returns the detached loss.
     ``soft`` N,S,S (optional): a teacher's probabilities, matched with weight ``cfg.teacher_weight``.
+    ``frames`` (cropped nets): the whole frames B,3,H,W and their masks B,H,W, on which the locator learns
+    (:func:`vision.model.locator_loss`, weight ``cfg.locator_weight``) and whose chosen windows the U-Net also
+    trains on (:meth:`vision.model.SegNet.forward`).
     Raises FloatingPointError (naming ``step``) before touching the weights if the loss is not finite."""
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
-        logits = model(x)
-    loss = seg_loss(logits, mask, cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta, cfg.frame_loss_weight)
+        if frames is None:
+            logits = model(x)
+        else:  # cropped net: the patches, then the locator's windows of the whole frames
+            logits, cells, index = model(x, frames=frames[0])
+            win_mask = frames[1].flatten(1).gather(1, index).unflatten(1, x.shape[-2:])
+    if frames is None:
+        loss = seg_loss(logits, mask, cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta, cfg.frame_loss_weight)
+    else:
+        loss = seg_loss(logits, torch.cat([mask, win_mask]), cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta,
+                        cfg.frame_loss_weight) + cfg.locator_weight * locator_loss(cells, frames[1])
     if soft is not None:
-        loss = loss + cfg.teacher_weight * F.binary_cross_entropy_with_logits(logits.float(), soft)
+        loss = loss + cfg.teacher_weight * F.binary_cross_entropy_with_logits(logits[:len(soft)].float(), soft)
     if not torch.isfinite(loss):
         raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower --lr")
     opt.zero_grad(set_to_none=True)
@@ -291,8 +302,10 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
         summ, curve = evaluate_set(probs, val_mask, 0.5, cfg.min_pixels)
         summ["loss"] = vloss
         summ["best_threshold"] = best_threshold(curve, cfg.max_fp_image_rate, cfg.min_precision)
-        for k in ("loss", "iou", "precision", "recall", "false_positive_image_rate"):
-            if math.isfinite(summ[k]):
+        if cfg.model.crop:  # share of the target pixels that fall inside the cascade's windows
+            summ["window_coverage"] = locator_coverage(model, val_rgb, val_mask)
+        for k in ("loss", "iou", "precision", "recall", "false_positive_image_rate", "window_coverage"):
+            if math.isfinite(summ.get(k, math.nan)):
                 writer.add_scalar(f"val/{k}", summ[k], step)
         if "val" in transfer and step > 0:  # (the untrained net's score on it says nothing)
             tv = transfer["val"]
@@ -341,9 +354,9 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
                 grp["lr"] = lr_at(step, cfg)
             if cfg.layer_reuse > 1 and (layers is None or (step - start) % cfg.layer_reuse == 0):
                 layers = composer.render_layers(cfg.batch_size - n_other, gen)
-            x, mask = training_batch(composer, cfg, gen, hdf5, layers, real)
+            x, mask, *frames = training_batch(composer, cfg, gen, hdf5, layers, real, with_frames=bool(cfg.model.crop))
             soft = teacher(x, bf16) if teacher is not None else None
-            loss = train_step(net, opt, x, mask, cfg, bf16, step, soft)
+            loss = train_step(net, opt, x, mask, cfg, bf16, step, soft, tuple(frames) or None)
             done = step + 1
             if not ctx.is_main:
                 if done % cfg.ckpt_every == 0 or done == cfg.steps:
@@ -357,9 +370,10 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
                 threshold = val_summary["best_threshold"]
                 history.append({"step": done, **{k: val_summary[k] for k in ("loss", "iou", "precision", "recall")}})
                 bar.update(task, info=f"loss {float(loss):.3f} val iou@0.5 {val_summary['iou']:.3f}")
-                log.info("step %d: val loss %.4f iou@0.5 %.3f precision %.3f recall %.3f fp-images %.3f", done,
+                log.info("step %d: val loss %.4f iou@0.5 %.3f precision %.3f recall %.3f fp-images %.3f%s", done,
                          val_summary["loss"], val_summary["iou"], val_summary["precision"], val_summary["recall"],
-                         val_summary["false_positive_image_rate"])
+                         val_summary["false_positive_image_rate"],
+                         f" window coverage {val_summary['window_coverage']:.4f}" if cfg.model.crop else "")
             if done % cfg.ckpt_every == 0 or done == cfg.steps:
                 writer.add_scalar("charts/train_seconds", elapsed(), done)
                 checkpoint(done, threshold, val_summary, elapsed(), generator_states())
