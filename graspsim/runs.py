@@ -26,7 +26,7 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Collection
+from typing import Any, Callable, Collection, Mapping
 
 import torch
 
@@ -87,10 +87,16 @@ def grouped_runtime(old: dict, new: dict) -> dict:
     return {**{k: v for k, v in old.items() if k not in moved}, "runtime": moved}
 
 
-def check_resume(old: dict, new: dict, may_change: Collection[str], where: str | os.PathLike) -> None:
+def check_resume(old: dict, new: dict, may_change: Collection[str], where: str | os.PathLike,
+                 added: Mapping[str, Any] | None = None) -> None:
     """The one resume rule: raise ValueError naming every dotted key (except those in ``may_change``)
-    whose value differs between the stored config ``old`` and the requested ``new``."""
+    whose value differs between the stored config ``old`` and the requested ``new``. ``added`` maps dotted keys
+    that a later version introduced to the value that reproduces what runs before it did: a stored config without
+    such a key compares as if it held that value (so a run folder from before the key existed still resumes)."""
     old = grouped_runtime(old, new)
+    if added:
+        flat = flatten_config(_jsonable(old))
+        old = {**{k: v for k, v in added.items() if k not in flat}, **flat}
     diff = config_differences(old, new, ignore=may_change)
     if diff:
         raise ValueError(f"--resume: the config of {where} differs in {describe_differences(old, new, diff)}; "

@@ -70,3 +70,26 @@ def test_deploy_onnx_decides_like_torch(tmp_path):
         assert (a["mask_px"], a["cmd_grip"], a["stop"]) == (b["mask_px"], b["cmd_grip"], b["stop"])
         for k in ("act_vx", "act_vy", "act_vz", "act_grip", "cmd_vx", "cmd_vy", "cmd_vz"):
             assert abs(float(a[k]) - float(b[k])) <= PARITY_TOLERANCE, (k, a[k], b[k])
+
+
+def test_a_cropped_cascade_exports_with_parity(tmp_path):
+    """The cropped cascade (locator, gathered window, scattered logits) exports to ONNX with a dynamic batch and
+    matches torch float32 on simulator frames, mirror averaging of the window included."""
+    import dataclasses
+
+    import torch
+
+    from vision.checkpoint import save_checkpoint
+    from vision.model import SegNet, SegNetConfig
+
+    torch.manual_seed(0)
+    cfg = SegNetConfig(base_channels=4, max_channels=8, depth=2, chroma=True, crop=16, locator_channels=4)
+    net = SegNet(cfg)
+    net(torch.rand(4, 3, 16, 16), frames=torch.rand(4, 3, 64, 64))  # running statistics off their initial values
+    vision = tmp_path / "cropped.pt"
+    save_checkpoint(vision, {"model": net.state_dict(), "model_config": dataclasses.asdict(cfg), "config": {}, "step": 1,
+                             "threshold": 0.5, "image_size": 64, "mirror_tta": True})
+    contract = export(ExportConfig(vision=vision, policy=POLICY, out=tmp_path / "onnx", frames=64))
+    par = contract["parity"]
+    assert contract["vision"]["mirror_tta"] is True
+    assert par["vision_logits_max_abs_diff"] <= PARITY_TOLERANCE and par["mask_pixels_differing"] == 0

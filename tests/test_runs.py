@@ -24,6 +24,21 @@ def test_check_resume_names_every_changed_key_except_the_allowed_ones():
         runs.check_resume(old, {**old, "iterations": 4}, [], "run")
 
 
+def test_settings_added_later_compare_as_their_old_behaviour():
+    """A stored config without a key that a later version added resumes when the new run holds the value that
+    reproduces the old behaviour, and is refused, naming the key, when it holds another."""
+    old = {"seed": 0, "model": {"base_channels": 8}}
+    new = {"seed": 0, "model": {"base_channels": 8, "crop": 0}}
+    added = {"model.crop": 0}
+    with pytest.raises(ValueError, match="model.crop"):
+        runs.check_resume(old, new, [], "run")  # without the list, a new key is a difference
+    runs.check_resume(old, new, [], "run", added)
+    with pytest.raises(ValueError, match=r"model.crop: 0 -> 24"):
+        runs.check_resume(old, {**new, "model": {"base_channels": 8, "crop": 24}}, [], "run", added)
+    with pytest.raises(ValueError, match=r"model.crop: 24 -> 0"):  # a stored value wins over the list
+        runs.check_resume({**old, "model": {"base_channels": 8, "crop": 24}}, new, [], "run", added)
+
+
 def test_resume_config_reads_the_folder(tmp_path):
     assert runs.resume_config(tmp_path, {"a": 1}, []) is False  # nothing stored: nothing to compare
     runs.write_config(tmp_path, {"a": 1, "b": {"c": 2}})

@@ -58,6 +58,11 @@ log = logging.getLogger(__name__)
 CHECKPOINT_NAME = "checkpoint.pt"
 RESUMABLE_KEYS = ("steps", "init_steps", "resume", "ckpt_every", "out", "runtime.progress", "runtime.threads", "runtime.dist_timeout")
 """Settings that may change on --resume (``steps`` is the new total: the cosine schedule stretches to it)."""
+ADDED_SETTINGS = {"model.arch": "unet", "model.full_channels": 0, "model.crop": 0, "model.locator_channels": 8,
+                  "locator_weight": 1.0, "teacher": None, "teacher_weight": 1.0, "init": None, "init_lr": 1e-3,
+                  "real": [], "real_fraction": 0.5}
+"""Settings added after run folders were first written, with the value that reproduces what runs before them did:
+a stored config without one of them resumes as if it held that value (:func:`graspsim.runs.check_resume`)."""
 
 __all__ = [  # the config, losses, batches and evaluation sets live in their own modules; importable from here too
     "CHECKPOINT_NAME", "HDF5Frames", "TrainVisionConfig", "build_composers", "lr_at", "make_set", "new_training_state",
@@ -259,7 +264,7 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
         if "optimizer" not in ckpt or "generator_state" not in ckpt:
             raise ValueError(f"--resume: {ckpt_path} is a deployable checkpoint without optimizer and data-RNG state "
                              "(e.g. a shipped net); it can be used for inference but not resumed")
-        runs.check_resume(ckpt["config"], cfg.to_dict(), RESUMABLE_KEYS, ckpt_path)  # the one resume rule
+        runs.check_resume(ckpt["config"], cfg.to_dict(), RESUMABLE_KEYS, ckpt_path, ADDED_SETTINGS)  # the one resume rule
         stored_world = int(ckpt.get("world_size", 1))
         if stored_world != ctx.world_size:
             raise ValueError(f"--resume: {ckpt_path} was written by {stored_world} process(es), this run has "
