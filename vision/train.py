@@ -81,15 +81,13 @@ def train_step(model: SegNet, opt: torch.optim.Optimizer, x: Tensor, mask: Tenso
     Raises FloatingPointError (naming ``step``) before touching the weights if the loss is not finite."""
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
         if frames is None:
-            logits = model(x)
+            logits, target = model(x), mask
         else:  # cropped net: the patches, then the locator's windows of the whole frames
             logits, cells, index = model(x, frames=frames[0])
-            win_mask = frames[1].flatten(1).gather(1, index).unflatten(1, x.shape[-2:])
-    if frames is None:
-        loss = seg_loss(logits, mask, cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta, cfg.frame_loss_weight)
-    else:
-        loss = seg_loss(logits, torch.cat([mask, win_mask]), cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta,
-                        cfg.frame_loss_weight) + cfg.locator_weight * locator_loss(cells, frames[1])
+            target = torch.cat([mask, frames[1].flatten(1).gather(1, index).unflatten(1, x.shape[-2:])])
+    loss = seg_loss(logits, target, cfg.dice_weight, cfg.pos_weight, cfg.tversky_beta, cfg.frame_loss_weight)
+    if frames is not None:
+        loss = loss + cfg.locator_weight * locator_loss(cells, frames[1])
     if soft is not None:
         loss = loss + cfg.teacher_weight * F.binary_cross_entropy_with_logits(logits[:len(soft)].float(), soft)
     if not torch.isfinite(loss):
