@@ -74,7 +74,7 @@ def test_deploy_onnx_decides_like_torch(tmp_path):
 
 def test_a_cropped_cascade_exports_with_parity(tmp_path):
     """The cropped cascade (locator, gathered window, scattered logits) exports to ONNX with a dynamic batch and
-    matches torch float32 on simulator frames, mirror averaging of the window included."""
+    matches torch float32 on simulator frames, mirror averaging of the window and the whole-frame context included."""
     import dataclasses
 
     import torch
@@ -83,7 +83,7 @@ def test_a_cropped_cascade_exports_with_parity(tmp_path):
     from vision.model import SegNet, SegNetConfig
 
     torch.manual_seed(0)
-    cfg = SegNetConfig(base_channels=4, max_channels=8, depth=2, chroma=True, crop=16, locator_channels=4)
+    cfg = SegNetConfig(base_channels=4, max_channels=8, depth=2, chroma=True, crop=16, locator_channels=4, context=True)
     net = SegNet(cfg)
     net(torch.rand(4, 3, 16, 16), frames=torch.rand(4, 3, 64, 64))  # running statistics off their initial values
     vision = tmp_path / "cropped.pt"

@@ -356,6 +356,39 @@ def test_cropped_cascade_is_the_unet_on_the_located_window(tmp_path):
         TrainVisionConfig(out=tmp_path / "x", model=CROPPED, patch=24)
 
 
+def test_cropped_context_reaches_the_window_and_the_patches_of_its_frame():
+    """``SegNetConfig.context``: the locator's pooled whole-frame features shift the window U-Net's bottleneck. At
+    inference both mirror views of a frame's window get that frame's context; in training, patch i gets the context
+    of the frame it was cut from (frame i // patches per frame) and window j that of frame j."""
+    torch.manual_seed(0)
+    net = SegNet(dataclasses.replace(CROPPED, context=True)).eval()
+    with torch.no_grad():
+        net.context.bias.normal_()  # a context that matters
+        x, patches = torch.rand(3, 3, 64, 64), torch.rand(6, 3, 16, 16)
+        f = net._inputs(x)
+        cells, ctx = net._locate(f)
+        assert ctx.shape == (3, net.channels[-1]) and not torch.allclose(ctx[0], ctx[1])
+        got = net.mirror_averaged(x)
+        logits, _, index = net(patches, frames=x)
+        pf = net._inputs(patches)
+        for b in range(3):
+            i = int(cells[b].flatten().argmax())
+            r0, c0 = min(max(i // 16 * 4 - 6, 0), 48), min(max(i % 16 * 4 - 6, 0), 48)
+            win = f[b:b + 1, :, r0:r0 + 16, c0:c0 + 16]
+            c = ctx[b:b + 1]
+            want = 0.5 * (net._unet(win, c) + net._unet(win.flip(-1), c).flip(-1))
+            torch.testing.assert_close(got[b, r0:r0 + 16, c0:c0 + 16], want[0], atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(logits[6 + b], net._unet(win, c)[0], atol=1e-5, rtol=1e-4)
+            for k in (2 * b, 2 * b + 1):
+                torch.testing.assert_close(logits[k], net._unet(pf[k:k + 1], c)[0], atol=1e-5, rtol=1e-4)
+        # without context the same weights give other logits: the term is used
+        assert not torch.allclose(net._unet(pf[:1]), net._unet(pf[:1], ctx[:1]))
+    with pytest.raises(ValueError, match="needs crop > 0"):
+        SegNetConfig(context=True)
+    with pytest.raises(ValueError, match="whole number per frame"):
+        net(patches[:5], frames=x)
+
+
 def test_cropped_preset_costs_a_tenth_of_the_default():
     """CROPPED_MODEL, as deployed (mirror averaging of the window), is within issue 27's 40 MFLOP and at least 10x
     cheaper than the default whole-frame U-Net with mirror averaging."""
@@ -389,17 +422,19 @@ def test_locator_loss_hand_case():
     assert float(locator_loss(cells[2:], mask[2:])) == 0.0
 
 
-def test_cropped_net_trains_and_reports_window_coverage(tmp_path):
+@pytest.mark.parametrize("context", [False, True])
+def test_cropped_net_trains_and_reports_window_coverage(tmp_path, context):
     """A short cropped run: the locator learns beside the U-Net, validation reports the share of target pixels
-    inside the chosen windows, and the checkpoint rebuilds a cropped Segmenter."""
+    inside the chosen windows, and the checkpoint rebuilds a cropped Segmenter (with its context layer if any)."""
     from vision.train import train_vision
 
-    kw = dict(batch_size=6, val_every=4, ckpt_every=4, n_val=32, n_test=16, model=CROPPED, patch=16, transfer=None,
+    model = dataclasses.replace(CROPPED, context=context)
+    kw = dict(batch_size=6, val_every=4, ckpt_every=4, n_val=32, n_test=16, model=model, patch=16, transfer=None,
               operating_point="composite", runtime=RuntimeConfig(threads=2, progress=False))
     r = train_vision(TrainVisionConfig(out=tmp_path / "run", steps=4, **kw))
     assert 0.0 <= r["val"]["window_coverage"] <= 1.0
     seg = Segmenter.from_checkpoint(tmp_path / "run" / "checkpoint.pt")
-    assert seg.model.cfg.crop == 16
+    assert seg.model.cfg.crop == 16 and seg.model.cfg.context == context
     assert seg(torch.zeros(2, 3, 64, 64, dtype=torch.uint8)).shape == (2, 64, 64)
 
 

@@ -66,6 +66,9 @@ class SegNetConfig:
     locator_channels: int = 8
     """``crop`` > 0: channels of the locator's first (half-resolution) stage; its quarter- and eighth-resolution
     stages have 2x and 4x as many."""
+    context: bool = False
+    """``crop`` > 0: the locator's eighth-resolution features, pooled over the whole frame (mean and max), are added
+    to the window U-Net's bottleneck, so the window is judged with what the rest of the frame looks like."""
 
     full_channels: int = 0
     """``halfres`` only: 0 = the stride-2 stem reads the input and a sub-pixel head gives the full-resolution logits;
@@ -92,6 +95,9 @@ class SegNetConfig:
         int_in("SegNetConfig", "locator_channels", self.locator_channels, 2, 128)
         if self.crop and self.arch != "unet":
             raise ValueError("SegNetConfig.crop needs arch='unet'")
+        boolean("SegNetConfig", "context", self.context)
+        if self.context and not self.crop:
+            raise ValueError("SegNetConfig.context is the window U-Net's view of the whole frame: it needs crop > 0")
         if self.crop % self.multiple:
             raise ValueError(f"SegNetConfig.crop must be a multiple of the net's stride {self.multiple}; got {self.crop}")
 
@@ -124,10 +130,15 @@ class Locator(nn.Module):
         self.fuse = nn.Sequential(*_cbr(2 * c, 2 * c))
         self.head = nn.Conv2d(2 * c, 1, 1)
 
-    def forward(self, f: Tensor) -> Tensor:
+    def forward(self, f: Tensor, pooled: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+        """Cell logits B,H/4,W/4; with ``pooled``, also the eighth-resolution features' mean and max over the frame,
+        B,4c (the cascade's whole-frame context, :attr:`SegNetConfig.context`)."""
         a = self.down(f)
-        a = self.fuse(a + F.interpolate(self.deep(a), size=a.shape[-2:], mode="nearest"))
-        return self.head(a)[:, 0]
+        d = self.deep(a)
+        cells = self.head(self.fuse(a + F.interpolate(d, size=a.shape[-2:], mode="nearest")))[:, 0]
+        if not pooled:
+            return cells
+        return cells, torch.cat([d.mean((2, 3)), d.amax((2, 3))], 1)
 
 
 def window_indices(cells: Tensor, side: int, size: tuple[int, int]) -> Tensor:
@@ -172,7 +183,7 @@ def locator_loss(cells: Tensor, mask: Tensor) -> Tensor:
 class SegNet(nn.Module):
     """Segmentation net; see the module docstring. ``SegNet(SegNetConfig())`` (a 8/16/32/64 ``unet``) has 122,465
     parameters, the ``train-vision`` default (12/24/48/96) 275,281, ``halfres`` at 16/32/64 with 8 full-resolution
-    channels 86,225, the cropped cascade ``vision.train_config.CROPPED_MODEL`` 169,158."""
+    channels 86,225, the cropped cascade ``vision.train_config.CROPPED_MODEL`` 172,294 (169,158 without its context layer)."""
 
     # fixed input normalisation (ImageNet-free: mean/std of natural images are close to 0.45/0.25)
     MEAN = 0.45
@@ -191,6 +202,8 @@ class SegNet(nn.Module):
             self.head = nn.Conv2d(c[0], 1, 1)
             if cfg.crop:
                 self.locator = Locator(cin, cfg.locator_channels)
+                if cfg.context:
+                    self.context = nn.Linear(4 * cfg.locator_channels, c[cfg.depth])
         else:  # halfres: levels 0..depth at 1/2, 1/4, ... of the input side
             f = cfg.full_channels
             if f:
@@ -228,17 +241,23 @@ class SegNet(nn.Module):
         larger than the crop and the U-Net alone on inputs of at most the crop's area (training patches).
         Training a cropped net: with ``frames`` N,3,H',W' (whole frames), the locator scores ``frames``, and the
         U-Net runs on the patches ``x`` followed by the N windows the locator picks (in target-free frames these are
-        the hard negatives the cascade meets at inference). Returns (U-Net logits B+N,crop,crop, the locator's cell
+        the hard negatives the cascade meets at inference); with ``context``, patch i is taken to come from frame
+        i // (patches per frame) and gets that frame's context. Returns (U-Net logits B+N,crop,crop, the locator's cell
         logits N,H'/4,W'/4, the windows' flat pixel indices N,crop*crop of :func:`window_indices`), in one call so
         that data-parallel training sees every parameter."""
         if frames is not None:
             if not self.cfg.crop:
                 raise ValueError("SegNet.forward(frames=...) is for cropped nets (SegNetConfig.crop > 0)")
             f = self._inputs(frames)
-            cells = self.locator(f)
+            cells, ctx = self._locate(f)
             index = window_indices(cells.detach(), self.cfg.crop, tuple(f.shape[-2:]))
             win = gather_windows(f, index, self.cfg.crop)
-            return self._unet(torch.cat([self._inputs(x), win.to(memory_format=torch.channels_last)])), cells, index
+            if ctx is not None:  # patch i was cut from frame i // (patches per frame)
+                if x.shape[0] % f.shape[0]:
+                    raise ValueError(f"SegNet.forward: with context, the patches ({x.shape[0]}) must be a whole "
+                                     f"number per frame ({f.shape[0]} frames), in frame order")
+                ctx = torch.cat([ctx.repeat_interleave(x.shape[0] // f.shape[0], 0), ctx])
+            return self._unet(torch.cat([self._inputs(x), win.to(memory_format=torch.channels_last)]), ctx), cells, index
         if x.dim() != 4 or x.shape[1] != 3:
             raise ValueError(f"SegNet expects B,3,H,W input; got {tuple(x.shape)}")
         if x.shape[2] % self.multiple or x.shape[3] % self.multiple:
@@ -255,14 +274,23 @@ class SegNet(nn.Module):
         at most the window's area, such as training patches, go to the U-Net alone)."""
         return bool(self.cfg.crop) and x.shape[-1] * x.shape[-2] > self.cfg.crop ** 2
 
-    def _unet(self, x: Tensor) -> Tensor:
-        """The U-Net on input features ``x`` B,C,H,W -> logits B,H,W."""
+    def _locate(self, f: Tensor) -> tuple[Tensor, Tensor | None]:
+        """The locator's cell logits of features ``f`` and, with ``context``, the bottleneck offsets B,C."""
+        if not self.cfg.context:
+            return self.locator(f), None
+        cells, pooled = self.locator(f, pooled=True)
+        return cells, self.context(pooled)
+
+    def _unet(self, x: Tensor, ctx: Tensor | None = None) -> Tensor:
+        """The U-Net on input features ``x`` B,C,H,W -> logits B,H,W (``ctx`` B,C: added to the bottleneck)."""
         skips = []
         for blk in self.enc:
             x = blk(x)
             skips.append(x)
             x = F.max_pool2d(x, 2)
         x = self.mid(x)
+        if ctx is not None:
+            x = x + ctx[:, :, None, None].to(x.dtype)
         for blk, s in zip(self.dec, reversed(skips)):
             x = F.interpolate(x, size=s.shape[-2:], mode="bilinear", align_corners=False)
             x = blk(torch.cat([x, s], 1))
@@ -294,12 +322,12 @@ class SegNet(nn.Module):
         if H % (2 * LOCATOR_STRIDE) or W % (2 * LOCATOR_STRIDE) or H < side or W < side:
             raise ValueError(f"a cropped SegNet needs frames at least {side} px with sides multiples of "
                              f"{2 * LOCATOR_STRIDE}; got {H}x{W}")
-        cells = self.locator(f)
+        cells, ctx = self._locate(f)
         index = window_indices(cells, side, (H, W))
         win = gather_windows(f, index, side)
-        out = self._unet(win)
+        out = self._unet(win, ctx)
         if mirror:
-            out = 0.5 * (out + self._unet(win.flip(-1)).flip(-1))
+            out = 0.5 * (out + self._unet(win.flip(-1), ctx).flip(-1))
         full = torch.full_like(f[:, 0], OUTSIDE_LOGIT, dtype=out.dtype).flatten(1)
         return full.scatter(1, index, out.flatten(1)).unflatten(1, (H, W))
 
