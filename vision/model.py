@@ -271,7 +271,8 @@ class SegNet(nn.Module):
 
     def _crops(self, x: Tensor) -> bool:
         """Whether ``x`` (B,C,H,W) goes through the cascade: a cropped net on inputs larger than its window (inputs of
-        at most the window's area, such as training patches, go to the U-Net alone)."""
+        at most the window's area, such as training patches, go to the U-Net alone; with ``context`` that U-Net then
+        runs without the frame's context, which only ``forward(x, frames=...)`` supplies)."""
         return bool(self.cfg.crop) and x.shape[-1] * x.shape[-2] > self.cfg.crop ** 2
 
     def _locate(self, f: Tensor) -> tuple[Tensor, Tensor | None]:
