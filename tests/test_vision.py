@@ -369,7 +369,7 @@ def test_cropped_context_reaches_the_window_and_the_patches_of_its_frame():
         cells, ctx = net._locate(f)
         assert ctx.shape == (3, net.channels[-1]) and not torch.allclose(ctx[0], ctx[1])
         got = net.mirror_averaged(x)
-        logits, _, index = net(patches, frames=x)
+        logits = net(patches, frames=x)[0]
         pf = net._inputs(patches)
         for b in range(3):
             i = int(cells[b].flatten().argmax())
