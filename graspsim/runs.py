@@ -126,13 +126,15 @@ def write_config(run_dir: str | os.PathLike, config: dict) -> Path:
     return path
 
 
-def resume_config(run_dir: str | os.PathLike, config: dict, may_change: Collection[str]) -> bool:
+def resume_config(run_dir: str | os.PathLike, config: dict, may_change: Collection[str],
+                  added: Mapping[str, Any] | None = None) -> bool:
     """Apply the resume rule to a run folder: compare ``config`` with its stored ``config.json``
-    (:func:`check_resume`). Returns False when the folder has no stored config (nothing to resume)."""
+    (:func:`check_resume`, ``added`` as there). Returns False when the folder has no stored config (nothing to
+    resume)."""
     old = read_config(run_dir)
     if old is None:
         return False
-    check_resume(old, config, may_change, Path(run_dir) / CONFIG_NAME)
+    check_resume(old, config, may_change, Path(run_dir) / CONFIG_NAME, added)
     return True
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -41,6 +42,31 @@ def test_tiny_pipeline_writes_report_and_resumes(tmp_path):
                                         resume=True, **TINY))
     assert again["seconds"] == s["seconds"]  # every stage was already complete: nothing re-ran
 
+    # a run folder written before --vision-model existed resumes as the default net, and refuses another net
+    conf.pop("vision_model")
+    (out / "config.json").write_text(json.dumps(conf))
+    kw = dict(name="tiny", runs_dir=tmp_path, sim=SIM, gifs=1, runtime=RuntimeConfig(progress=False), resume=True, **TINY)
+    assert run_pipeline(PipelineConfig(**kw))["seconds"] == s["seconds"]
+    with pytest.raises(ValueError, match="vision_model"):
+        run_pipeline(PipelineConfig(vision_model="cropped", **kw))
+
+
+def test_pipeline_trains_and_uses_the_cropped_cascade(tmp_path):
+    from vision.checkpoint import load_checkpoint
+    from vision.train_config import CROPPED_MODEL
+
+    cfg = PipelineConfig(name="crop", runs_dir=tmp_path, sim=SIM, gifs=1, runtime=RuntimeConfig(progress=False),
+                         vision_model="cropped", bc_baseline=False, moving_target=False, **TINY)
+    s = run_pipeline(cfg)
+    out = tmp_path / "crop"
+    ckpt = load_checkpoint(out / "vision" / "checkpoint.pt")
+    assert ckpt["model_config"] == dataclasses.asdict(CROPPED_MODEL)
+    assert ckpt["mirror_tta"] is True and ckpt["config"]["patch"] == CROPPED_MODEL.crop  # mirrored window, always
+    assert s["vision"]["model"] == "cropped" and s["vision"]["mirror_tta"] is True
+    assert s["eval_dagger_predicted"]["num_episodes"] == 4 and s["eval_dagger_predicted"]["masks"] == "predicted"
+    assert "cropped cascade" in (out / "report.html").read_text()
+    assert json.loads((out / "config.json").read_text())["vision_model"] == "cropped"
+
 
 def test_pipeline_config_errors():
     with pytest.raises(ValueError, match="preset"):
@@ -49,5 +75,9 @@ def test_pipeline_config_errors():
         PipelineConfig(resume=True)
     with pytest.raises(ValueError, match="iterations"):
         PipelineConfig(iterations=0)
+    with pytest.raises(ValueError, match="vision_model"):
+        PipelineConfig(vision_model="tiny")
+    with pytest.raises(ValueError, match="--vision-model .* --vision-checkpoint"):
+        PipelineConfig(vision_model="cropped", vision_checkpoint="vision/assets/segnet.pt")
     assert PipelineConfig(preset="medium").budgets() == PRESETS["medium"]
     assert PipelineConfig(iterations=9).budgets()["iterations"] == 9
