@@ -105,8 +105,9 @@ class PipelineConfig:
     """The net the vision stage trains. ``default``: ``train-vision``'s default U-Net (192 MFLOP a 64x64 frame; the
     preset decides mirror averaging, off in ``small``). ``cropped``: issue 27's cropped cascade
     (``vision.train_config.CROPPED_MODEL``), 36.7 MFLOP a frame with its window's mirror averaging, which it always
-    uses: every DAgger, BC and evaluation rollout segments its frames about 5x faster. Over five seeds it is level
-    with the default on the transfer test and 0.011 IoU behind on composites (docs/vision.md)."""
+    uses, against 192 for the default's one pass in ``small``. The small preset's stages after vision took 0.60x as
+    long with it (608 s of stages in all against 768 s). Over five seeds it is level with the default on the transfer
+    test and 0.011 IoU behind on composites (docs/vision.md)."""
     vision_checkpoint: Optional[Path] = None
     """Use this trained segmentation checkpoint (e.g. the shipped ``vision/assets/segnet.pt``) instead of training
     a vision net; the report then shows the metrics stored with it."""
