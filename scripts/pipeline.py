@@ -70,9 +70,9 @@ RESUMABLE_KEYS = ("resume", "runtime.progress", "runtime.threads", "gifs", "runt
 ADDED_SETTINGS = {"vision_model": "default"}
 """Settings added after run folders were first written, with the value that reproduces what those runs did (a
 folder without the key resumes as if it held that value)."""
-VISION_MODELS = ("default", "cropped")
-"""Nets the vision stage can train (``--vision-model``): ``vision.train_config.DEFAULT_MODEL`` and
-``CROPPED_MODEL``."""
+VISION_MODELS = {"default": "the default U-Net", "cropped": "the cropped cascade"}
+"""Nets the vision stage can train (``--vision-model``: ``vision.train_config.DEFAULT_MODEL`` and ``CROPPED_MODEL``),
+as the report names them."""
 OVERRIDES = ("collect_episodes", "vision_steps", "iterations", "episodes_per_iter", "train_steps",
              "dagger_eval_episodes", "eval_episodes", "num_envs")
 
@@ -334,8 +334,8 @@ def _vision_html(v: dict) -> str:
                   for k, m in v.get("transfer_test_breakdown", {}).items())
     where = " + ".join(op.get("chosen_on", ["composite"]))
     src = f" Checkpoint: <code>{e(v['checkpoint'])}</code>." if "checkpoint" in v else ""
-    nets = {"default": "the default U-Net", "cropped": "the cropped cascade (<code>--vision-model cropped</code>)"}
-    net = f"Net: {nets[v['model']]}. " if v.get("model") in nets else ""
+    net = (f"Net: {e(VISION_MODELS[v['model']])} (<code>--vision-model {e(v['model'])}</code>). "
+           if v.get("model") in VISION_MODELS else "")
     return (f"<p>{net}Operating point chosen on <b>{e(where)}</b> validation: threshold {v.get('threshold', nan):.2f}, frame gate "
             f"{v.get('peak_threshold', 0.0):g}, mirror averaging {'on' if v.get('mirror_tta') else 'off'}.{src}</p>"
             "<table><tr><th>test set</th><th>IoU</th><th>precision</th><th>recall</th><th>false-positive images</th>"
