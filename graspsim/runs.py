@@ -105,6 +105,26 @@ def check_resume(old: dict, new: dict, may_change: Collection[str], where: str |
                          "folder instead (or repeat the stored settings)")
 
 
+def resume_old_defaults(old: dict, new: dict, changed: Mapping[str, tuple[Any, Any]],
+                        added: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Settings whose default a later version changed, resolved for a resume. ``changed`` maps a dotted key (one
+    setting, or a group such as ``model``) to (its default before, its default now). Where the stored config ``old``
+    holds the earlier default and the request ``new`` the current one, the run folder resumes as what it was: the
+    result maps each such key to the stored value, for the caller to put into its config before
+    :func:`check_resume` (``added`` as there)."""
+    flat_old = flatten_config(_jsonable(old))
+    if added:
+        flat_old = {**{k: v for k, v in added.items() if k not in flat_old}, **flat_old}
+    flat_new = flatten_config(_jsonable(new))
+
+    def group(flat: dict, key: str) -> dict:
+        return {k: v for k, v in flat.items() if k == key or k.startswith(key + ".")}
+
+    return {key: before for key, (before, now) in changed.items()
+            if group(flat_old, key) == flatten_config(_jsonable(before), key)
+            and group(flat_new, key) == flatten_config(_jsonable(now), key)}
+
+
 def read_config(run_dir: str | os.PathLike) -> dict | None:
     """The stored ``config.json`` of a run folder, or None if there is none; ValueError if unreadable."""
     path = Path(run_dir) / CONFIG_NAME

@@ -20,8 +20,8 @@ One command runs every stage into ``runs/<name>/`` (default name ``pipeline__{pr
 after their last finished iteration. Presets (``PRESETS``): ``small`` (default; about 15 minutes on
 2 CPU cores), ``medium`` and ``full`` for real runs. Any budget can be overridden with the
 ``--collect-episodes``, ``--vision-steps``, ``--iterations``, ``--episodes-per-iter``, ``--train-steps``,
-``--dagger-eval-episodes`` and ``--eval-episodes`` flags. ``--vision-model cropped`` trains issue 27's cropped
-cascade instead of the default U-Net (a fifth of the default's segmentation cost in every rollout).
+``--dagger-eval-episodes`` and ``--eval-episodes`` flags. The vision stage trains the cropped cascade
+(``vision.train_config.CROPPED_MODEL``); ``--vision-model unet`` trains the whole-frame U-Net instead.
 
 Under ``torchrun`` every stage runs on all processes (:mod:`graspsim.distributed`; each verb splits its own work)
 and rank 0 writes the run folder's own files (config, summary, curves, report). Every decision that looks at the
@@ -62,17 +62,22 @@ PRESETS: dict[str, dict[str, int]] = {
                  train_steps=1000, dagger_eval_episodes=256, eval_episodes=1000, num_envs=128, vision_mirror=1),
 }
 """Stage budgets per preset (episodes, optimizer steps). ``vision_mirror``: train and use the default vision net with
-test-time mirror averaging (``TrainVisionConfig.mirror_tta``); off in ``small``, where the doubled segmentation
-cost of every DAgger, BC and evaluation rollout would not fit the preset's time budget. ``--vision-model cropped``
-always mirrors its window (36.7 MFLOP a frame in all)."""
+test-time mirror averaging (``TrainVisionConfig.mirror_tta``) with ``--vision-model unet``; off in ``small``,
+where the doubled segmentation cost of every DAgger, BC and evaluation rollout would not fit the preset's time
+budget. The default cascade always mirrors its window (36.7 MFLOP a frame in all)."""
 RESUMABLE_KEYS = ("resume", "runtime.progress", "runtime.threads", "gifs", "runtime.dist_timeout")
 """Settings that may differ when resuming a pipeline run folder (they do not change results)."""
-ADDED_SETTINGS = {"vision_model": "default"}
+ADDED_SETTINGS = {"vision_model": "unet"}
 """Settings added after run folders were first written, with the value that reproduces what those runs did (a
 folder without the key resumes as if it held that value)."""
-VISION_MODELS = {"default": "the default U-Net", "cropped": "the cropped cascade"}
-"""Nets the vision stage can train (``--vision-model``: ``vision.train_config.DEFAULT_MODEL`` and ``CROPPED_MODEL``),
+CHANGED_DEFAULTS = {"vision_model": ("unet", "cropped")}
+"""Defaults changed after run folders were written, as (before, now): a folder that trained the U-Net when it was
+the default resumes with it (:func:`graspsim.runs.resume_old_defaults`)."""
+VISION_MODELS = {"cropped": "the cropped cascade", "unet": "the whole-frame U-Net"}
+"""Nets the vision stage can train (``--vision-model``: ``vision.train_config.CROPPED_MODEL`` and ``UNET_MODEL``),
 as the report names them."""
+RENAMED_VISION_MODELS = {"default": "unet"}
+"""``vision_model`` values of run folders written before issue 40, under today's names."""
 OVERRIDES = ("collect_episodes", "vision_steps", "iterations", "episodes_per_iter", "train_steps",
              "dagger_eval_episodes", "eval_episodes", "num_envs")
 
@@ -101,13 +106,12 @@ class PipelineConfig:
     """Transfer sets (``val/`` and ``test/``) for the vision stage (``train-vision --transfer``): the operating point
     is chosen on composites + ``val/``, and ``test/`` is reported. Give sets drawn with your target's colour when
     you change ``--sim.randomization.target-hue``; None skips them (operating point on composites alone)."""
-    vision_model: Literal["default", "cropped"] = "default"
-    """The net the vision stage trains. ``default``: ``train-vision``'s default U-Net (192 MFLOP a 64x64 frame; the
-    preset decides mirror averaging, off in ``small``). ``cropped``: issue 27's cropped cascade
+    vision_model: Literal["cropped", "unet"] = "cropped"
+    """The net the vision stage trains. ``cropped`` (default): the cropped cascade
     (``vision.train_config.CROPPED_MODEL``), 36.7 MFLOP a frame with its window's mirror averaging, which it always
-    uses, against 192 for the default's one pass in ``small``. The small preset's stages after vision took 0.60x as
-    long with it (608 s of stages in all against 768 s). Over five seeds it is level with the default on the transfer
-    test and 0.011 IoU behind on composites (docs/vision.md)."""
+    uses. ``unet``: the whole-frame U-Net (192 MFLOP a 64x64 frame; the preset decides mirror averaging, off in
+    ``small``), 0.011 composite IoU better over five seeds and level on the transfer test; the small preset's stages
+    after vision take 1.7x as long with it (docs/vision.md, "Choosing a net")."""
     vision_checkpoint: Optional[Path] = None
     """Use this trained segmentation checkpoint (e.g. the shipped ``vision/assets/segnet.pt``) instead of training
     a vision net; the report then shows the metrics stored with it."""
@@ -149,7 +153,7 @@ class PipelineConfig:
         non_negative_int("PipelineConfig", "seed", self.seed)
         if self.vision_model not in VISION_MODELS:
             raise ValueError(f"PipelineConfig.vision_model must be one of {list(VISION_MODELS)}; got {self.vision_model!r}")
-        if self.vision_checkpoint is not None and self.vision_model != "default":
+        if self.vision_checkpoint is not None and self.vision_model != "cropped":
             raise ValueError("PipelineConfig: --vision-model chooses the net the vision stage trains, and "
                              "--vision-checkpoint skips that stage; give one of them")
         if self.vision_checkpoint is not None:
@@ -182,6 +186,25 @@ def _json(path: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _resumed_config(cfg: PipelineConfig, out: Path) -> PipelineConfig:
+    """The one resume rule for a pipeline run folder, after giving ``cfg`` the vision net the folder trained where it
+    was written before the default net changed (:data:`CHANGED_DEFAULTS`; old names in
+    :data:`RENAMED_VISION_MODELS`) and ``cfg`` asks for today's default. Raises ValueError naming every other
+    difference."""
+    stored = run_folder.read_config(out)
+    if stored is None:
+        return cfg
+    if stored.get("vision_model") in RENAMED_VISION_MODELS:
+        stored = {**stored, "vision_model": RENAMED_VISION_MODELS[stored["vision_model"]]}
+    adopted = run_folder.resume_old_defaults(stored, cfg.to_dict(), CHANGED_DEFAULTS, ADDED_SETTINGS)
+    if "vision_model" in adopted:
+        log.info("pipeline --resume: %s trained the %s, the default then; resuming with it", out,
+                 VISION_MODELS[adopted["vision_model"]])
+        cfg = dataclasses.replace(cfg, vision_model=adopted["vision_model"])
+    run_folder.check_resume(stored, cfg.to_dict(), RESUMABLE_KEYS, out / run_folder.CONFIG_NAME, ADDED_SETTINGS)
+    return cfg
+
+
 def run_pipeline(cfg: PipelineConfig) -> dict:
     """Run every stage (see the module docstring); returns the summary dict (also ``summary.json``)."""
     with cfg.runtime.job("pipeline") as ctx:
@@ -193,7 +216,7 @@ def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
 
     from expert.collect import CollectConfig, collect
     from vision.train import CHECKPOINT_NAME, TrainVisionConfig, train_vision
-    from vision.train_config import CROPPED_MODEL
+    from vision.train_config import UNET_MODEL
 
     from dagger.evaluate import EvalSimConfig, evaluate_sim
 
@@ -205,7 +228,7 @@ def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
     out = check_out_dir(cfg.runs_dir / name, flag="--runs-dir/--name", resume=cfg.resume)
     b = cfg.budgets()
     if cfg.resume:  # the one resume rule: a changed preset or setting would mix budgets across stages
-        run_folder.resume_config(out, cfg.to_dict(), RESUMABLE_KEYS, ADDED_SETTINGS)
+        cfg = _resumed_config(cfg, out)
     distributed.barrier()  # every rank has checked the folder before rank 0 writes into it
     summary: dict | None = None
     if ctx.is_main:
@@ -244,7 +267,7 @@ def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
             shutil.rmtree(vdir)
         vision_resume = main_sees(vckpt)
         cropped = cfg.vision_model == "cropped"
-        net = {"model": CROPPED_MODEL, "patch": CROPPED_MODEL.crop} if cropped else {}
+        net = {} if cropped else {"model": UNET_MODEL}
         vcfg = TrainVisionConfig(out=vdir, steps=b["vision_steps"], batch_size=b["vision_batch"], seed=cfg.seed,
                                  val_every=max(1, b["vision_steps"] // 3), ckpt_every=max(1, b["vision_steps"] // 3),
                                  n_val=(1024 if b["vision_steps"] >= 1000 else 512) if b["vision_steps"] >= 100 else 32,
@@ -334,8 +357,8 @@ def _vision_html(v: dict) -> str:
                   for k, m in v.get("transfer_test_breakdown", {}).items())
     where = " + ".join(op.get("chosen_on", ["composite"]))
     src = f" Checkpoint: <code>{e(v['checkpoint'])}</code>." if "checkpoint" in v else ""
-    net = (f"Net: {e(VISION_MODELS[v['model']])} (<code>--vision-model {e(v['model'])}</code>). "
-           if v.get("model") in VISION_MODELS else "")
+    model = RENAMED_VISION_MODELS.get(v.get("model"), v.get("model"))
+    net = (f"Net: {e(VISION_MODELS[model])} (<code>--vision-model {e(model)}</code>). " if model in VISION_MODELS else "")
     return (f"<p>{net}Operating point chosen on <b>{e(where)}</b> validation: threshold {v.get('threshold', nan):.2f}, frame gate "
             f"{v.get('peak_threshold', 0.0):g}, mirror averaging {'on' if v.get('mirror_tta') else 'off'}.{src}</p>"
             "<table><tr><th>test set</th><th>IoU</th><th>precision</th><th>recall</th><th>false-positive images</th>"

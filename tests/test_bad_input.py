@@ -597,7 +597,7 @@ CASES = [
     C("pipeline-name-dotdot", "pipeline", "--name", "..", must=("PipelineConfig.name",)),
     C("pipeline-preset-unknown", "pipeline", "--preset", "huge", must=("--preset",), ours=False),
     C("pipeline-vision-model-unknown", "pipeline", "--vision-model", "tiny", must=("--vision-model",), ours=False),
-    C("pipeline-vision-model-and-checkpoint", "pipeline", "--vision-model", "cropped", "--vision-checkpoint",
+    C("pipeline-vision-model-and-checkpoint", "pipeline", "--vision-model", "unet", "--vision-checkpoint",
       "vision/assets/segnet.pt", must=("--vision-model", "--vision-checkpoint")),
     C("pipeline-iterations-zero", "pipeline", "--iterations", "0", must=("PipelineConfig.iterations",)),
     C("pipeline-seed-negative", "pipeline", "--seed", "-2", must=("PipelineConfig.seed",)),

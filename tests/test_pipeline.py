@@ -42,30 +42,45 @@ def test_tiny_pipeline_writes_report_and_resumes(tmp_path):
                                         resume=True, **TINY))
     assert again["seconds"] == s["seconds"]  # every stage was already complete: nothing re-ran
 
-    # a run folder written before --vision-model existed resumes as the default net, and refuses another net
-    conf.pop("vision_model")
-    (out / "config.json").write_text(json.dumps(conf))
-    kw = dict(name="tiny", runs_dir=tmp_path, sim=SIM, gifs=1, runtime=RuntimeConfig(progress=False), resume=True, **TINY)
-    assert run_pipeline(PipelineConfig(**kw))["seconds"] == s["seconds"]
-    with pytest.raises(ValueError, match="vision_model"):
-        run_pipeline(PipelineConfig(vision_model="cropped", **kw))
-
-
-def test_pipeline_trains_and_uses_the_cropped_cascade(tmp_path):
+    # the default net is the cropped cascade, its window always mirrored
     from vision.checkpoint import load_checkpoint
     from vision.train_config import CROPPED_MODEL
 
-    cfg = PipelineConfig(name="crop", runs_dir=tmp_path, sim=SIM, gifs=1, runtime=RuntimeConfig(progress=False),
-                         vision_model="cropped", bc_baseline=False, moving_target=False, **TINY)
-    s = run_pipeline(cfg)
-    out = tmp_path / "crop"
     ckpt = load_checkpoint(out / "vision" / "checkpoint.pt")
     assert ckpt["model_config"] == dataclasses.asdict(CROPPED_MODEL)
-    assert ckpt["mirror_tta"] is True and ckpt["config"]["patch"] == CROPPED_MODEL.crop  # mirrored window, always
-    assert s["vision"]["model"] == "cropped" and s["vision"]["mirror_tta"] is True
+    assert ckpt["mirror_tta"] is True and ckpt["config"]["patch"] == CROPPED_MODEL.crop
+    assert s["vision"]["model"] == "cropped" and conf["vision_model"] == "cropped"
+    assert "cropped cascade" in html
+
+    kw = dict(name="tiny", runs_dir=tmp_path, sim=SIM, gifs=1, runtime=RuntimeConfig(progress=False), resume=True, **TINY)
+    with pytest.raises(ValueError, match="vision_model"):  # a folder of today's default refuses the other net
+        run_pipeline(PipelineConfig(vision_model="unet", **kw))
+    # folders written when the U-Net was the default (with "default", or before --vision-model existed) resume as
+    # the U-Net they trained when the request holds today's default
+    for stored in ("default", None):
+        old = {k: v for k, v in conf.items() if k != "vision_model"}
+        if stored is not None:
+            old["vision_model"] = stored
+        (out / "config.json").write_text(json.dumps(old))
+        assert run_pipeline(PipelineConfig(**kw))["seconds"] == s["seconds"]
+        assert run_pipeline(PipelineConfig(vision_model="unet", **kw))["seconds"] == s["seconds"]
+
+
+def test_pipeline_trains_and_uses_the_unet(tmp_path):
+    from vision.checkpoint import load_checkpoint
+    from vision.train_config import UNET_MODEL
+
+    cfg = PipelineConfig(name="unet", runs_dir=tmp_path, sim=SIM, gifs=1, runtime=RuntimeConfig(progress=False),
+                         vision_model="unet", bc_baseline=False, moving_target=False, **TINY)
+    s = run_pipeline(cfg)
+    out = tmp_path / "unet"
+    ckpt = load_checkpoint(out / "vision" / "checkpoint.pt")
+    assert ckpt["model_config"] == dataclasses.asdict(UNET_MODEL)
+    assert ckpt["mirror_tta"] is False  # the small preset's one pass
+    assert s["vision"]["model"] == "unet" and s["vision"]["mirror_tta"] is False
     assert s["eval_dagger_predicted"]["num_episodes"] == 4 and s["eval_dagger_predicted"]["masks"] == "predicted"
-    assert "cropped cascade" in (out / "report.html").read_text()
-    assert json.loads((out / "config.json").read_text())["vision_model"] == "cropped"
+    assert "whole-frame U-Net" in (out / "report.html").read_text()
+    assert json.loads((out / "config.json").read_text())["vision_model"] == "unet"
 
 
 def test_pipeline_config_errors():
@@ -78,6 +93,6 @@ def test_pipeline_config_errors():
     with pytest.raises(ValueError, match="vision_model"):
         PipelineConfig(vision_model="tiny")
     with pytest.raises(ValueError, match="--vision-model .* --vision-checkpoint"):
-        PipelineConfig(vision_model="cropped", vision_checkpoint="vision/assets/segnet.pt")
+        PipelineConfig(vision_model="unet", vision_checkpoint="vision/assets/segnet.pt")
     assert PipelineConfig(preset="medium").budgets() == PRESETS["medium"]
     assert PipelineConfig(iterations=9).budgets()["iterations"] == 9

@@ -237,11 +237,11 @@ def _ckpt(path: Path, model: SegNet, threshold: float = 0.5, probe=None) -> Path
 
 def test_halfres_net_shapes_stride_cost_and_old_configs():
     """The issue-27 design: full-resolution logits from a half-resolution net, inputs that are multiples of its
-    stride, under a fifth of the default U-Net's cost, and stored configs without ``arch`` (every earlier
+    stride, under a fifth of the whole-frame U-Net's cost, and stored configs without ``arch`` (every earlier
     checkpoint) rebuild the U-Net."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from vision.train_config import DEFAULT_MODEL, HALFRES_MODEL
+    from vision.train_config import HALFRES_MODEL, UNET_MODEL
 
     torch.manual_seed(0)
     net = SegNet(HALFRES_MODEL).eval()
@@ -251,7 +251,7 @@ def test_halfres_net_shapes_stride_cost_and_old_configs():
     with pytest.raises(ValueError, match="multiples of 8"):
         net(x[..., :20, :])
     flops = {}
-    for name, m in (("halfres", net), ("unet", SegNet(DEFAULT_MODEL))):
+    for name, m in (("halfres", net), ("unet", SegNet(UNET_MODEL))):
         with FlopCounterMode(display=False) as fc:
             m.eval()(x[:1])
         flops[name] = fc.get_total_flops() / 1e6
@@ -389,16 +389,17 @@ def test_cropped_context_reaches_the_window_and_the_patches_of_its_frame():
         net(patches[:5], frames=x)
 
 
-def test_cropped_preset_costs_a_tenth_of_the_default():
-    """CROPPED_MODEL, as deployed (mirror averaging of the window), is within issue 27's 40 MFLOP and at least 10x
-    cheaper than the default whole-frame U-Net with mirror averaging."""
+def test_default_net_is_the_cascade_at_a_tenth_of_the_unet():
+    """The default net is CROPPED_MODEL (issue 40); as deployed (mirror averaging of the window) it is within issue
+    27's 40 MFLOP and at least 10x cheaper than the whole-frame U-Net with mirror averaging."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from vision.train_config import CROPPED_MODEL, DEFAULT_MODEL
+    from vision.train_config import CROPPED_MODEL, DEFAULT_MODEL, UNET_MODEL
 
+    assert DEFAULT_MODEL == CROPPED_MODEL and TrainVisionConfig(out="x").model == CROPPED_MODEL
     x = torch.rand(1, 3, 64, 64)
     flops = {}
-    for name, cfg in (("cropped", CROPPED_MODEL), ("default", DEFAULT_MODEL)):
+    for name, cfg in (("cropped", CROPPED_MODEL), ("default", UNET_MODEL)):
         with FlopCounterMode(display=False) as fc, torch.no_grad():
             SegNet(cfg).eval().mirror_averaged(x)
         flops[name] = fc.get_total_flops() / 1e6  # MFLOP, a multiply-add counted as two (as graspsim bench reports)
@@ -791,6 +792,23 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
     assert any((tmp_path / "run" / "tb").iterdir())
     seg = Segmenter.from_checkpoint(tmp_path / "run" / "checkpoint.pt")
     assert seg.threshold == m["threshold"] and seg.mirror_tta and m["mirror_tta"]  # the default is on
+
+
+def test_a_run_folder_of_the_old_default_net_resumes_as_that_net(tmp_path):
+    """A train-vision folder written when the U-Net was the default (before issue 40) resumes as the U-Net when the
+    request holds today's default net; another net is refused by the one resume rule."""
+    from graspsim import SimConfig
+    from vision.train import TrainVisionConfig, train_vision
+    from vision.train_config import UNET_MODEL
+
+    kw = dict(out=tmp_path / "run", batch_size=4, val_every=2, ckpt_every=2, n_val=8, n_test=8, transfer=None,
+              operating_point="composite", sim=SimConfig(image_size=32), runtime=RuntimeConfig(threads=1, progress=False))
+    train_vision(TrainVisionConfig(steps=2, model=UNET_MODEL, **kw))
+    m = train_vision(TrainVisionConfig(steps=3, resume=True, **kw))  # today's default net requested
+    ckpt = load_checkpoint(tmp_path / "run" / "checkpoint.pt")
+    assert ckpt["step"] == 3 == m["steps"] and ckpt["model_config"] == dataclasses.asdict(UNET_MODEL)
+    with pytest.raises(ValueError, match="model.base_channels"):
+        train_vision(TrainVisionConfig(steps=4, resume=True, model=TINY, **kw))
 
 
 @pytest.mark.slow

@@ -50,7 +50,7 @@ from .losses import lr_at, seg_loss
 from .metrics import PEAKS, best_threshold, choose_thresholds_on, evaluate_set, gate_frames
 from .model import SegNet, SegNetConfig, cpu_has_fast_bf16, locator_coverage, locator_loss
 from .patches import _hdf5_share, _real_share, random_patches, training_batch
-from .train_config import TrainVisionConfig
+from .train_config import DEFAULT_MODEL, UNET_MODEL, TrainVisionConfig
 from .transfer_report import load_transfer_sets, operating_point_gap, transfer_breakdown
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,10 @@ ADDED_SETTINGS = {"model.arch": "unet", "model.full_channels": 0, "model.crop": 
                   "init_lr": 1e-3, "real": [], "real_fraction": 0.5}
 """Settings added after run folders were first written, with the value that reproduces what runs before them did:
 a stored config without one of them resumes as if it held that value (:func:`graspsim.runs.check_resume`)."""
+CHANGED_DEFAULTS = {"model": (dataclasses.asdict(UNET_MODEL), dataclasses.asdict(DEFAULT_MODEL))}
+"""Defaults changed after run folders were written, as (before, now): the U-Net was the default net until issue 40.
+A folder that trained the earlier default resumes with it when the request holds today's
+(:func:`graspsim.runs.resume_old_defaults`)."""
 
 __all__ = [  # the config, losses, batches and evaluation sets live in their own modules; importable from here too
     "CHECKPOINT_NAME", "HDF5Frames", "TrainVisionConfig", "build_composers", "lr_at", "make_set", "new_training_state",
@@ -163,6 +167,21 @@ def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Opti
 
 
 # ----------------------------------------------------------------------------------------------- fine-tuning
+def resumed_config(cfg: TrainVisionConfig) -> TrainVisionConfig:
+    """``cfg`` with the net a ``--resume``d run folder trained, where that folder was written before the default net
+    changed (:data:`CHANGED_DEFAULTS`) and ``cfg`` asks for today's default; otherwise ``cfg`` itself."""
+    ckpt_path = Path(cfg.out) / CHECKPOINT_NAME
+    if not cfg.resume or not ckpt_path.is_file():
+        return cfg  # nothing to resume: _train_vision says so
+    stored = load_checkpoint(ckpt_path).get("config") or {}
+    adopted = runs.resume_old_defaults(stored, cfg.to_dict(), CHANGED_DEFAULTS, ADDED_SETTINGS)
+    if "model" in adopted:
+        log.info("--resume: %s trained the net that was the default then (%s); resuming with it", ckpt_path,
+                 adopted["model"])
+        return dataclasses.replace(cfg, model=SegNetConfig(**adopted["model"]))
+    return cfg
+
+
 def fine_tune_config(cfg: TrainVisionConfig) -> TrainVisionConfig:
     """``cfg`` as it runs: with ``--init``, the net of the init checkpoint (its stored model config, so that its
     weights fit) and the short schedule ``init_steps`` / ``init_lr`` in place of ``steps`` / ``lr``. Refuses a
@@ -225,7 +244,7 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     """Train (or resume) and return the final metrics dict (``test`` metrics at the chosen threshold,
     plus ``val``, ``threshold``, ``steps``, ``train_seconds``, ``num_parameters``, ``world_size``). See the module
     docstring; under torchrun every rank returns rank 0's dict."""
-    cfg = fine_tune_config(cfg)
+    cfg = fine_tune_config(resumed_config(cfg))
     with cfg.runtime.job("train-vision") as ctx:
         return _train_vision(cfg, ctx)
 

@@ -20,21 +20,24 @@ from .compose import ComposeConfig
 from .model import SegNetConfig
 
 
-DEFAULT_MODEL = SegNetConfig(base_channels=12, max_channels=96, chroma=True)
-"""The default net: the full-resolution U-Net at 12/24/48/96 channels with chroma features (192 MFLOP per 64x64 frame,
-384 with mirror averaging). Issue 27 asks for a net of <= 40 MFLOP that keeps the accuracy targets; the best found,
-:data:`CROPPED_MODEL`, costs a tenth. Over seeds 0-4 it is level with this net on the transfer test (mean IoU 0.865
-against 0.863, recall 0.889 against 0.891), but its composite test IoU is 0.005-0.020 below this net's on every seed
-(mean 0.879 against 0.890), so it is not the default (docs/vision.md, "Fourth session")."""
+UNET_MODEL = SegNetConfig(base_channels=12, max_channels=96, chroma=True)
+"""The whole-frame U-Net at 12/24/48/96 channels with chroma features (192 MFLOP per 64x64 frame, 384 with mirror
+averaging); the default until issue 40. It is about 0.01 IoU better on composites than :data:`CROPPED_MODEL` (five
+seeds: 0.890 against 0.879) and level on the transfer test, at ten times the cost: the choice for a user with a GPU
+who wants the last 0.01 of composite IoU. ``train-vision``: ``--model.crop 0 --model.base-channels 12
+--model.max-channels 96``; ``pipeline``: ``--vision-model unet``."""
 DEFAULT_MIRROR_TTA = True
-"""Mirror averaging on by default: +0.02 held-out IoU and recall on the default net, at twice the inference cost."""
+"""Mirror averaging on by default (the cascade mirrors its window only): +0.02 held-out IoU and recall on the U-Net,
+at twice the inference cost."""
 CROPPED_MODEL = SegNetConfig(base_channels=8, max_channels=64, chroma=True, crop=24, locator_channels=12, context=True)
-"""Issue 27's cropped cascade, the cheapest net close to the default's accuracy: a 12-channel locator (12.3 MFLOP)
-finds the target's 4x4 cell in the whole frame, and an 8/16/32/64-channel U-Net segments the 24x24 window around
-it with the locator's pooled whole-frame features added to its bottleneck (``vision.model``). It costs 36.7 MFLOP
-per 64x64 frame with mirror averaging of the window, a tenth of the default's 384. The whole-frame context raised
-mean composite validation IoU over seeds 0-2 from 0.881 to 0.886 (docs/vision.md, "Third session"). Command:
-``--model.crop 24 --model.locator-channels 12 --model.base-channels 8 --model.max-channels 64 --model.context``."""
+"""The cropped cascade (issue 27): a 12-channel locator (12.3 MFLOP) finds the target's 4x4 cell in the whole frame,
+and an 8/16/32/64-channel U-Net segments the 24x24 window around it with the locator's pooled whole-frame features
+added to its bottleneck (``vision.model``). 36.7 MFLOP per 64x64 frame with mirror averaging of the window, a tenth
+of :data:`UNET_MODEL`'s 384. Over seeds 0-4 it is level with the U-Net on the transfer test (mean IoU 0.865 against
+0.863, recall 0.889 against 0.891) and 0.011 behind on composite test IoU; on three sets no part of the repository
+holds, the mean IoU of the two is the same (docs/vision.md, "Choosing a net")."""
+DEFAULT_MODEL = CROPPED_MODEL
+"""The default net of ``train-vision`` and the pipeline (issue 40): :data:`CROPPED_MODEL`."""
 HALFRES_MODEL = SegNetConfig(arch="halfres", base_channels=16, max_channels=64, depth=2, chroma=True, full_channels=8)
 """Issue 27's half-resolution candidate (36 MFLOP per frame; about 7x the default's frames/s):
 ``--model.arch halfres --model.base-channels 16 --model.max-channels 64 --model.depth 2 --model.full-channels 8
@@ -182,10 +185,10 @@ class TrainVisionConfig:
     """bfloat16 autocast for forward/backward on CPU when the CPU has native bf16 (AMX/AVX512-BF16); without
     it float32 is used, because emulated bf16 is ~10x slower. Weights and optimizer stay float32."""
     model: SegNetConfig = field(default_factory=lambda: DEFAULT_MODEL)
-    """Network design and size (:data:`DEFAULT_MODEL`; brightness-free colour features on by default: +0.05 transfer
-    IoU at 1000 steps; 12/24/48/96 channels: +0.03 composite and transfer validation IoU over 8/16/32/64 at 1000
-    steps, docs/notes/vision_log.md). ``--model.arch halfres`` and ``--model.crop`` select the cheaper designs (:data:`HALFRES_MODEL`,
-    :data:`CROPPED_MODEL`)."""
+    """Network design and size: the cropped cascade (:data:`CROPPED_MODEL`). The whole-frame U-Net
+    (:data:`UNET_MODEL`) is ``--model.crop 0 --model.base-channels 12 --model.max-channels 96``; ``--model.arch
+    halfres`` selects :data:`HALFRES_MODEL`. A run folder written before the cascade became the default resumes as
+    the U-Net it trained (:data:`vision.train.CHANGED_DEFAULTS`)."""
     compose: ComposeConfig = field(default_factory=ComposeConfig)
     """How composites are drawn."""
     augment: AugmentConfig = field(default_factory=AugmentConfig)
