@@ -2,7 +2,7 @@
 
     python benchmarks/bench_distributed.py --procs 1 2
 
-Runs each verb through ``torchrun --standalone --nproc-per-node P -m scripts.cli <verb>`` with
+Runs each verb through ``torchrun --standalone --nproc-per-node P -m graspsim.cli <verb>`` with
 ``OMP_NUM_THREADS=1`` (also for P = 1, so the comparison is one thread per process either way) and reads the
 throughput the verb itself reports: collect's episodes/s (rank 0's log: new episodes over its run time, the join
 included), eval-sim's scene steps/s (``metrics.json``: all ranks' steps over the slowest rank's rollout time) and
@@ -68,7 +68,7 @@ def launch(procs: int, verb: str, args: list[str], cwd: Path) -> tuple[str, floa
     """Run one verb under torchrun; returns (its output, wall seconds)."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={procs}", "-m",
-           "scripts.cli", verb, *args, "--no-progress"]
+           "graspsim.cli", verb, *args, "--no-progress"]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0

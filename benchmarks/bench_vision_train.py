@@ -7,8 +7,8 @@ against the 300 s target of issue 27 (issue 16's was 15 minutes).
     python benchmarks/bench_vision_train.py --variants default batch-16 --threads 1
 
 For every variant it times, over interleaved rounds (so a change in machine load hits all variants alike), the two
-halves of a training step as ``vision.train`` runs them: drawing the batch (:func:`vision.train.training_batch`:
-render, composite, cut patches) and the optimizer step (:func:`vision.train.train_step`: forward, loss, backward,
+halves of a training step as ``graspsim.vision.train`` runs them: drawing the batch (:func:`graspsim.vision.train.training_batch`:
+render, composite, cut patches) and the optimizer step (:func:`graspsim.vision.train.train_step`: forward, loss, backward,
 AdamW). It also times one validation pass (mirror averaging as configured) and rendering the fixed sets, on
 ``--n-eval`` frames scaled to the configured set sizes. The projection is
 
@@ -40,10 +40,10 @@ import tyro
 
 from graspsim.perf import tune_allocator
 from graspsim.runtime import RuntimeConfig
-from vision.io import atomic_write_bytes
-from vision.train import (TrainVisionConfig, build_composers, make_set, new_training_state, predict_probs, train_step,
+from graspsim.vision.io import atomic_write_bytes
+from graspsim.vision.train import (TrainVisionConfig, build_composers, make_set, new_training_state, predict_probs, train_step,
                           training_batch)
-from vision.train_config import CROPPED_MODEL, HALFRES_MODEL
+from graspsim.vision.train_config import CROPPED_MODEL, HALFRES_MODEL
 
 BUDGET_S = 300.0
 TRANSFER_FRAMES = 1024  # frames in each transfer set (data/transfer/{val,test})
@@ -58,13 +58,13 @@ VARIANTS: dict[str, dict] = {
     "batch-16": {"batch_size": 16},
 }
 """Overrides of :class:`TrainVisionConfig` per variant. ``cropped`` is issue 27's cropped cascade
-(:data:`vision.train_config.CROPPED_MODEL`, 36.7 MFLOP a frame with mirror averaging of its window; its U-Net also
+(:data:`graspsim.vision.train_config.CROPPED_MODEL`, 36.7 MFLOP a frame with mirror averaging of its window; its U-Net also
 trains on the locator's windows, 48 more patches a step). ``halfres`` is issue 27's cheapest candidate
-(:data:`vision.train_config.HALFRES_MODEL`, 36 MFLOP a frame, no mirror averaging) on the default 24x24 patches,
+(:data:`graspsim.vision.train_config.HALFRES_MODEL`, 36 MFLOP a frame, no mirror averaging) on the default 24x24 patches,
 ``halfres-whole`` the same on whole frames; ``patch-32`` trains on 32x32 patches (1.8x the pixels of a step);
 ``batch-16`` is a third of the frames per step. ``float32`` turns bf16 autocast off (what a CPU without native
-bf16, e.g. an AVX2-only EPYC, runs). A variant may override ``model`` with a :class:`vision.model.SegNetConfig` and
-``augment`` with a :class:`vision.augment.AugmentConfig`."""
+bf16, e.g. an AVX2-only EPYC, runs). A variant may override ``model`` with a :class:`graspsim.vision.model.SegNetConfig` and
+``augment`` with a :class:`graspsim.vision.augment.AugmentConfig`."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import tyro
 
-from expert import FSMExpert
+from graspsim.expert import FSMExpert
 from graspsim import FAILURE_NAMES, GraspEnv, SimConfig
 from graspsim.bullet import BulletGraspEnv
 from graspsim.perf import tune_allocator

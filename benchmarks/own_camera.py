@@ -89,10 +89,10 @@ def split(out: Path, seed: int = 0) -> dict:
 def score(checkpoints: dict[str, Path], root: Path, piles_dir: Path | None = None) -> list[dict]:
     import torch
 
-    from vision.calibrate import probabilities
-    from vision.infer import Segmenter
-    from vision.labelled import load_labelled
-    from vision.metrics import evaluate_set, gate_frames
+    from graspsim.vision.calibrate import probabilities
+    from graspsim.vision.infer import Segmenter
+    from graspsim.vision.labelled import load_labelled
+    from graspsim.vision.metrics import evaluate_set, gate_frames
 
     sets = {"same_scenes": load_labelled(root / "tune_b" / "images"), "new_scenes": load_labelled(root / "report" / "images"),
             "transfer_test": load_labelled(REPO / "data" / "transfer" / "test" / "images")}
@@ -116,9 +116,9 @@ def score(checkpoints: dict[str, Path], root: Path, piles_dir: Path | None = Non
 
 def piles(out: Path, n: int, seed: int) -> dict:
     """Write ``n`` pile frames (images/, masks/, spheres.csv: the stem and the number of spheres) to ``out``."""
-    from vision.eval_sets import make_set
-    from vision.io import write_png
-    from vision.train import TrainVisionConfig, build_composers
+    from graspsim.vision.eval_sets import make_set
+    from graspsim.vision.io import write_png
+    from graspsim.vision.train import TrainVisionConfig, build_composers
 
     _, val = build_composers(TrainVisionConfig(out=out, transfer=None, operating_point="composite"))
     rng = np.random.default_rng(seed)
@@ -159,10 +159,10 @@ def bn_adapt(vision: Path, images: Path, out: Path, strength: float = 1.0) -> in
     from torch import nn
 
     from graspsim import runs
-    from vision.checkpoint import load_checkpoint, save_checkpoint
-    from vision.labelled import LabelledFrames
-    from vision.io import list_images, read_image
-    from vision.model import SegNet, SegNetConfig
+    from graspsim.vision.checkpoint import load_checkpoint, save_checkpoint
+    from graspsim.vision.labelled import LabelledFrames
+    from graspsim.vision.io import list_images, read_image
+    from graspsim.vision.model import SegNet, SegNetConfig
 
     ck = load_checkpoint(vision)
     model = SegNet(SegNetConfig(**ck["model_config"]))

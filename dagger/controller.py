@@ -20,8 +20,8 @@ gripper senses, then the safety rules that belong to the controller itself:
 Rules that need the clock or the arm (stale frame, episode time limit, the workspace box, Ctrl-C) live in
 the deploy loop (``scripts/deploy.py``).
 
-Two runtimes give the same decisions: ``torch`` (:class:`vision.infer.Segmenter`, which uses bf16 autocast
-where the CPU has native bf16 and the checkpoint's probe frames agree, and :class:`dagger.policy.MaskPolicy`)
+Two runtimes give the same decisions: ``torch`` (:class:`graspsim.vision.infer.Segmenter`, which uses bf16 autocast
+where the CPU has native bf16 and the checkpoint's probe frames agree, and :class:`graspsim.dagger.policy.MaskPolicy`)
 and ``onnx`` (onnxruntime on the float32 graphs written by ``graspsim export``; see :data:`CONTRACT_FILE`).
 """
 
@@ -105,7 +105,7 @@ def resize_frame(rgb: np.ndarray, size: int) -> np.ndarray:
 
 
 def mask_from_logits(logits: np.ndarray, threshold: float, peak_threshold: float) -> np.ndarray:
-    """B,H,W float logits -> B,H,W bool, the rule of :meth:`vision.infer.Segmenter.predict_mask`: prob >= threshold
+    """B,H,W float logits -> B,H,W bool, the rule of :meth:`graspsim.vision.infer.Segmenter.predict_mask`: prob >= threshold
     in frames whose highest prob reaches ``peak_threshold`` (0 = no frame gate)."""
     t = float(torch.logit(torch.tensor(threshold)).item())
     mask = logits >= t
@@ -116,7 +116,7 @@ def mask_from_logits(logits: np.ndarray, threshold: float, peak_threshold: float
 
 
 def action_from_raw(raw: np.ndarray, max_speed: float) -> np.ndarray:
-    """Control-net raw outputs B,4 -> action B,4 float32 (:func:`dagger.model.to_action` in numpy)."""
+    """Control-net raw outputs B,4 -> action B,4 float32 (:func:`graspsim.dagger.model.to_action` in numpy)."""
     out = raw.astype(np.float32).copy()
     out[:, :3] = np.tanh(out[:, :3]) * np.float32(max_speed)
     return out
@@ -130,7 +130,7 @@ class TorchNets:
 
     def __init__(self, vision: str | os.PathLike, policy: str | os.PathLike, precision: str = "auto",
                  device: str = "cpu"):
-        from vision.infer import Segmenter
+        from graspsim.vision.infer import Segmenter
 
         from .policy import MaskPolicy
 

@@ -16,7 +16,7 @@ Inputs (policy-visible only, never privileged state):
 
 Output ``B,4`` float32 *raw* network values: ``out[:, :3]`` is the pre-tanh velocity (the velocity in
 m/s is ``tanh(out[:, :3]) * max_speed``) and ``out[:, 3]`` is the grip logit (> 0 closes).
-:func:`to_action` converts to simulator units; :mod:`dagger.policy` wraps it for inference.
+:func:`to_action` converts to simulator units; :mod:`graspsim.dagger.policy` wraps it for inference.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from expert import expert_action
+from graspsim.expert import expert_action
 from graspsim import FAILURE_NAMES, SimConfig, rng
 from graspsim.dataset import Episode, EpisodeRecorder
 from graspsim.keys import GRIPPER, MASK, PRIVILEGED_KEYS, RGB
@@ -43,7 +43,7 @@ def gt_masks(obs: dict) -> Tensor:
 
 
 def segmenter_masks(segmenter) -> MaskFn:
-    """``mask_fn`` that runs ``vision.infer.Segmenter.predict_mask`` on ``obs["rgb"]``."""
+    """``mask_fn`` that runs ``graspsim.vision.infer.Segmenter.predict_mask`` on ``obs["rgb"]``."""
     def fn(obs: dict) -> Tensor:
         with torch.no_grad():
             return segmenter.predict_mask(obs[RGB])

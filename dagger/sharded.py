@@ -1,8 +1,8 @@
 """A rollout whose seeds are split over the ranks of a ``torchrun`` job (:mod:`graspsim.distributed`).
 
-Rank ``r`` runs the contiguous block ``shard_bounds(N, r, W)`` of the seed list through :func:`dagger.rollout.rollout`
+Rank ``r`` runs the contiguous block ``shard_bounds(N, r, W)`` of the seed list through :func:`graspsim.dagger.rollout.rollout`
 in an environment of its own; the per-episode outcomes of all ranks are gathered and concatenated in rank order,
-which is seed order. In a job of one this is :func:`dagger.rollout.rollout` itself.
+which is seed order. In a job of one this is :func:`graspsim.dagger.rollout.rollout` itself.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def sharded_rollout(make_env: Callable[[int], object], seeds: Sequence[int], *, 
     ``local`` holds this rank's episodes (``attrs["episode_index"]`` counts in the whole seed list) and its
     captured frames (keyed by position in the whole list; ``capture`` counts from the list's start).
     ``merged`` has every rank's outcomes in seed order (no episodes; frames of every rank), the same object as
-    ``local`` in a job of one. Other keyword arguments go to :func:`dagger.rollout.rollout`.
+    ``local`` in a job of one. Other keyword arguments go to :func:`graspsim.dagger.rollout.rollout`.
     """
     ctx = distributed.context()
     seeds = [int(s) for s in seeds]

@@ -36,15 +36,15 @@ def measure_nets(cfg: BenchConfig, sim: SimConfig) -> dict:
 
 
 def load_nets(cfg: BenchConfig, image_size: int) -> tuple[object, object, dict]:
-    """(``vision.infer.Segmenter``, ``dagger.policy.MaskPolicy``, notes): from the checkpoints when given, else
+    """(``graspsim.vision.infer.Segmenter``, ``graspsim.dagger.policy.MaskPolicy``, notes): from the checkpoints when given, else
     randomly initialised nets of the shapes users train by default (``train-vision``'s net and its mirror-averaging
     setting, bf16 where the CPU has it, as a trained checkpoint would run; ``train-dagger``'s control net), so the
     loop costs what a default run's nets cost. Raises ImportError when a module is missing."""
-    from dagger.model import ControlNet, ControlNetConfig
-    from dagger.policy import MaskPolicy
-    from vision.infer import Segmenter
-    from vision.model import SegNet, cpu_has_fast_bf16
-    from vision.train_config import DEFAULT_MIRROR_TTA, DEFAULT_MODEL
+    from graspsim.dagger.model import ControlNet, ControlNetConfig
+    from graspsim.dagger.policy import MaskPolicy
+    from graspsim.vision.infer import Segmenter
+    from graspsim.vision.model import SegNet, cpu_has_fast_bf16
+    from graspsim.vision.train_config import DEFAULT_MIRROR_TTA, DEFAULT_MODEL
 
     dev = torch.device(cfg.device)
     if cfg.vision_checkpoint is not None:
@@ -114,7 +114,7 @@ def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
 
 def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
     """Samples/s of forward + backward + Adam for each net on a synthetic batch of ``train_batch``.
-    The segmentation net trains as ``vision.train`` does on CPU (channels_last, bfloat16 autocast)."""
+    The segmentation net trains as ``graspsim.vision.train`` does on CPU (channels_last, bfloat16 autocast)."""
     dev, B, H = torch.device(cfg.device), cfg.train_batch, image_size
     g = torch.Generator(device=dev).manual_seed(cfg.seed)
     x = (torch.randint(0, 256, (B, 3, H, H), generator=g, device=dev).float() / 255.0)

@@ -247,7 +247,7 @@ def make_mask_fn(masks: str, vision: Optional[Path], device: torch.device):
         return gt_masks
     if vision is None:
         raise ValueError("--masks predicted needs --vision CKPT")
-    from vision.infer import Segmenter
+    from graspsim.vision.infer import Segmenter
 
     return segmenter_masks(Segmenter.from_checkpoint(vision, device))
 

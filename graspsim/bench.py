@@ -1,7 +1,7 @@
 """``graspsim bench``: throughput of the batched torch simulator against the pybullet backend, in one run.
 
 Measured side by side on the same machine in one process (``bench(cfg, act, extra) -> dict``; the
-``graspsim bench`` verb is :func:`scripts.bench.run_bench`):
+``graspsim bench`` verb is :func:`graspsim.cli.bench.run_bench`):
 
 * **torch sim**: frames/s of ``GraspEnv.step`` (physics + RGB and mask render + blur/noise) at each batch
   size of ``batch_sizes`` and each torch thread count of ``threads``; one frame = one scene advanced one
@@ -9,7 +9,7 @@ Measured side by side on the same machine in one process (``bench(cfg, act, extr
 * **bullet**: frames/s of ``BulletGraspEnv.step`` (IK + 240 Hz contact physics + TinyRenderer RGB and
   segmentation) for each ``(num_envs, workers)`` of ``bullet_configs``.
 * **full loop** and **training** of the nets: supplied by the app layer through ``extra``
-  (:mod:`dagger.throughput`), since the simulator imports no learning code.
+  (:mod:`graspsim.dagger.throughput`), since the simulator imports no learning code.
 * **peak memory per scene**: for each in-process configuration, the rise of the process's peak resident
   set (Linux ``VmHWM``, reset through ``/proc/self/clear_refs`` after ``malloc_trim``) above the resident
   size just before the measurement, divided by the scene count. Worker processes are not included
@@ -373,7 +373,7 @@ def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig], 
 
     ``act`` drives the scenes (see :data:`Act`).
     ``extra(cfg, sim)`` (optional) returns more entries for the result (the app layer passes the full-loop
-    and training measurements of :mod:`dagger.throughput`); it runs after the simulator measurements with
+    and training measurements of :mod:`graspsim.dagger.throughput`); it runs after the simulator measurements with
     the best torch thread count."""
     import dataclasses
 

@@ -1,11 +1,11 @@
 """``graspsim bench``: the simulator benchmark of :mod:`graspsim.bench` (batched torch sim against pybullet)
-driven by the FSM expert, together with the throughput of the learned parts (:mod:`dagger.throughput`: full closed loop, training).
+driven by the FSM expert, together with the throughput of the learned parts (:mod:`graspsim.dagger.throughput`: full closed loop, training).
 """
 
 from __future__ import annotations
 
-from dagger.throughput import measure_nets
-from expert import expert_action
+from graspsim.dagger.throughput import measure_nets
+from graspsim.expert import expert_action
 from graspsim.bench import BenchConfig, bench
 
 

@@ -86,7 +86,7 @@ class ImageFolderCamera(Camera):
     """Replays a folder of PNG/JPEG frames in name order (``folder`` or ``folder/images``)."""
 
     def __init__(self, folder: str | Path):
-        from vision.io import list_images
+        from graspsim.vision.io import list_images
 
         folder = Path(folder)
         if (folder / "images").is_dir():
@@ -99,7 +99,7 @@ class ImageFolderCamera(Camera):
         self.k = 0
 
     def read(self, timeout: float) -> Frame:
-        from vision.io import read_image
+        from graspsim.vision.io import read_image
 
         if self.k >= len(self.files):
             raise EndOfStream(f"{self.name}: all {len(self.files)} frames replayed")
@@ -185,7 +185,7 @@ class DeviceCamera(Camera):
 
 
 class SimCamera(Camera):
-    """The wrist camera of a simulated world (:class:`scripts.robots.SimWorld`): renders its current scene."""
+    """The wrist camera of a simulated world (:class:`graspsim.cli.robots.SimWorld`): renders its current scene."""
 
     def __init__(self, world):
         self.world = world

@@ -5,14 +5,14 @@
 
 Each tick (one control period, ``1/hz`` s):
 
-1. **capture**: the camera's latest frame and its capture time (:mod:`scripts.cameras`); the robot's senses;
+1. **capture**: the camera's latest frame and its capture time (:mod:`graspsim.cli.cameras`); the robot's senses;
 2. **stale frame**: a frame older than two periods is not acted on: the robot gets zero velocity
    (gripper unchanged), ``stop=stale_frame``;
-3. **vision + control**: :class:`dagger.controller.Controller` (segmentation, control net, velocity clip to the
+3. **vision + control**: :class:`graspsim.dagger.controller.Controller` (segmentation, control net, velocity clip to the
    trained range, gripper hysteresis, lost-target stop);
 4. **workspace**: where the adapter reports the fingertip position and a workspace box, velocity components that
    would leave the box within one period are cut to reach its face (zero at the face), ``stop=workspace``;
-5. **send**: the adapter executes the command and returns what it actually sent (:mod:`scripts.robots`).
+5. **send**: the adapter executes the command and returns what it actually sent (:mod:`graspsim.cli.robots`).
 
 Before the first tick the nets are warmed up on a blank frame (``--warmup`` decisions, not timed). The loop
 sleeps to the next tick; a tick whose work takes longer than the period counts as an **overrun** (warned).
@@ -51,7 +51,7 @@ from typing import Literal, Optional
 import numpy as np
 import torch
 
-from dagger.controller import Controller, Decision, SafetyConfig
+from graspsim.dagger.controller import Controller, Decision, SafetyConfig
 from graspsim import FAILURE_NAMES, SimConfig
 from graspsim.extras import require
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
@@ -378,7 +378,7 @@ class _DeployHooks(Hooks):
     def _log_row(self, frame: Frame, gripper, age, d: Decision, command, sent, stop, ms) -> None:
         image = ""
         if self.record_dir is not None:
-            from vision.io import write_png
+            from graspsim.vision.io import write_png
 
             image = f"ep{self.episode:03d}_t{self.tick:04d}.png"
             write_png(self.record_dir / "images" / image, frame.rgb)
@@ -538,7 +538,7 @@ def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller,
 
 def _summary(cfg: DeployConfig, hooks: _DeployHooks, ctl: Controller, camera, robot, seconds: float,
              ended: str) -> dict:
-    from dagger.evaluate import wilson
+    from graspsim.dagger.evaluate import wilson
 
     eps = hooks.episodes
     known = [e for e in eps if e["success"] is not None]

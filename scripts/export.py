@@ -13,7 +13,7 @@ Writes into ``--out``:
   and grip agreement).
 
 The decision rules (threshold, gate, tanh, hysteresis) stay outside the graphs, in
-:mod:`dagger.controller`, which runs either runtime. The graphs are float32 whatever the torch path uses (bf16
+:mod:`graspsim.dagger.controller`, which runs either runtime. The graphs are float32 whatever the torch path uses (bf16
 autocast on CPUs with native bf16), so the parity check compares like with like.
 """
 
@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from dagger.controller import (CONTRACT_FILE, CONTRACT_KIND, CONTRACT_VERSION, CONTROL_ONNX, VISION_ONNX,
+from graspsim.dagger.controller import (CONTRACT_FILE, CONTRACT_KIND, CONTRACT_VERSION, CONTROL_ONNX, VISION_ONNX,
                                action_from_raw, mask_from_logits)
 from graspsim.extras import require
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
@@ -106,8 +106,8 @@ def _onnx_export(module: nn.Module, args: tuple, path: Path, inputs: list[str], 
 
 def load_nets(vision: Path, policy: Path):
     """(Segmenter at float32, MaskPolicy) from the checkpoints (kinds checked)."""
-    from dagger.policy import MaskPolicy
-    from vision.infer import Segmenter
+    from graspsim.dagger.policy import MaskPolicy
+    from graspsim.vision.infer import Segmenter
 
     seg = Segmenter.from_checkpoint(vision, precision="fp32")
     pol = MaskPolicy.from_checkpoint(policy)
@@ -140,7 +140,7 @@ def parity_inputs(image_size: int, n: int, seed: int) -> tuple[Tensor, Tensor]:
 
 def check_parity(folder: Path, seg, pol, frames: int = 256, seed: int = 0) -> dict:
     """Compare the ONNX graphs in ``folder`` with torch float32 on ``frames`` simulator frames; returns the numbers."""
-    from dagger.controller import OnnxNets
+    from graspsim.dagger.controller import OnnxNets
 
     nets = OnnxNets(folder)
     rgb, grip = parity_inputs(seg.image_size, frames, seed)
@@ -206,7 +206,7 @@ def export(cfg: ExportConfig) -> dict:
                              "meaning": "pre-tanh velocity (3) and grip logit (1)"}],
                 "max_speed": float(pol.cfg.max_speed),
                 "action_rule": "velocity m/s = tanh(raw[:3]) * max_speed (gripper-aligned base frame); raw[3] > 0 "
-                               "asks to close (dagger.controller adds hysteresis)",
+                               "asks to close (graspsim.dagger.controller adds hysteresis)",
             },
         }
         atomic_write_text(stage / CONTRACT_FILE, json.dumps(contract, indent=2))

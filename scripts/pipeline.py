@@ -21,7 +21,7 @@ after their last finished iteration. Presets (``PRESETS``): ``small`` (default; 
 2 CPU cores), ``medium`` and ``full`` for real runs. Any budget can be overridden with the
 ``--collect-episodes``, ``--vision-steps``, ``--iterations``, ``--episodes-per-iter``, ``--train-steps``,
 ``--dagger-eval-episodes`` and ``--eval-episodes`` flags. The vision stage trains the cropped cascade
-(``vision.train_config.CROPPED_MODEL``); ``--vision-model unet`` trains the whole-frame U-Net instead.
+(``graspsim.vision.train_config.CROPPED_MODEL``); ``--vision-model unet`` trains the whole-frame U-Net instead.
 
 Under ``torchrun`` every stage runs on all processes (:mod:`graspsim.distributed`; each verb splits its own work)
 and rank 0 writes the run folder's own files (config, summary, curves, report). Every decision that looks at the
@@ -47,9 +47,9 @@ from graspsim import runs as run_folder
 from graspsim.fileio import check_folder_path, check_in_file, check_out_dir
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import non_negative_int, positive_int
-from vision.backgrounds import DEFAULT_TRANSFER
+from graspsim.vision.backgrounds import DEFAULT_TRANSFER
 
-from dagger.train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
+from graspsim.dagger.train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ CHANGED_DEFAULTS = {"vision_model": ("unet", "cropped")}
 """Defaults changed after run folders were written, as (before, now): a folder that trained the U-Net when it was
 the default resumes with it (:func:`graspsim.runs.resume_old_defaults`)."""
 VISION_MODELS = {"cropped": "the cropped cascade", "unet": "the whole-frame U-Net"}
-"""Nets the vision stage can train (``--vision-model``: ``vision.train_config.CROPPED_MODEL`` and ``UNET_MODEL``),
+"""Nets the vision stage can train (``--vision-model``: ``graspsim.vision.train_config.CROPPED_MODEL`` and ``UNET_MODEL``),
 as the report names them."""
 RENAMED_VISION_MODELS = {"default": "unet"}
 """``vision_model`` values of run folders written before issue 40, under today's names."""
@@ -108,7 +108,7 @@ class PipelineConfig:
     you change ``--sim.randomization.target-hue``; None skips them (operating point on composites alone)."""
     vision_model: Literal["cropped", "unet"] = "cropped"
     """The net the vision stage trains. ``cropped`` (default): the cropped cascade
-    (``vision.train_config.CROPPED_MODEL``), 36.7 MFLOP a frame with its window's mirror averaging, which it always
+    (``graspsim.vision.train_config.CROPPED_MODEL``), 36.7 MFLOP a frame with its window's mirror averaging, which it always
     uses. ``unet``: the whole-frame U-Net (192 MFLOP a 64x64 frame; the preset decides mirror averaging, off in
     ``small``), 0.011 composite IoU better over five seeds and level on the transfer test; the small preset's stages
     after vision take 1.7x as long with it (docs/vision.md, "Choosing a net")."""
@@ -214,11 +214,11 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
 def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
     import torch
 
-    from expert.collect import CollectConfig, collect
-    from vision.train import CHECKPOINT_NAME, TrainVisionConfig, train_vision
-    from vision.train_config import UNET_MODEL
+    from graspsim.expert.collect import CollectConfig, collect
+    from graspsim.vision.train import CHECKPOINT_NAME, TrainVisionConfig, train_vision
+    from graspsim.vision.train_config import UNET_MODEL
 
-    from dagger.evaluate import EvalSimConfig, evaluate_sim
+    from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim
 
     t_start = time.perf_counter()
     # one name for all ranks (their clocks may disagree on the second)
@@ -257,7 +257,7 @@ def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
     if cfg.vision_checkpoint is not None:
         vckpt = cfg.vision_checkpoint
         if "vision" not in summary:
-            from vision.checkpoint import load_checkpoint
+            from graspsim.vision.checkpoint import load_checkpoint
 
             stored = load_checkpoint(vckpt).get("metrics") or {}
             summary["vision"] = {"checkpoint": str(vckpt), **_vision_summary(stored)}

@@ -33,7 +33,7 @@ import numpy as np
 
 from graspsim.fileio import atomic_write_text, check_out_dir, staged_dir
 from graspsim.validate import finite_non_negative, positive_int
-from vision.io import MASK_MAX_LEVELS
+from graspsim.vision.io import MASK_MAX_LEVELS
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def record(cfg: RecordConfig) -> dict:
     """Capture up to ``cfg.frames`` frames; returns ``{"frames": n, "asked": cfg.frames, "ended": why, "folder": ...}``
     with ``ended`` one of ``done``, ``camera_ended`` (a finite source ran out), ``interrupted`` or ``camera_failed``.
     Ctrl-C and a camera error are raised again once the frames captured before them are in place."""
-    from vision.io import write_png
+    from graspsim.vision.io import write_png
 
     from .cameras import CameraError, EndOfStream, open_camera
 
@@ -182,7 +182,7 @@ PROPOSE_OUTPUTS = ("masks", "contact_sheet.png")
 def propose_masks(cfg: ProposeMasksConfig) -> dict:
     """Write one proposed mask per image and the contact sheet; returns counts (``frames``, ``with_target``,
     ``mask_like``: frames with at most ``MASK_MAX_LEVELS`` distinct values)."""
-    from vision.io import list_images
+    from graspsim.vision.io import list_images
 
     files = list_images(cfg.images)
     out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
@@ -203,7 +203,7 @@ def _propose(cfg: ProposeMasksConfig, files: list[Path], stage: Path) -> tuple[i
     """Write the masks and the contact sheet into ``stage``; returns (frames with a proposal, mask-like frames)."""
     import cv2
 
-    from vision.io import read_image, write_png
+    from graspsim.vision.io import read_image, write_png
 
     (stage / "masks").mkdir()
     tiles, found, mask_like = [], 0, 0

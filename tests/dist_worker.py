@@ -20,8 +20,8 @@ from graspsim.runtime import RuntimeConfig
 
 
 def run_vision(out: Path) -> dict:
-    import vision.train as vt
-    from vision.model import SegNetConfig
+    import graspsim.vision.train as vt
+    from graspsim.vision.model import SegNetConfig
 
     record: dict = {"weights": [], "batches": []}
     inner = vt.train_step
@@ -44,7 +44,7 @@ def run_vision(out: Path) -> dict:
 
 
 def run_dagger(out: Path) -> dict:
-    import dagger.train as dt
+    import graspsim.dagger.train as dt
 
     record: dict = {"weights": [], "batches": []}
     inner = dt.train_steps

@@ -7,7 +7,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from vision.model import SegNetConfig
+from graspsim.vision.model import SegNetConfig
 
 TINY = SegNetConfig(base_channels=4, max_channels=8, depth=2)
 

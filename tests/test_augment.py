@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from graspsim import SimConfig
-from vision.augment import (AugmentConfig, augment_frame, augment_layer, filter_frames, gaussian_kernels, jpeg_frames,
+from graspsim.vision.augment import (AugmentConfig, augment_frame, augment_layer, filter_frames, gaussian_kernels, jpeg_frames,
                             motion_kernels)
-from vision.backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank
-from vision.compose import Composer
-from vision.metrics import choose_thresholds, choose_thresholds_on, gated_curves
+from graspsim.vision.backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank
+from graspsim.vision.compose import Composer
+from graspsim.vision.metrics import choose_thresholds, choose_thresholds_on, gated_curves
 
 torch.set_num_threads(2)
 OFF = AugmentConfig.off()

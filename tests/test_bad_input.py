@@ -1,6 +1,6 @@
 """Bad inputs and faults through the real ``graspsim`` entry point, for every verb (issue 20).
 
-Each case runs ``scripts.cli.main(argv)`` in-process (a handful run as a subprocess, where the exit code and
+Each case runs ``graspsim.cli.main(argv)`` in-process (a handful run as a subprocess, where the exit code and
 the absence of a traceback must hold for the real process) inside a copy of a small prepared folder, and checks:
 
 * the exit code: 2 for a refused input, 0 where the input is legitimately accepted;
@@ -32,7 +32,7 @@ import pytest
 import torch
 
 from graspsim.runtime import RuntimeConfig
-from scripts.cli import main
+from graspsim.cli import main
 
 SIM = ["--sim.image-size", "32", "--sim.max-steps", "8", "--sim.no-shadows"]
 COLLECT = ["--num-envs", "2", *SIM, "--no-progress"]
@@ -56,13 +56,13 @@ def _png(path: Path, img: np.ndarray) -> None:
 
 
 def _build(root: Path) -> None:
-    from dagger.model import ControlNet, ControlNetConfig
-    from dagger.policy import save_checkpoint as save_control
-    from expert.collect import CollectConfig, collect
+    from graspsim.dagger.model import ControlNet, ControlNetConfig
+    from graspsim.dagger.policy import save_checkpoint as save_control
+    from graspsim.expert.collect import CollectConfig, collect
     from graspsim import SimConfig
     from graspsim.dataset import EpisodeWriter, read_episodes
-    from vision.checkpoint import save_checkpoint as save_vision
-    from vision.model import SegNet, SegNetConfig
+    from graspsim.vision.checkpoint import save_checkpoint as save_vision
+    from graspsim.vision.model import SegNet, SegNetConfig
 
     rng = np.random.default_rng(0)
     for i, name in enumerate("abc"):
@@ -687,7 +687,7 @@ SUBPROCESS_CASES = [
 @pytest.mark.parametrize("argv,must", [pytest.param(a, m, id=i) for i, a, m in SUBPROCESS_CASES])
 def test_bad_input_in_a_real_process(argv: list[str], must: str, world: Path):
     before = snapshot(world)
-    proc = subprocess.run([sys.executable, "-m", "scripts.cli", *[a.replace("{w}", str(world)) for a in argv]],
+    proc = subprocess.run([sys.executable, "-m", "graspsim.cli", *[a.replace("{w}", str(world)) for a in argv]],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stdout + proc.stderr
@@ -713,7 +713,7 @@ def test_damaged_dataset_repair_then_resume(world: Path, capsys):
 def test_failed_collect_leaves_no_file_and_rerun_works(world: Path, monkeypatch, capsys):
     """A collect that fails after the file was started (here: the simulator raises) leaves nothing behind, so
     the same command runs again without --resume or --overwrite."""
-    import expert.collect as col
+    import graspsim.expert.collect as col
 
     def boom(*a, **k):
         raise ValueError("simulated failure")
@@ -727,7 +727,7 @@ def test_failed_collect_leaves_no_file_and_rerun_works(world: Path, monkeypatch,
 
 
 def test_collect_overwrite_keeps_the_old_file_until_the_new_one_is_complete(world: Path):
-    from expert.collect import CollectConfig, collect
+    from graspsim.expert.collect import CollectConfig, collect
     from graspsim import SimConfig
     from graspsim.dataset import describe
 
@@ -758,7 +758,7 @@ def test_collect_overwrite_keeps_the_old_file_until_the_new_one_is_complete(worl
 
 def test_interrupted_eval_real_overwrite_keeps_the_earlier_outputs(world: Path, monkeypatch, capsys):
     """Ctrl-C halfway through writing the new outputs: exit 130, the earlier outputs are all still there."""
-    import vision.evaluate as ev
+    import graspsim.vision.evaluate as ev
 
     calls = []
     real = ev.write_png
@@ -778,7 +778,7 @@ def test_interrupted_eval_real_overwrite_keeps_the_earlier_outputs(world: Path, 
 
 
 def test_frame_averaged_metrics_are_not_dominated_by_one_big_frame():
-    from vision.metrics import frame_averaged
+    from graspsim.vision.metrics import frame_averaged
 
     # one 4000x3000 frame segmented perfectly, nine small frames missed entirely
     tp = np.array([12_000_000] + [0] * 9)

@@ -1,7 +1,7 @@
 """Bad inputs and faults for the verbs that came after tests/test_bad_input.py (issue 30): ``export``, ``deploy``,
 ``record``, ``propose-masks``, an optional extra that is not installed, and ``torchrun`` jobs.
 
-The cases run like those of tests/test_bad_input.py: ``scripts.cli.main(argv)`` in a copy of a small prepared
+The cases run like those of tests/test_bad_input.py: ``graspsim.cli.main(argv)`` in a copy of a small prepared
 folder, checking the exit code, that no traceback is printed, that the message names the offending thing, and that
 nothing is lost or left stale (a refused input changes nothing; an accepted one only the paths it may change).
 The torchrun cases start 2 gloo processes on the CPU.
@@ -36,8 +36,8 @@ DEPLOY_EXTRA = "pip install 'graspsim[deploy]'"
 
 # ------------------------------------------------------------------------------------------ the prepared folder
 def _build(root: Path) -> None:
-    from vision.checkpoint import save_checkpoint as save_vision
-    from vision.model import SegNet, SegNetConfig
+    from graspsim.vision.checkpoint import save_checkpoint as save_vision
+    from graspsim.vision.model import SegNet, SegNetConfig
 
     rng = np.random.default_rng(1)
     for i, name in enumerate("abc"):
@@ -188,7 +188,7 @@ def _check_pm_masks_folder(w: Path, log: str) -> None:
 
 
 def _check_pm(w: Path, log: str) -> None:
-    from vision.io import load_mask
+    from graspsim.vision.io import load_mask
 
     assert "a target proposed in 2 of 3 frames" in log and "look like masks" not in log
     assert not load_mask(w / "p" / "masks" / "a.png")[0].any() and load_mask(w / "p" / "masks" / "c.png")[0].any()
@@ -375,7 +375,7 @@ def test_a_missing_extra_in_a_real_process(world: Path):
                "        if name == 'onnx' or name.startswith('onnx.'):\n"
                "            raise ModuleNotFoundError(f'No module named {name!r}')\n"
                "sys.meta_path.insert(0, Block())\n"
-               "from scripts.cli import main\n"
+               "from graspsim.cli import main\n"
                "raise SystemExit(main(sys.argv[1:]))\n")
     before = snapshot(world)
     proc = subprocess.run([sys.executable, "-c", blocker, "export", *NETS, "--out", str(world / "x")],
@@ -403,7 +403,7 @@ def test_require_names_the_extra(monkeypatch):
 def _torchrun(*args: str) -> subprocess.Popen:
     from test_distributed import torchrun
 
-    return torchrun("-m", "scripts.cli", *args)
+    return torchrun("-m", "graspsim.cli", *args)
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 150) -> str:
@@ -427,8 +427,8 @@ SMALL_SIM = ["--sim.image-size", "32", "--sim.max-steps", "8", "--sim.no-shadows
                  "must be at least the number of processes (2)", id="dagger-more-ranks-than-episodes"),
 ])
 def test_more_ranks_than_episodes_is_refused(world: Path, verb: str, args: list[str], must: str):
-    from dagger.model import ControlNet, ControlNetConfig
-    from dagger.policy import save_checkpoint
+    from graspsim.dagger.model import ControlNet, ControlNetConfig
+    from graspsim.dagger.policy import save_checkpoint
 
     save_checkpoint(world / "policy.pt", ControlNet(ControlNetConfig(image_size=32)), None, iteration=0)
     before = snapshot(world)
@@ -444,7 +444,7 @@ def test_more_ranks_than_episodes_is_refused(world: Path, verb: str, args: list[
 def test_collect_killed_rank_then_resume_on_one_process(world: Path):
     """A rank is killed mid-collect under torchrun; ``collect --resume`` without torchrun finishes the file, and its
     episodes are those of a run that was never interrupted (episode by episode, by index)."""
-    from expert.collect import shard_file, shards_dir
+    from graspsim.expert.collect import shard_file, shards_dir
     from test_distributed import committed, episodes_by_index, kill_rank_once_it_committed
 
     n, out = 16, world / "two.h5"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from graspsim.bench import BenchConfig, PeakMemory
-from scripts.bench import run_bench as bench
+from graspsim.cli.bench import run_bench as bench
 
 
 def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
@@ -36,7 +36,7 @@ def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
     loop = data["full_loop"]
     assert loop["fps"] > 0 and loop["batch"] == 2
     # without checkpoints the loop times the default nets, as a trained default checkpoint would run them
-    from vision.train_config import DEFAULT_MIRROR_TTA, DEFAULT_MODEL
+    from graspsim.vision.train_config import DEFAULT_MIRROR_TTA, DEFAULT_MODEL
     assert loop["nets"]["vision_arch"] == dataclasses.asdict(DEFAULT_MODEL)
     assert loop["nets"]["vision_mirror_tta"] is DEFAULT_MIRROR_TTA
     # its cost: at 32x32 a quarter of the default's 384 MFLOP at 64x64 (mirror averaging included); GFLOP/s = MFLOP x

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from vision.model import SegNetConfig
-from vision.train import TrainVisionConfig
+from graspsim.vision.model import SegNetConfig
+from graspsim.vision.train import TrainVisionConfig
 
 _PATH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_vision_train.py"
 _spec = importlib.util.spec_from_file_location("bench_vision_train", _PATH)

@@ -199,7 +199,7 @@ def test_moving_target_drifts_at_its_speed():
 @pytest.mark.slow
 def test_fsm_expert_succeeds_in_bullet():
     """Reference for policies evaluated in pybullet: the privileged expert grasps physically (~1 min)."""
-    from expert import FSMExpert
+    from graspsim.expert import FSMExpert
 
     cfg = SimConfig()
     with BulletGraspEnv(cfg, num_envs=8, seed=123, workers=2) as e:

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from vision.calibrate import CalibrateConfig, calibrate, frames_needed
-from vision.checkpoint import load_checkpoint, save_checkpoint
-from vision.evaluate import EvalRealConfig, evaluate_real
-from vision.infer import Segmenter
-from vision.model import SegNet
+from graspsim.vision.calibrate import CalibrateConfig, calibrate, frames_needed
+from graspsim.vision.checkpoint import load_checkpoint, save_checkpoint
+from graspsim.vision.evaluate import EvalRealConfig, evaluate_real
+from graspsim.vision.infer import Segmenter
+from graspsim.vision.model import SegNet
 
 from frame_sets import TINY, write_png as _png
 
@@ -91,7 +91,7 @@ def test_calibrate_refuses_a_set_too_small_and_says_what_it_needs(tmp_path):
 
 
 def test_calibrate_bad_input_errors(tmp_path, capsys):
-    from scripts.cli import main
+    from graspsim.cli import main
 
     ck = _checkpoint(tmp_path / "net.pt")
     root = _frames(tmp_path / "s", n_target=12, n_free=5)

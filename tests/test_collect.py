@@ -15,8 +15,8 @@ import h5py
 import numpy as np
 import pytest
 
-from expert.collect import CollectConfig, collect
-from expert.inspect import InspectConfig, inspect
+from graspsim.expert.collect import CollectConfig, collect
+from graspsim.expert.inspect import InspectConfig, inspect
 from graspsim.runtime import RuntimeConfig
 from graspsim import FAILURE_NAMES, GraspEnv, SimConfig
 from graspsim.dataset import describe, parts_dir
@@ -159,7 +159,7 @@ def test_sigkill_at_random_moments_then_resume(tmp_path):
     delay after it has committed something new); the file always opens with plain h5py, never loses a
     committed episode, and ``--resume`` reaches the target without repeating scenes."""
     path, target = tmp_path / "k.h5", 60
-    cmd = [sys.executable, "-m", "scripts.cli", "collect", "--out", str(path), "--episodes", str(target),
+    cmd = [sys.executable, "-m", "graspsim.cli", "collect", "--out", str(path), "--episodes", str(target),
            "--num-envs", "6", "--seed", "5", "--no-progress", "--sim.image-size", "16", "--sim.no-shadows"]
     rng = random.Random(1234)
     counts = []

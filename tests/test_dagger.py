@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from dagger.data import Aggregate, iteration_file
-from dagger.evaluate import EvalSimConfig, evaluate_sim, wilson
-from dagger.model import ControlNet, ControlNetConfig, mask_stats, to_action
-from dagger.policy import KIND, MaskPolicy, load_checkpoint, save_checkpoint
-from dagger.rollout import rollout
+from graspsim.dagger.data import Aggregate, iteration_file
+from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim, wilson
+from graspsim.dagger.model import ControlNet, ControlNetConfig, mask_stats, to_action
+from graspsim.dagger.policy import KIND, MaskPolicy, load_checkpoint, save_checkpoint
+from graspsim.dagger.rollout import rollout
 from graspsim.seeds import episode_seeds
-from dagger.train import DaggerConfig, beta_at, run_dagger
+from graspsim.dagger.train import DaggerConfig, beta_at, run_dagger
 from graspsim import GraspEnv, SimConfig
 from graspsim.dataset import describe
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from dagger.evaluate import EvalSimConfig, evaluate_sim
+from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim
 from graspsim.runtime import RuntimeConfig
-from dagger.model import ControlNet
-from dagger.policy import save_checkpoint
-from dagger.train import DaggerConfig, run_dagger
+from graspsim.dagger.model import ControlNet
+from graspsim.dagger.policy import save_checkpoint
+from graspsim.dagger.train import DaggerConfig, run_dagger
 
 BUDGET = dict(iterations=4, episodes_per_iter=96, eval_episodes=64, num_envs=96, train_steps=400,
               runtime=RuntimeConfig(progress=False), seed=0)

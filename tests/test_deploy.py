@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import deploy_fakes
-from dagger.controller import Controller, SafetyConfig
+from graspsim.dagger.controller import Controller, SafetyConfig
 from graspsim.runtime import RuntimeConfig
-from scripts.cli import main
-from scripts.deploy import DeployConfig, deploy, workspace_guard
+from graspsim.cli import main
+from graspsim.cli.deploy import DeployConfig, deploy, workspace_guard
 
 ROOT = Path(__file__).resolve().parents[1]
 VISION = ROOT / "vision" / "assets" / "segnet.pt"
@@ -99,7 +99,7 @@ def test_deploy_torch_sim_world(tmp_path):
 def test_deploy_bullet_50_scenes_matches_eval_sim(tmp_path):
     """deploy (pybullet camera + Panda adapter) on 50 scenes: >= 90% success and inside the 95% interval of
     eval-sim --backend bullet on the same 50 scenes (and vice versa)."""
-    from dagger.evaluate import EvalSimConfig, evaluate_sim
+    from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim
 
     s = deploy(_cfg(tmp_path, episodes=50))
     m = evaluate_sim(EvalSimConfig(policy=POLICY, vision=VISION, out=tmp_path / "es", episodes=50, num_envs=8,
@@ -237,7 +237,7 @@ def test_device_camera_times_out():
     """The OpenCV device source's own wait: a device that delivers nothing times out after ``timeout``."""
     import time
 
-    from scripts.cameras import CameraTimeout, DeviceCamera
+    from graspsim.cli.cameras import CameraTimeout, DeviceCamera
 
     class DeadCapture:
         def read(self):
@@ -286,7 +286,7 @@ def test_wrong_checkpoint_kind(tmp_path, capsys):
 def test_record_and_propose_masks(tmp_path):
     import cv2
 
-    from vision.io import list_images, read_mask
+    from graspsim.vision.io import list_images, read_mask
 
     sample = ROOT / "data" / "sample_real"
     assert main(["record", "--camera", str(sample), "--out", str(tmp_path / "rec"), "--frames", "5", "--hz", "0"]) == 0

@@ -108,13 +108,13 @@ def test_without_torchrun_everything_is_a_job_of_one(monkeypatch):
 # ------------------------------------------------------------------------------------------ eval-sim
 @pytest.mark.timeout(240)
 def test_eval_sim_two_ranks_equal_one(tmp_path):
-    from dagger.evaluate import EvalSimConfig, evaluate_sim
+    from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim
 
     kw = dict(policy=ASSETS / "policy_format0.pt", episodes=12, seed=5, num_envs=4, gifs=2,
               runtime=RuntimeConfig(progress=False))
     with one_thread():
         one = evaluate_sim(EvalSimConfig(out=tmp_path / "one", **kw))
-    run_ok("-m", "scripts.cli", "eval-sim", "--policy", str(kw["policy"]), "--out", str(tmp_path / "two"),
+    run_ok("-m", "graspsim.cli", "eval-sim", "--policy", str(kw["policy"]), "--out", str(tmp_path / "two"),
            "--episodes", "12", "--seed", "5", "--num-envs", "4", "--gifs", "2", "--no-progress", "--dist-timeout", "60")
     two = json.loads((tmp_path / "two" / "metrics.json").read_text())
     assert (one["world_size"], two["world_size"]) == (1, 2)
@@ -182,14 +182,14 @@ def committed(path: Path) -> int:
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="finds the rank's process through /proc")
 @pytest.mark.timeout(300)
 def test_collect_two_ranks_equal_one_and_resume_after_a_killed_rank(tmp_path):
-    from expert.collect import CollectConfig, collect, shard_file, shards_dir
+    from graspsim.expert.collect import CollectConfig, collect, shard_file, shards_dir
 
     n = 12
     with one_thread():  # (an episode's arrays do not depend on num_envs)
         collect(CollectConfig(out=tmp_path / "one.h5", episodes=n, seed=3, num_envs=4, noise=0.01,
                               runtime=RuntimeConfig(progress=False)))
     out = tmp_path / "two.h5"
-    args = ["-m", "scripts.cli", "collect", "--out", str(out), "--episodes", str(n), "--seed", "3", "--num-envs", "2",
+    args = ["-m", "graspsim.cli", "collect", "--out", str(out), "--episodes", str(n), "--seed", "3", "--num-envs", "2",
             "--noise", "0.01", "--no-progress", "--dist-timeout", "60"]
     proc = torchrun(*args)
     kill_rank_once_it_committed(proc, shard_file(out, 1))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from expert import PHASES, FSMExpert
+from graspsim.expert import PHASES, FSMExpert
 from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, failure_cause
 from graspsim.config import RandomizationConfig
 
@@ -112,7 +112,7 @@ def test_contact_sense_reports_table_contact_only():
 
 def test_expert_closes_only_in_contact_and_centred():
     """The grasp trigger is the contact sense plus centring within CLOSE_TOL, both perceivable by a learner."""
-    from expert.fsm import CLOSE_TOL, GRASP, expert_phase_and_action
+    from graspsim.expert.fsm import CLOSE_TOL, GRASP, expert_phase_and_action
 
     cfg = SimConfig()
     r = torch.full((4,), 0.007)

@@ -9,8 +9,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from scripts.cli import main
-from scripts.export import PARITY_TOLERANCE, ExportConfig, export
+from graspsim.cli import main
+from graspsim.cli.export import PARITY_TOLERANCE, ExportConfig, export
 
 ROOT = Path(__file__).resolve().parents[1]
 VISION = ROOT / "vision" / "assets" / "segnet.pt"
@@ -79,8 +79,8 @@ def test_a_cropped_cascade_exports_with_parity(tmp_path):
 
     import torch
 
-    from vision.checkpoint import save_checkpoint
-    from vision.model import SegNet, SegNetConfig
+    from graspsim.vision.checkpoint import save_checkpoint
+    from graspsim.vision.model import SegNet, SegNetConfig
 
     torch.manual_seed(0)
     cfg = SegNetConfig(base_channels=4, max_channels=8, depth=2, chroma=True, crop=16, locator_channels=4, context=True)

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from graspsim.runtime import RuntimeConfig
-from vision.checkpoint import load_checkpoint, save_checkpoint
-from vision.labelled import RealFrames
-from vision.model import SegNet, SegNetConfig
-from vision.train import TrainVisionConfig, fine_tune_config, train_vision
+from graspsim.vision.checkpoint import load_checkpoint, save_checkpoint
+from graspsim.vision.labelled import RealFrames
+from graspsim.vision.model import SegNet, SegNetConfig
+from graspsim.vision.train import TrainVisionConfig, fine_tune_config, train_vision
 
 from frame_sets import TINY, write_png as _png
 
@@ -83,7 +83,7 @@ def test_fine_tune_starts_from_init_records_its_frames_and_resumes(tmp_path):
 
 
 def test_fine_tune_bad_input_errors(tmp_path, capsys):
-    from scripts.cli import main
+    from graspsim.cli import main
 
     init = _init(tmp_path / "init.pt")
     real = _frames(tmp_path / "mine")

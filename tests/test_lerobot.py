@@ -24,7 +24,7 @@ import pytest
 
 from graspsim.dataset import Episode, EpisodeWriter, read_episodes
 from graspsim.dataset import lerobot as lr
-from scripts.cli import main
+from graspsim.cli import main
 
 VIDEO_MAE = 8.0
 """Largest mean absolute difference (0-255 levels) over all pixels of all frames between a decoded video and its
@@ -34,7 +34,7 @@ VIDEO_FRAME_MAE = 14.0
 
 
 def _collect(path: Path, seed: int, **sim) -> Path:
-    from expert.collect import CollectConfig, collect
+    from graspsim.expert.collect import CollectConfig, collect
     from graspsim.runtime import RuntimeConfig
     from graspsim import SimConfig
 

@@ -85,7 +85,7 @@ def _ffmpeg_dir(env: Path, where: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def interop(tmp_path_factory):
-    from expert.collect import CollectConfig, collect
+    from graspsim.expert.collect import CollectConfig, collect
     from graspsim import SimConfig
     from graspsim.runtime import RuntimeConfig
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import graspsim.perf as perf
-from scripts.cli import main
+from graspsim.cli import main
 
 LIBRARY = ("graspsim", "vision", "expert", "dagger")
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from scripts.pipeline import PRESETS, PipelineConfig, run_pipeline
+from graspsim.cli.pipeline import PRESETS, PipelineConfig, run_pipeline
 from graspsim.runtime import RuntimeConfig
 from graspsim import SimConfig
 
@@ -43,8 +43,8 @@ def test_tiny_pipeline_writes_report_and_resumes(tmp_path):
     assert again["seconds"] == s["seconds"]  # every stage was already complete: nothing re-ran
 
     # the default net is the cropped cascade, its window always mirrored
-    from vision.checkpoint import load_checkpoint
-    from vision.train_config import CROPPED_MODEL
+    from graspsim.vision.checkpoint import load_checkpoint
+    from graspsim.vision.train_config import CROPPED_MODEL
 
     ckpt = load_checkpoint(out / "vision" / "checkpoint.pt")
     assert ckpt["model_config"] == dataclasses.asdict(CROPPED_MODEL)
@@ -67,8 +67,8 @@ def test_tiny_pipeline_writes_report_and_resumes(tmp_path):
 
 
 def test_pipeline_trains_and_uses_the_unet(tmp_path):
-    from vision.checkpoint import load_checkpoint
-    from vision.train_config import UNET_MODEL
+    from graspsim.vision.checkpoint import load_checkpoint
+    from graspsim.vision.train_config import UNET_MODEL
 
     cfg = PipelineConfig(name="unet", runs_dir=tmp_path, sim=SIM, gifs=1, runtime=RuntimeConfig(progress=False),
                          vision_model="unet", bc_baseline=False, moving_target=False, **TINY)

@@ -24,8 +24,8 @@ from graspsim.runtime import RuntimeConfig
 import h5py
 import numpy as np
 
-from dagger.evaluate import EvalSimConfig, evaluate_sim
-from expert.collect import CollectConfig, collect
+from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim
+from graspsim.expert.collect import CollectConfig, collect
 
 ASSETS = Path(__file__).parent / "assets"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dagger.model import ControlNet, ControlNetConfig
-from dagger.policy import MaskPolicy, load_checkpoint, save_checkpoint
+from graspsim.dagger.model import ControlNet, ControlNetConfig
+from graspsim.dagger.policy import MaskPolicy, load_checkpoint, save_checkpoint
 from graspsim import runs
 
 ASSETS = Path(__file__).parent / "assets"
@@ -84,7 +84,7 @@ def test_newer_or_foreign_checkpoints_are_refused_with_the_reason(tmp_path):
 
 
 def test_pipeline_resume_refuses_a_changed_preset(tmp_path):
-    from scripts.pipeline import PipelineConfig, run_pipeline
+    from graspsim.cli.pipeline import PipelineConfig, run_pipeline
 
     first = PipelineConfig(name="r", runs_dir=tmp_path, preset="small")
     (tmp_path / "r").mkdir()
@@ -116,7 +116,7 @@ def test_dagger_resumes_a_run_folder_written_before_the_runtime_group(tmp_path, 
     folders written before RuntimeConfig do) resumes; a changed setting that matters is still named."""
     import json
 
-    from scripts.cli import main
+    from graspsim.cli import main
 
     tiny = ["--episodes-per-iter", "2", "--eval-episodes", "2", "--num-envs", "2", "--train-steps", "1",
             "--batch-size", "4", "--no-progress", "--sim.image-size", "32", "--sim.max-steps", "8", "--sim.no-shadows"]

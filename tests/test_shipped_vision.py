@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from vision.checkpoint import TRAINING_ONLY, load_checkpoint
-from vision.infer import Segmenter
-from vision.metrics import SegMetrics
-from vision.transfer import load_transfer_set
+from graspsim.vision.checkpoint import TRAINING_ONLY, load_checkpoint
+from graspsim.vision.infer import Segmenter
+from graspsim.vision.metrics import SegMetrics
+from graspsim.vision.transfer import load_transfer_set
 
 ASSETS = Path(__file__).resolve().parent.parent / "vision" / "assets"
 CKPT = ASSETS / "segnet.pt"

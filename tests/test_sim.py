@@ -95,7 +95,7 @@ def test_reset_with_seeds_builds_the_scene_of_each_seed_whatever_the_batch():
 def test_driver_runs_one_episode_per_seed_and_an_episode_does_not_depend_on_its_batch():
     """Every random number of an episode (scene, action noise, slip, image noise, expert noise) comes from its
     episode seed, so the same seeds give the same outcomes and trajectories at any batch size."""
-    from expert import FSMExpert
+    from graspsim.expert import FSMExpert
     from graspsim.rollout import ExpertHooks, run_episodes
     from graspsim.seeds import episode_seeds
 

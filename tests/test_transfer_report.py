@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from vision.backgrounds import DEFAULT_TRANSFER
+from graspsim.vision.backgrounds import DEFAULT_TRANSFER
 from graspsim.runtime import RuntimeConfig
-from vision.model import SegNetConfig
-from vision.train import TrainVisionConfig, train_vision
-from vision.transfer_report import load_transfer_sets, operating_point_gap
+from graspsim.vision.model import SegNetConfig
+from graspsim.vision.train import TrainVisionConfig, train_vision
+from graspsim.vision.transfer_report import load_transfer_sets, operating_point_gap
 
 torch.set_num_threads(2)
 TINY = SegNetConfig(base_channels=4, max_channels=8, depth=2, chroma=True)
@@ -80,8 +80,8 @@ def test_gap_is_test_minus_validation():
 
 
 def test_deployable_copy_drops_training_state_loads_for_inference_and_refuses_resume(run, tmp_path):
-    from vision.checkpoint import TRAINING_ONLY, load_checkpoint, save_deployable
-    from vision.infer import Segmenter
+    from graspsim.vision.checkpoint import TRAINING_ONLY, load_checkpoint, save_deployable
+    from graspsim.vision.infer import Segmenter
 
     out, r = run
     dst = tmp_path / "deploy" / "checkpoint.pt"

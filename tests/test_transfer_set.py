@@ -16,9 +16,9 @@ import pybullet
 import pytest
 import torch
 
-from vision.backgrounds import DEFAULT_BACKGROUNDS, resolve_split
-from vision.foreign_render import DIAMETER_PX, DISTRACTOR_HUE_GAP, ForeignRenderer, distractor_hue_gap, generate
-from vision.transfer import TRANSFER_DIR, load_transfer_set
+from graspsim.vision.backgrounds import DEFAULT_BACKGROUNDS, resolve_split
+from graspsim.vision.foreign_render import DIAMETER_PX, DISTRACTOR_HUE_GAP, ForeignRenderer, distractor_hue_gap, generate
+from graspsim.vision.transfer import TRANSFER_DIR, load_transfer_set
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_PHOTOS = DEFAULT_BACKGROUNDS / "test"
@@ -163,8 +163,8 @@ def test_training_never_reads_the_test_split_or_the_foreign_renderer():
     assert (train_dir.name, val_dir.name) == ("train", "val")
     assert TRANSFER_DIR.parent == DEFAULT_BACKGROUNDS.parent
     code = (
-        "import sys, vision.train, vision.compose\n"
-        "bad = [m for m in ('vision.foreign_render', 'vision.transfer') if m in sys.modules]\n"
+        "import sys, graspsim.vision.train, graspsim.vision.compose\n"
+        "bad = [m for m in ('graspsim.vision.foreign_render', 'graspsim.vision.transfer') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -45,7 +45,7 @@ def test_bounded_checks_and_bare_names():
 def test_configs_use_the_shared_messages():
     from graspsim import SimConfig
     from graspsim.runtime import RuntimeConfig
-    from vision.train_config import TrainVisionConfig
+    from graspsim.vision.train_config import TrainVisionConfig
 
     with pytest.raises(ValueError, match=r"^SimConfig\.max_steps must be a positive int; got 0$"):
         SimConfig(max_steps=0)
@@ -75,9 +75,9 @@ def test_progress_bar_runs_with_fields(enabled):
 
 
 def test_one_parameter_count():
-    from dagger.model import count_parameters as control_count
+    from graspsim.dagger.model import count_parameters as control_count
     from graspsim.torch_util import count_parameters
-    from vision.model import count_parameters as vision_count
+    from graspsim.vision.model import count_parameters as vision_count
 
     net = torch.nn.Linear(3, 2)
     assert count_parameters(net) == control_count(net) == vision_count(net) == 8

@@ -14,15 +14,15 @@ import torch
 
 from graspsim.runtime import RuntimeConfig
 from graspsim import SimConfig, render, sample_scenes
-from vision.backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, resolve_split
-from vision.checkpoint import KIND, load_checkpoint, save_checkpoint
-from vision.compose import ComposeConfig, Composer, place_camera
-from vision.evaluate import EvalRealConfig, evaluate_real
-from vision.infer import Segmenter
-from vision.io import read_image
-from vision.metrics import SegMetrics
-from vision.model import SegNet, SegNetConfig, cpu_has_fast_bf16
-from vision.train import TrainVisionConfig
+from graspsim.vision.backgrounds import DEFAULT_BACKGROUNDS, BackgroundBank, resolve_split
+from graspsim.vision.checkpoint import KIND, load_checkpoint, save_checkpoint
+from graspsim.vision.compose import ComposeConfig, Composer, place_camera
+from graspsim.vision.evaluate import EvalRealConfig, evaluate_real
+from graspsim.vision.infer import Segmenter
+from graspsim.vision.io import read_image
+from graspsim.vision.metrics import SegMetrics
+from graspsim.vision.model import SegNet, SegNetConfig, cpu_has_fast_bf16
+from graspsim.vision.train import TrainVisionConfig
 
 torch.set_num_threads(2)
 TINY = SegNetConfig(base_channels=4, max_channels=8, depth=2)
@@ -125,7 +125,7 @@ def test_composites_invariants_and_determinism():
 
 
 def test_composites_record_their_background_photo_and_metrics_split_by_it():
-    from vision.train import make_set, per_background
+    from graspsim.vision.train import make_set, per_background
 
     red, blue = np.zeros((40, 40, 3), np.uint8), np.zeros((40, 40, 3), np.uint8)
     red[..., 0], blue[..., 2] = 200, 200
@@ -167,7 +167,7 @@ def test_reused_layers_composite_consistently():
 
 
 def test_camouflage_crops_take_the_target_hue():
-    from vision.backgrounds import _shift_hue_to
+    from graspsim.vision.backgrounds import _shift_hue_to
 
     rng = np.random.default_rng(0)
     img = np.zeros((16, 16, 3), np.uint8)
@@ -191,7 +191,7 @@ def test_all_empty_frames_have_empty_masks():
 
 
 def test_color_matched_camouflage_moves_the_crop_mean_to_the_target_colour():
-    from vision.compose import match_target_color
+    from graspsim.vision.compose import match_target_color
 
     g = torch.Generator().manual_seed(0)
     n = 6
@@ -241,7 +241,7 @@ def test_halfres_net_shapes_stride_cost_and_old_configs():
     checkpoint) rebuild the U-Net."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from vision.train_config import HALFRES_MODEL, UNET_MODEL
+    from graspsim.vision.train_config import HALFRES_MODEL, UNET_MODEL
 
     torch.manual_seed(0)
     net = SegNet(HALFRES_MODEL).eval()
@@ -273,8 +273,8 @@ def test_full_resolution_stage_and_distillation(tmp_path):
     """``full_channels`` adds full-resolution stages to the half-resolution net (needs arch halfres); a short run
     with ``--teacher`` trains with the distillation term, and a teacher that is not a vision checkpoint, or whose
     stride does not divide the patch, is refused naming it before anything is written."""
-    from vision.model import fold_batchnorm
-    from vision.train import train_vision
+    from graspsim.vision.model import fold_batchnorm
+    from graspsim.vision.train import train_vision
 
     cfg = SegNetConfig(arch="halfres", base_channels=4, max_channels=8, depth=1, chroma=True, full_channels=4)
     net = SegNet(cfg).eval()
@@ -305,7 +305,7 @@ def test_cropped_cascade_is_the_unet_on_the_located_window(tmp_path):
     the window's logits are the U-Net's on that window, every other pixel is OUTSIDE_LOGIT; mirror averaging mirrors
     the window only. Checked against a per-frame slicing reference; the Segmenter (BatchNorm folded) gives the same.
     In training, the U-Net also runs on the windows the locator picks."""
-    from vision.model import OUTSIDE_LOGIT, fold_batchnorm, window_indices
+    from graspsim.vision.model import OUTSIDE_LOGIT, fold_batchnorm, window_indices
 
     cells = torch.full((3, 16, 16), -5.0)
     cells[0, 7, 9] = 2.0  # centre (30, 38): window rows 22..37, cols 30..45
@@ -394,7 +394,7 @@ def test_default_net_is_the_cascade_at_a_tenth_of_the_unet():
     27's 40 MFLOP and at least 10x cheaper than the whole-frame U-Net with mirror averaging."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    from vision.train_config import CROPPED_MODEL, DEFAULT_MODEL, UNET_MODEL
+    from graspsim.vision.train_config import CROPPED_MODEL, DEFAULT_MODEL, UNET_MODEL
 
     assert DEFAULT_MODEL == CROPPED_MODEL and TrainVisionConfig(out="x").model == CROPPED_MODEL
     x = torch.rand(1, 3, 64, 64)
@@ -409,7 +409,7 @@ def test_default_net_is_the_cascade_at_a_tenth_of_the_unet():
 def test_locator_loss_hand_case():
     """The locator's loss: -log of the softmax mass on the cells holding target pixels, averaged over the frames
     with a target; target-free frames add nothing."""
-    from vision.model import locator_loss
+    from graspsim.vision.model import locator_loss
 
     cells = torch.zeros(3, 4, 4)
     mask = torch.zeros(3, 16, 16, dtype=torch.bool)
@@ -427,7 +427,7 @@ def test_locator_loss_hand_case():
 def test_cropped_net_trains_and_reports_window_coverage(tmp_path, context):
     """A short cropped run: the locator learns beside the U-Net, validation reports the share of target pixels
     inside the chosen windows, and the checkpoint rebuilds a cropped Segmenter (with its context layer if any)."""
-    from vision.train import train_vision
+    from graspsim.vision.train import train_vision
 
     model = dataclasses.replace(CROPPED, context=context)
     kw = dict(batch_size=6, val_every=4, ckpt_every=4, n_val=32, n_test=16, model=model, patch=16, transfer=None,
@@ -442,7 +442,7 @@ def test_cropped_net_trains_and_reports_window_coverage(tmp_path, context):
 def test_folded_batchnorm_keeps_the_outputs():
     """Segmenter runs a copy with BatchNorm folded into the convolutions: same logits as the trained net, for both
     designs, and the trained net keeps its BatchNorm layers (calibration and fine-tuning use them)."""
-    from vision.model import fold_batchnorm
+    from graspsim.vision.model import fold_batchnorm
 
     for cfg in (TINY, SegNetConfig(arch="halfres", base_channels=4, max_channels=8, depth=2, chroma=True)):
         torch.manual_seed(0)
@@ -586,7 +586,7 @@ def _real_set(tmp_path: Path, seg: Segmenter, n: int = 4):
 
 
 def test_best_threshold_constraints():
-    from vision.metrics import best_threshold
+    from graspsim.vision.metrics import best_threshold
 
     curve = {"threshold": np.array([0.1, 0.5, 0.9]), "f1": np.array([0.9, 0.8, 0.7]),
              "precision": np.array([0.90, 0.94, 0.97]), "false_positive_image_rate": np.array([0.05, 0.01, 0.0])}
@@ -598,7 +598,7 @@ def test_best_threshold_constraints():
 
 
 def test_frame_gate_and_joint_threshold_choice():
-    from vision.metrics import choose_thresholds, gate_frames
+    from graspsim.vision.metrics import choose_thresholds, gate_frames
 
     # frame 0: a target at 0.6 with a peak of 0.99; frame 1: target-free with one confident false pixel (0.9)
     # and a faint one; frame 2: target-free, faint. A single threshold low enough for the whole target
@@ -618,7 +618,7 @@ def test_frame_gate_and_joint_threshold_choice():
     assert 0.25 < t <= 0.6 and 0.9 < peak <= 0.99
     prob3, gt3 = prob, gt
     # the per-frame-histogram table equals scoring the gated probabilities directly
-    from vision.metrics import SegMetrics, gated_curves
+    from graspsim.vision.metrics import SegMetrics, gated_curves
 
     r = torch.Generator().manual_seed(0)
     prob = torch.rand((40, 8, 8), generator=r) ** 3
@@ -706,7 +706,7 @@ def test_eval_real_input_errors(tmp_path):
 
 
 def test_cli_reports_wrong_kind_cleanly(tmp_path, capsys):
-    from scripts.cli import main
+    from graspsim.cli import main
 
     torch.save({"kind": "graspsim-control"}, tmp_path / "control.pt")
     (tmp_path / "images").mkdir()
@@ -718,7 +718,7 @@ def test_cli_reports_wrong_kind_cleanly(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------------------------- training
 def test_seg_loss_tversky_and_pos_weight():
-    from vision.train import seg_loss
+    from graspsim.vision.train import seg_loss
 
     g = torch.Generator().manual_seed(0)
     logits = torch.randn((3, 8, 8), generator=g)
@@ -743,7 +743,7 @@ def test_seg_loss_tversky_and_pos_weight():
 
 
 def test_random_patches_are_exact_windows_and_aim_at_the_target():
-    from vision.train import TrainVisionConfig, random_patches
+    from graspsim.vision.train import TrainVisionConfig, random_patches
 
     B, S, side, k = 3, 64, 16, 40
     yy, xx = torch.meshgrid(torch.arange(S), torch.arange(S), indexing="ij")
@@ -772,7 +772,7 @@ def test_random_patches_are_exact_windows_and_aim_at_the_target():
 
 
 def test_short_training_improves_val_loss_and_resumes(tmp_path):
-    from vision.train import TrainVisionConfig, train_vision
+    from graspsim.vision.train import TrainVisionConfig, train_vision
 
     kw = dict(out=tmp_path / "run", batch_size=16, val_every=15, ckpt_every=15, n_val=32, n_test=16, lr=1e-2, model=TINY,
               transfer=None, operating_point="composite", runtime=RuntimeConfig(threads=2, progress=False))
@@ -798,8 +798,8 @@ def test_a_run_folder_of_the_old_default_net_resumes_as_that_net(tmp_path):
     """A train-vision folder written when the U-Net was the default (before issue 40) resumes as the U-Net when the
     request holds today's default net; another net is refused by the one resume rule."""
     from graspsim import SimConfig
-    from vision.train import TrainVisionConfig, train_vision
-    from vision.train_config import UNET_MODEL
+    from graspsim.vision.train import TrainVisionConfig, train_vision
+    from graspsim.vision.train_config import UNET_MODEL
 
     kw = dict(out=tmp_path / "run", batch_size=4, val_every=2, ckpt_every=2, n_val=8, n_test=8, transfer=None,
               operating_point="composite", sim=SimConfig(image_size=32), runtime=RuntimeConfig(threads=1, progress=False))
@@ -820,7 +820,7 @@ def test_default_training_meets_targets(tmp_path):
     thread) read 0.890, 0.906, 0.873 and 0.887 (mean over seeds 0-4: 0.891), so on another CPU (other floating-point
     sums) this test is likely to fail on recall (docs/vision.md, "Fourth session"). Timings belong in benchmarks and
     are not tested here."""
-    from vision.train import TrainVisionConfig, train_vision
+    from graspsim.vision.train import TrainVisionConfig, train_vision
 
     r = train_vision(TrainVisionConfig(out=tmp_path / "run", runtime=RuntimeConfig(threads=2, progress=False)))
     t = r["transfer_test"]
@@ -832,7 +832,7 @@ def test_default_training_meets_targets(tmp_path):
 def test_hdf5_frames_load_and_errors(tmp_path):
     import h5py
 
-    from vision.train import HDF5Frames
+    from graspsim.vision.train import HDF5Frames
 
     path = tmp_path / "d.h5"
     with h5py.File(path, "w") as f:
@@ -851,7 +851,7 @@ def test_hdf5_frames_load_and_errors(tmp_path):
     with pytest.raises(FileNotFoundError):
         HDF5Frames(tmp_path / "none.h5", 64, 10)
     # mixed into a training batch: the last hdf5_fraction of the frames are HDF5 frames, then patches are cut
-    from vision.train import build_composers, training_batch
+    from graspsim.vision.train import build_composers, training_batch
 
     cfg = TrainVisionConfig(out=tmp_path / "run", batch_size=8, hdf5_fraction=0.25, patch=0)
     composer, _ = build_composers(cfg)

@@ -7,7 +7,7 @@ in all of these. :class:`AugmentConfig` widens each of them, all batched torch o
 alone goes through OpenCV on the CPU). Every draw comes from the caller's ``torch.Generator``, so the same seed
 gives the same batch on CPU.
 
-Stages, in the order :class:`vision.compose.Composer` applies them:
+Stages, in the order :class:`graspsim.vision.compose.Composer` applies them:
 
 1. **Geometry** (when layers are rendered): target scale (:attr:`AugmentConfig.target_scale`).
 2. **Object layer** (before compositing): coloured light on the rendered objects, specular highlights and a

@@ -25,17 +25,17 @@ from .io import list_images, read_image
 
 log = logging.getLogger(__name__)
 
-DATA_PACKAGE = "graspsim_data"  # the repository's data/ folder, installed under this name (pyproject.toml)
+DATA_PACKAGE = "graspsim.data"  # the repository's data/ folder, installed under this name (pyproject.toml)
 
 
 def data_path(*parts: str) -> Path:
     """Path of a shipped data file or folder, e.g. ``data_path("backgrounds", "train")``.
 
     The shipped data (background photos, transfer sets, the sample image set) is the repository's ``data/``
-    folder, installed as the package ``graspsim_data``; this is the one place that finds it, for an editable
-    install (the checkout's ``data/``) and a wheel (``site-packages/graspsim_data``) alike. The path is
+    folder, installed as the package ``graspsim.data``; this is the one place that finds it, for an editable
+    install (the checkout's ``data/``) and a wheel (``site-packages/graspsim/data``) alike. The path is
     returned whether or not it exists; readers report a missing one. An editable install made before the data
-    package existed does not know ``graspsim_data``; then the checkout's ``data/`` beside this package is used
+    package existed does not know ``graspsim.data``; then the checkout's ``data/`` beside this package is used
     (``pip install -e .`` again makes it importable).
     """
     try:
@@ -47,7 +47,7 @@ def data_path(*parts: str) -> Path:
 
 DATA_DIR = data_path()
 DEFAULT_BACKGROUNDS = data_path("backgrounds")
-DEFAULT_TRANSFER = data_path("transfer")  # the foreign-render transfer sets (vision.transfer)
+DEFAULT_TRANSFER = data_path("transfer")  # the foreign-render transfer sets (graspsim.vision.transfer)
 
 
 def _pipeline(size: int, hue_rotation_prob: float):

@@ -3,7 +3,7 @@ labelled frames, and write a copy of the checkpoint that carries it and records 
 
 The frames are scored the way ``eval-real`` scores them (each frame resized to the net's input, the probabilities
 resized back to the frame, metrics at the frame's resolution), and the pair is chosen by the same rule as at the end
-of ``train-vision`` (:func:`vision.metrics.choose_thresholds_on`): the best pooled F1 among the (threshold, gate)
+of ``train-vision`` (:func:`graspsim.vision.metrics.choose_thresholds_on`): the best pooled F1 among the (threshold, gate)
 pairs whose false-positive image rate is at most ``--max-fp-images`` and whose pixel precision is at least
 ``--min-precision``.
 
@@ -68,7 +68,7 @@ class CalibrateConfig:
     min_pixels: int = 1
     """A target-free frame is a false-positive image when at least this many pixels are predicted."""
     frame_gate: bool = True
-    """Choose a frame gate with the threshold (:func:`vision.metrics.gate_frames`); off: the gate is 0 (none)."""
+    """Choose a frame gate with the threshold (:func:`graspsim.vision.metrics.gate_frames`); off: the gate is 0 (none)."""
     overwrite: bool = False
     """Replace an existing --out file."""
     device: str = "cpu"
@@ -121,7 +121,7 @@ def check_enough(frames: LabelledFrames, min_precision: float, max_fp_images: fl
 
 def probabilities(seg: Segmenter, rgb: Tensor, batch: int = 64) -> Tensor:
     """Target probabilities N,H,W float32 of frames ``rgb`` N,3,H,W uint8, before any frame gate, as eval-real makes
-    them (:func:`vision.infer.frame_probabilities`, then back to the frames' size)."""
+    them (:func:`graspsim.vision.infer.frame_probabilities`, then back to the frames' size)."""
     n, _, h, w = rgb.shape
     out = torch.empty((n, h, w), dtype=torch.float32)
     frames = rgb.permute(0, 2, 3, 1).numpy()

@@ -1,7 +1,7 @@
 """Vision checkpoints: the one checkpoint format of :mod:`graspsim.runs`, kind ``"graspsim-vision"``.
 
 Keys: ``kind`` = "graspsim-vision", ``format_version``, ``model`` (state_dict), ``model_config`` (dict of
-:class:`~vision.model.SegNetConfig`), ``optimizer``, ``scheduler``, ``config`` (the training config as a
+:class:`~graspsim.vision.model.SegNetConfig`), ``optimizer``, ``scheduler``, ``config`` (the training config as a
 JSON-able dict), ``step``, ``threshold`` (probability threshold chosen on validation), ``peak_threshold`` (frame-level
 gate chosen with it, 0 = none; optional, older checkpoints lack it), ``image_size``,
 ``metrics`` (last validation metrics), ``probe_rgb`` (a few validation images ``N,3,H,W uint8`` used to
@@ -9,7 +9,7 @@ check reduced-precision inference), ``generator_state`` (training data RNG, for 
 ``generator_states`` (every rank's data RNG, in rank order) and ``world_size``. Provenance of a user's own frames
 (optional): ``fine_tune`` (``train-vision --init/--real``: the init checkpoint, the real frames' folders and counts)
 and ``calibration`` (``graspsim calibrate``: the tuning frames' folder and counts, the limits, when, the metrics
-before and after; :mod:`vision.calibrate`).
+before and after; :mod:`graspsim.vision.calibrate`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ TRAINING_ONLY = runs.TRAINING_ONLY
 def save_deployable(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
     """Copy the vision checkpoint ``src`` to ``dst`` without what only resuming training needs (``TRAINING_ONLY``:
     optimizer and data-RNG state): weights, configs, thresholds, metrics and probe images stay. Returns the payload
-    written. The result loads with :func:`load_checkpoint` and :meth:`vision.infer.Segmenter.from_checkpoint`, but
+    written. The result loads with :func:`load_checkpoint` and :meth:`graspsim.vision.infer.Segmenter.from_checkpoint`, but
     cannot be resumed."""
     payload = {k: v for k, v in runs.deployable(load_checkpoint(src)).items() if k not in ("kind", "format_version")}
     save_checkpoint(dst, payload)

@@ -186,7 +186,7 @@ class Composer:
     ``bank`` provides real background crops of size ``sim_cfg.image_size``. ``color_match_prob``: chance that a
     frame's crop gets colour-matched camouflage (:func:`match_target_color`); a training augmentation, keep it 0
     for validation and test composites. ``augment``: training-only appearance randomization
-    (:mod:`vision.augment`); None (validation and test composites) draws them as the renderer does.
+    (:mod:`graspsim.vision.augment`); None (validation and test composites) draws them as the renderer does.
     """
 
     def __init__(self, bank: BackgroundBank, sim_cfg: SimConfig | None = None, cfg: ComposeConfig | None = None,

@@ -4,13 +4,13 @@ Folder format (see docs/vision.md): ``--images DIR`` holds PNG/JPEG frames; ``--
 holds one binary PNG per image with the same file stem (``images/frame_0001.jpg`` <->
 ``masks/frame_0001.png``), same width and height, target pixels nonzero (any value, 8- or 16-bit), everything
 else 0. A frame without the target has an all-zero mask (it must still be present). Masks with more than
-``vision.io.MASK_MAX_LEVELS`` distinct values look like images and are reported (log and ``suspect_masks``).
+``graspsim.vision.io.MASK_MAX_LEVELS`` distinct values look like images and are reported (log and ``suspect_masks``).
 
 Each image is resized to the network's input size (``image_size`` in the checkpoint, INTER_AREA). The
 probability map (averaged with the left-right mirror's when the checkpoint was trained with ``mirror_tta``) is
 gated (frames whose highest probability is below the checkpoint's ``peak_threshold``, or
 ``--peak-threshold``, predict nothing), resized back (bilinear) and thresholded at the checkpoint's threshold
-(or ``--threshold``), and metrics are computed at the original resolution (definitions in :mod:`vision.metrics`).
+(or ``--threshold``), and metrics are computed at the original resolution (definitions in :mod:`graspsim.vision.metrics`).
 
 Writes to ``--out``: ``predictions/<stem>.png`` (binary masks), ``overlays/<stem>.png`` (image | prediction
 | ground truth), ``report.html``, ``per_image.csv``; with masks also ``metrics.json`` and ``pr_curve.png``.

@@ -40,12 +40,12 @@ TinyRenderer facts that shaped this code (pybullet 3.2.x):
 
 Command line::
 
-    python -m vision.foreign_render --split val --n 1024 --seed 11 --out data/transfer/val
-    python -m vision.foreign_render --split test --n 1024 --seed 23 --out data/transfer/test
+    python -m graspsim.vision.foreign_render --split val --n 1024 --seed 11 --out data/transfer/val
+    python -m graspsim.vision.foreign_render --split test --n 1024 --seed 23 --out data/transfer/test
 
 For a target of another colour give its hue band, e.g. a blue one (the distractors' excluded band follows)::
 
-    python -m vision.foreign_render --split val --n 1024 --seed 11 --target-hue 0.58 0.66 --out blue/val
+    python -m graspsim.vision.foreign_render --split val --n 1024 --seed 11 --target-hue 0.58 0.66 --out blue/val
 
 The hue band is the only setting that differs from the shipped sets' command; with the default band the
 frames are exactly the shipped ones. Match the band to ``--sim.randomization.target-hue`` of training.

@@ -1,7 +1,7 @@
 """Fast inference: ``Segmenter.from_checkpoint(path, device)`` -> target probabilities and masks.
 
 On CPU the network runs in bfloat16 autocast with channels-last memory when the CPU has native bf16
-(AMX/AVX512-BF16, :func:`~vision.model.cpu_has_fast_bf16`; emulated bf16 is slower than float32) and that
+(AMX/AVX512-BF16, :func:`~graspsim.vision.model.cpu_has_fast_bf16`; emulated bf16 is slower than float32) and that
 gives the same masks as float32 on the probe images stored in the checkpoint (pixel disagreement at most ``BF16_TOLERANCE``);
 otherwise it falls back to float32 (logged). ``precision="fp32"`` forces float32.
 """
@@ -38,7 +38,7 @@ class Segmenter:
     were chosen that way, and :meth:`from_checkpoint` follows them.
 
     ``model`` is the trained net as given; inference runs ``net``, a copy with BatchNorm folded into the convolutions
-    (:func:`~vision.model.fold_batchnorm`), made once here: to use changed weights, build a new Segmenter.
+    (:func:`~graspsim.vision.model.fold_batchnorm`), made once here: to use changed weights, build a new Segmenter.
 
     ``__call__(rgb)``: ``rgb`` B,3,H,W uint8 (H, W multiples of ``model.multiple``; the net was trained at
     ``image_size``) -> probabilities B,H,W float32 in [0, 1]. ``predict_mask(rgb, threshold=None)`` -> B,H,W bool.
@@ -91,7 +91,7 @@ class Segmenter:
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, device: torch.device | str = "cpu", precision: str = "auto") -> "Segmenter":
-        """Rebuild from a ``train-vision`` checkpoint (kind checked; see :mod:`vision.checkpoint`)."""
+        """Rebuild from a ``train-vision`` checkpoint (kind checked; see :mod:`graspsim.vision.checkpoint`)."""
         ckpt = load_checkpoint(path, map_location="cpu")
         try:
             model = SegNet(SegNetConfig(**ckpt["model_config"]))
@@ -126,7 +126,7 @@ class Segmenter:
 
     def __call__(self, rgb: Tensor) -> Tensor:
         """``rgb`` B,3,H,W uint8 -> target probability B,H,W float32, after the frame-level gate (frames whose
-        highest probability is below ``peak_threshold`` are all zero; :func:`vision.metrics.gate_frames`)."""
+        highest probability is below ``peak_threshold`` are all zero; :func:`graspsim.vision.metrics.gate_frames`)."""
         return gate_frames(torch.sigmoid(self.logits(rgb)), self.peak_threshold)
 
     def predict_mask(self, rgb: Tensor, threshold: float | None = None) -> Tensor:
@@ -182,12 +182,12 @@ def throughput(seg: Segmenter, batch: int = 256, iters: int = 5, seed: int = 0) 
             "mirror_tta": seg.mirror_tta, "threads": torch.get_num_threads()}
 
 
-if __name__ == "__main__":  # python -m vision.infer CKPT [batch]: inference throughput (also without mirror averaging)
+if __name__ == "__main__":  # python -m graspsim.vision.infer CKPT [batch]: inference throughput (also without mirror averaging)
     import json
     import sys
 
     if len(sys.argv) < 2:
-        raise SystemExit("usage: python -m vision.infer CHECKPOINT [BATCH]")
+        raise SystemExit("usage: python -m graspsim.vision.infer CHECKPOINT [BATCH]")
     s = Segmenter.from_checkpoint(sys.argv[1])
     res = throughput(s, int(sys.argv[2]) if len(sys.argv) > 2 else 256)
     seg32 = Segmenter.from_checkpoint(sys.argv[1], precision="fp32")

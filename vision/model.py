@@ -183,7 +183,7 @@ def locator_loss(cells: Tensor, mask: Tensor) -> Tensor:
 class SegNet(nn.Module):
     """Segmentation net; see the module docstring. ``SegNet(SegNetConfig())`` (a 8/16/32/64 ``unet``) has 122,465
     parameters, the ``train-vision`` default (12/24/48/96) 275,281, ``halfres`` at 16/32/64 with 8 full-resolution
-    channels 86,225, the cropped cascade ``vision.train_config.CROPPED_MODEL`` 172,294 (169,158 without its context layer)."""
+    channels 86,225, the cropped cascade ``graspsim.vision.train_config.CROPPED_MODEL`` 172,294 (169,158 without its context layer)."""
 
     # fixed input normalisation (ImageNet-free: mean/std of natural images are close to 0.45/0.25)
     MEAN = 0.45

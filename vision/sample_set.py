@@ -6,12 +6,12 @@ alpha-composited onto crops of the held-out validation photos, ``data/background
 target-free frames are plain crops of those real photos (all-zero masks). It demonstrates the folder
 format of a recorded image set and exercises ``graspsim eval-real`` end to end.
 
-    python -m vision.sample_set --out data/sample_real   # rebuild it (in a checkout)
-    python -m vision.sample_set --where                  # print the installed set's folder (any install)
+    python -m graspsim.vision.sample_set --out data/sample_real   # rebuild it (in a checkout)
+    python -m graspsim.vision.sample_set --where                  # print the installed set's folder (any install)
 
 The set is installed with the package (:data:`SAMPLE_REAL`), so from a wheel install::
 
-    S=$(python -m vision.sample_set --where)
+    S=$(python -m graspsim.vision.sample_set --where)
     graspsim eval-real --images "$S/images" --masks "$S/masks" --vision CHECKPOINT --out runs/eval_sample
 """
 

@@ -1,9 +1,9 @@
-"""``graspsim train-vision``: train :class:`~vision.model.SegNet` on on-the-fly sim-real composites.
+"""``graspsim train-vision``: train :class:`~graspsim.vision.model.SegNet` on on-the-fly sim-real composites.
 
-Every step draws a fresh batch of composites (:mod:`vision.compose`, with the training-only appearance randomization
-of :mod:`vision.augment`) on training backgrounds, optionally mixed with frames of a collected HDF5 dataset.
+Every step draws a fresh batch of composites (:mod:`graspsim.vision.compose`, with the training-only appearance randomization
+of :mod:`graspsim.vision.augment`) on training backgrounds, optionally mixed with frames of a collected HDF5 dataset.
 Validation runs at fixed seeds on composites whose backgrounds are held out from training, and on the transfer
-``val/`` set (another renderer, :mod:`vision.transfer`). At the end the pixel threshold and frame gate are chosen on
+``val/`` set (another renderer, :mod:`graspsim.vision.transfer`). At the end the pixel threshold and frame gate are chosen on
 validation (``--operating-point``: composites, transfer ``val/`` or both, each set with its own limits), and the final
 metrics are measured at that point on a separate *test* draw of composites (other seed, same held-out backgrounds)
 and on the transfer ``test/`` set, so the reported numbers are not tuned on themselves.
@@ -80,8 +80,8 @@ def train_step(model: SegNet, opt: torch.optim.Optimizer, x: Tensor, mask: Tenso
     """One optimizer step on ``x`` N,3,S,S / ``mask`` N,S,S (:func:`training_batch`); returns the detached loss.
     ``soft`` N,S,S (optional): a teacher's probabilities, matched with weight ``cfg.teacher_weight``.
     ``frames`` (cropped nets): the whole frames B,3,H,W and their masks B,H,W, on which the locator learns
-    (:func:`vision.model.locator_loss`, weight ``cfg.locator_weight``) and whose chosen windows the U-Net also
-    trains on (:meth:`vision.model.SegNet.forward`).
+    (:func:`graspsim.vision.model.locator_loss`, weight ``cfg.locator_weight``) and whose chosen windows the U-Net also
+    trains on (:meth:`graspsim.vision.model.SegNet.forward`).
     Raises FloatingPointError (naming ``step``) before touching the weights if the loss is not finite."""
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=bf16):
         if frames is None:
@@ -155,7 +155,7 @@ def load_teacher(path: Path, device: torch.device, patch: int) -> Callable[[Tens
 def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Optimizer, torch.Generator, bool]:
     """A freshly initialised model (seeded by ``cfg.seed``; channels-last on CPU), its AdamW optimizer, the data
     generator (seeded by ``cfg.seed``) on ``cfg.runtime.device``, and whether to train under bf16 autocast (only on CPUs with
-    native bf16, :func:`vision.model.cpu_has_fast_bf16`)."""
+    native bf16, :func:`graspsim.vision.model.cpu_has_fast_bf16`)."""
     dev = torch.device(cfg.runtime.device)
     torch.manual_seed(cfg.seed)
     model = SegNet(cfg.model).to(dev)

@@ -1,4 +1,4 @@
-"""The ``graspsim train-vision`` configuration, :class:`TrainVisionConfig` (the loop is :mod:`vision.train`)."""
+"""The ``graspsim train-vision`` configuration, :class:`TrainVisionConfig` (the loop is :mod:`graspsim.vision.train`)."""
 
 from __future__ import annotations
 
@@ -24,15 +24,15 @@ UNET_MODEL = SegNetConfig(base_channels=12, max_channels=96, chroma=True)
 """The whole-frame U-Net at 12/24/48/96 channels with chroma features (192 MFLOP per 64x64 frame, 384 with mirror
 averaging); the default until issue 40. It is about 0.01 IoU better on composites than :data:`CROPPED_MODEL` (five
 seeds: 0.890 against 0.879) and level on the transfer test, at ten times the cost: the choice for a user with a GPU
-who wants the last 0.01 of composite IoU. ``train-vision``: ``--model.crop 0 --model.base-channels 12
---model.max-channels 96``; ``pipeline``: ``--vision-model unet``."""
+who wants the last 0.01 of composite IoU. ``train-vision``: ``--model.crop 0 --model.no-context
+--model.base-channels 12 --model.max-channels 96``; ``pipeline``: ``--vision-model unet``."""
 DEFAULT_MIRROR_TTA = True
 """Mirror averaging on by default (the cascade mirrors its window only): +0.02 held-out IoU and recall on the U-Net,
 at twice the inference cost."""
 CROPPED_MODEL = SegNetConfig(base_channels=8, max_channels=64, chroma=True, crop=24, locator_channels=12, context=True)
 """The cropped cascade (issue 27): a 12-channel locator (12.3 MFLOP) finds the target's 4x4 cell in the whole frame,
 and an 8/16/32/64-channel U-Net segments the 24x24 window around it with the locator's pooled whole-frame features
-added to its bottleneck (``vision.model``). 36.7 MFLOP per 64x64 frame with mirror averaging of the window, a tenth
+added to its bottleneck (``graspsim.vision.model``). 36.7 MFLOP per 64x64 frame with mirror averaging of the window, a tenth
 of :data:`UNET_MODEL`'s 384. Over seeds 0-4 it is level with the U-Net on the transfer test (mean IoU 0.865 against
 0.863, recall 0.889 against 0.891) and 0.011 behind on composite test IoU; on three sets no part of the repository
 holds, the mean IoU of the two is the same (docs/vision.md, "Choosing a net")."""
@@ -115,11 +115,11 @@ class TrainVisionConfig:
     min_pixels: int = 1
     """A target-free frame counts as a false-positive image when at least this many pixels are predicted."""
     mirror_tta: bool = DEFAULT_MIRROR_TTA
-    """Test-time mirror averaging (:meth:`vision.model.SegNet.mirror_averaged`): validation, the test set and every
+    """Test-time mirror averaging (:meth:`graspsim.vision.model.SegNet.mirror_averaged`): validation, the test set and every
     later use of the checkpoint (it is stored there) average the logits of each frame and of its left-right
     mirror. About 2x the inference cost; +0.02 held-out IoU and recall on the default net."""
     frame_gate: bool = True
-    """Choose a frame-level detection gate with the threshold (:func:`vision.metrics.gate_frames`): a frame's
+    """Choose a frame-level detection gate with the threshold (:func:`graspsim.vision.metrics.gate_frames`): a frame's
     mask is kept only when some pixel reaches the gate's peak threshold, so the pixel threshold can stay low
     without confident false positives on target-free frames. The chosen pair is stored in the checkpoint."""
     hue_rotation_prob: float = 0.35
@@ -130,7 +130,7 @@ class TrainVisionConfig:
     hue band (``sim.randomization.target_hue``): target-coloured backgrounds, the main source of misses."""
     color_match_prob: float = 0.15
     """Chance that a training frame's background crop is shifted to the mean colour of the frame's own target
-    (target-free frames: of another frame's target), keeping its texture (:func:`vision.compose.match_target_color`):
+    (target-free frames: of another frame's target), keeping its texture (:func:`graspsim.vision.compose.match_target_color`):
     the hardest camouflage, aimed at the misses on warm held-out photos. Validation and test crops never get it."""
     transfer: Optional[Path] = DEFAULT_TRANSFER
     """Folder of the transfer sets (``val/`` and ``test/`` in the eval-real format): targets drawn by another
@@ -154,7 +154,7 @@ class TrainVisionConfig:
     teacher_weight: float = 1.0
     """Weight of the distillation term (with --teacher)."""
     locator_weight: float = 1.0
-    """Cropped nets (``--model.crop``): weight of the locator's loss (:func:`vision.model.locator_loss`, on the
+    """Cropped nets (``--model.crop``): weight of the locator's loss (:func:`graspsim.vision.model.locator_loss`, on the
     step's whole composites) beside the U-Net's loss on their patches."""
     hdf5: Optional[Path] = None
     """Optional collected dataset (graspsim-episodes-v1) whose rgb/mask frames are mixed into training."""
@@ -186,13 +186,13 @@ class TrainVisionConfig:
     it float32 is used, because emulated bf16 is ~10x slower. Weights and optimizer stay float32."""
     model: SegNetConfig = field(default_factory=lambda: DEFAULT_MODEL)
     """Network design and size: the cropped cascade (:data:`CROPPED_MODEL`). The whole-frame U-Net
-    (:data:`UNET_MODEL`) is ``--model.crop 0 --model.base-channels 12 --model.max-channels 96``; ``--model.arch
+    (:data:`UNET_MODEL`) is ``--model.crop 0 --model.no-context --model.base-channels 12 --model.max-channels 96``; ``--model.arch
     halfres`` selects :data:`HALFRES_MODEL`. A run folder written before the cascade became the default resumes as
-    the U-Net it trained (:data:`vision.train.CHANGED_DEFAULTS`)."""
+    the U-Net it trained (:data:`graspsim.vision.train.CHANGED_DEFAULTS`)."""
     compose: ComposeConfig = field(default_factory=ComposeConfig)
     """How composites are drawn."""
     augment: AugmentConfig = field(default_factory=AugmentConfig)
-    """Training-only appearance randomization of the composites (:mod:`vision.augment`): target scale, coloured
+    """Training-only appearance randomization of the composites (:mod:`graspsim.vision.augment`): target scale, coloured
     light, highlights, speckle, cast shadows, soft edges, occluders, exposure, white balance, gamma, vignetting,
     defocus and motion blur, shot noise, JPEG. Validation and test composites never get it."""
     sim: SimConfig = field(default_factory=SimConfig)

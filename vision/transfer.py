@@ -1,6 +1,6 @@
 """Loading the shipped foreign-render transfer sets (``data/transfer/{val,test}``).
 
-The sets are made by :mod:`vision.foreign_render` (pybullet's TinyRenderer over the ``val`` and ``test``
+The sets are made by :mod:`graspsim.vision.foreign_render` (pybullet's TinyRenderer over the ``val`` and ``test``
 background photos) and stored in the eval-real folder format: ``images/*.png``, ``masks/*.png`` with the
 same stems (all-zero mask = target-free frame) and a ``meta.csv`` of per-frame metadata. ``val`` may be
 used to choose an operating point; ``test`` is for final reporting only (see ``data/transfer/README.md``).
@@ -63,7 +63,7 @@ def load_transfer_set(split: str = "test", root: Path | None = None) -> Transfer
     """
     folder = (Path(root) if root is not None else TRANSFER_DIR) / split
     if not folder.is_dir():
-        raise FileNotFoundError(f"transfer set {folder} does not exist (make it with python -m vision.foreign_render)")
+        raise FileNotFoundError(f"transfer set {folder} does not exist (make it with python -m graspsim.vision.foreign_render)")
     img_dir, mask_dir = folder / "images", folder / "masks"
     for d in (img_dir, mask_dir):
         if not d.is_dir():

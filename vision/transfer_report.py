@@ -1,4 +1,4 @@
-"""Scoring on the transfer sets (targets drawn by another renderer over unseen photos; :mod:`vision.transfer`).
+"""Scoring on the transfer sets (targets drawn by another renderer over unseen photos; :mod:`graspsim.vision.transfer`).
 
 ``train-vision`` reports the transfer ``test/`` set beside its own composite test, broken down by what makes a
 frame hard (target size, truncation, a finger in front, distractors), and states how far each test's precision
