@@ -40,8 +40,8 @@ DAGGER = ["--iterations", "1", "--episodes-per-iter", "2", "--eval-episodes", "2
           "--train-steps", "1", "--batch-size", "4", "--no-progress", *SIM]
 EVAL_SIM = ["--episodes", "2", "--num-envs", "2", "--gifs", "1", "--no-progress", *SIM]
 TRAIN_VISION = ["--steps", "1", "--batch-size", "2", "--n-val", "4", "--n-test", "4", "--val-every", "1",
-                "--ckpt-every", "1", "--patch", "0", "--no-mirror-tta", "--no-progress", "--model.base-channels", "4",
-                "--model.max-channels", "8", "--model.depth", "2", *SIM]
+                "--ckpt-every", "1", "--patch", "0", "--no-mirror-tta", "--no-progress", "--model.crop", "0",
+                "--model.no-context", "--model.base-channels", "4", "--model.max-channels", "8", "--model.depth", "2", *SIM]
 BENCH = ["--image-size", "32", "--batch-sizes", "1", "--bullet-configs", "--loop-batch", "0", "--train-batch", "1",
          "--warmup", "0", "--min-steps", "1", "--seconds", "0.01", "--threads", "1", "--paired-rounds", "0",
          "--no-profile", "--no-plot"]

@@ -853,7 +853,7 @@ def test_hdf5_frames_load_and_errors(tmp_path):
     # mixed into a training batch: the last hdf5_fraction of the frames are HDF5 frames, then patches are cut
     from graspsim.vision.train import build_composers, training_batch
 
-    cfg = TrainVisionConfig(out=tmp_path / "run", batch_size=8, hdf5_fraction=0.25, patch=0)
+    cfg = TrainVisionConfig(out=tmp_path / "run", batch_size=8, hdf5_fraction=0.25, patch=0, model=TINY)
     composer, _ = build_composers(cfg)
     x, mask = training_batch(composer, cfg, torch.Generator().manual_seed(0), fr)
     assert x.shape == (8, 3, 64, 64) and mask.shape == (8, 64, 64)
