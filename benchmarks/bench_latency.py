@@ -72,7 +72,7 @@ def main(cfg: LatencyConfig) -> dict:
     tune_allocator()
     torch.set_num_threads(cfg.threads)
     from graspsim.dagger.controller import Controller, OnnxNets, TorchNets
-    from graspsim.cli.export import ExportConfig, export, parity_inputs
+    from graspsim.dagger.export import ExportConfig, export, parity_inputs
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_latency_"))
     for mirror in (True, False):

@@ -3,7 +3,7 @@
     python benchmarks/bench_sim.py --out runs/bench            # default run (< 5 min)
     python benchmarks/bench_sim.py --out /tmp/b --seconds 0.5 --batch-sizes 1 64 256
 
-Calls the library function behind ``graspsim bench`` (``graspsim.cli.bench.run_bench``; same flags) and prints the
+Calls the library function behind ``graspsim bench`` (``graspsim.dagger.throughput.run_bench``; same flags) and prints the
 measured frames/s and every torch/pybullet ratio, all taken side by side in this process.
 """
 
@@ -14,8 +14,8 @@ import logging
 import tyro
 
 from graspsim.perf import tune_allocator
-from graspsim.cli.bench import BenchConfig
-from graspsim.cli.bench import run_bench as bench
+from graspsim.bench import BenchConfig
+from graspsim.dagger.throughput import run_bench as bench
 
 
 def ratio_table(result: dict) -> str:

@@ -43,7 +43,7 @@ from graspsim.runtime import RuntimeConfig
 from graspsim.vision.io import atomic_write_bytes
 from graspsim.vision.train import (TrainVisionConfig, build_composers, make_set, new_training_state, predict_probs, train_step,
                           training_batch)
-from graspsim.vision.train_config import CROPPED_MODEL, HALFRES_MODEL
+from graspsim.vision.train_config import HALFRES_MODEL, UNET_MODEL
 
 BUDGET_S = 300.0
 TRANSFER_FRAMES = 1024  # frames in each transfer set (data/transfer/{val,test})
@@ -51,18 +51,19 @@ TRANSFER_FRAMES = 1024  # frames in each transfer set (data/transfer/{val,test})
 VARIANTS: dict[str, dict] = {
     "default": {},
     "float32": {"bf16": False},
-    "cropped": {"model": CROPPED_MODEL},
+    "unet": {"model": UNET_MODEL},
     "halfres": {"model": HALFRES_MODEL, "mirror_tta": False},
     "halfres-whole": {"model": HALFRES_MODEL, "mirror_tta": False, "patch": 0},
-    "patch-32": {"patch": 32},
+    "unet-patch-32": {"model": UNET_MODEL, "patch": 32},
     "batch-16": {"batch_size": 16},
 }
-"""Overrides of :class:`TrainVisionConfig` per variant. ``cropped`` is issue 27's cropped cascade
+"""Overrides of :class:`TrainVisionConfig` per variant. ``default`` is the cropped cascade
 (:data:`graspsim.vision.train_config.CROPPED_MODEL`, 36.7 MFLOP a frame with mirror averaging of its window; its U-Net also
-trains on the locator's windows, 48 more patches a step). ``halfres`` is issue 27's cheapest candidate
+trains on the locator's windows, 48 more patches a step); ``unet`` the whole-frame U-Net
+(:data:`graspsim.vision.train_config.UNET_MODEL`). ``halfres`` is issue 27's cheapest candidate
 (:data:`graspsim.vision.train_config.HALFRES_MODEL`, 36 MFLOP a frame, no mirror averaging) on the default 24x24 patches,
-``halfres-whole`` the same on whole frames; ``patch-32`` trains on 32x32 patches (1.8x the pixels of a step);
-``batch-16`` is a third of the frames per step. ``float32`` turns bf16 autocast off (what a CPU without native
+``halfres-whole`` the same on whole frames; ``unet-patch-32`` trains the U-Net on 32x32 patches (1.8x the pixels of a
+step); ``batch-16`` is a third of the frames per step. ``float32`` turns bf16 autocast off (what a CPU without native
 bf16, e.g. an AVX2-only EPYC, runs). A variant may override ``model`` with a :class:`graspsim.vision.model.SegNetConfig` and
 ``augment`` with a :class:`graspsim.vision.augment.AugmentConfig`."""
 

@@ -13,7 +13,7 @@ and the transfer ``test/`` set (12 other photos) is scored too. Nothing is chose
 
     python benchmarks/own_camera.py split --out /tmp/own_camera          # writes the splits and tune subsets
     python benchmarks/own_camera.py score NAME=CKPT [NAME=CKPT ...]      # one row per checkpoint, at its stored point
-    python benchmarks/own_camera.py piles --out DIR --n 200 --seed 5                # the stress set (below)
+    python benchmarks/own_camera.py piles --out DIR --n 200 --seed 5 [--overwrite]  # the stress set (below)
     python benchmarks/own_camera.py bn-adapt --vision CKPT --images DIR --out CKPT2 [--strength S]
 
 ``bn-adapt`` is the unlabelled adaptation that was tried and not kept (it lowered IoU on every split measured,
@@ -53,10 +53,13 @@ KEYS = ("iou", "precision", "recall", "false_positive_image_rate", "false_positi
 
 
 def _link(names: list[str], src: Path, dst: Path) -> None:
-    for sub in ("images", "masks"):
+    """A subset of the image set ``src`` as an image set ``dst`` of symbolic links (the same frames, no copies)."""
+    from graspsim.vision.image_set import IMAGES, MASKS, PNG
+
+    for sub in (IMAGES, MASKS):
         (dst / sub).mkdir(parents=True, exist_ok=True)
         for n in names:
-            os.symlink(src / sub / f"{n}.png", dst / sub / f"{n}.png")
+            os.symlink(src / sub / f"{n}{PNG}", dst / sub / f"{n}{PNG}")
 
 
 def split(out: Path, seed: int = 0) -> dict:
@@ -114,43 +117,40 @@ def score(checkpoints: dict[str, Path], root: Path, piles_dir: Path | None = Non
     return out
 
 
-def piles(out: Path, n: int, seed: int) -> dict:
-    """Write ``n`` pile frames (images/, masks/, spheres.csv: the stem and the number of spheres) to ``out``."""
+def piles(out: Path, n: int, seed: int, overwrite: bool = False) -> dict:
+    """Write ``n`` pile frames as an image set (images/pile_0000.png ..., masks/, and spheres.csv: the stem and the
+    number of spheres) to ``out``; a non-empty ``out`` needs ``overwrite`` (the image-set overwrite rule)."""
     from graspsim.vision.eval_sets import make_set
-    from graspsim.vision.io import write_png
+    from graspsim.vision.image_set import ImageSetWriter
     from graspsim.vision.train import TrainVisionConfig, build_composers
 
     _, val = build_composers(TrainVisionConfig(out=out, transfer=None, operating_point="composite"))
     rng = np.random.default_rng(seed)
-    (out / "images").mkdir(parents=True, exist_ok=True)
-    (out / "masks").mkdir(parents=True, exist_ok=True)
-    rows, done, draw = [], 0, 0
+    rows, draw = [], 0
     offsets = [(0, 1), (0, -1), (1, 0), (-1, 0), (1, 1), (-1, 1), (1, -1), (-1, -1)]
-    while done < n:
-        rgb, mask = make_set(val, 256, seed * 1000 + draw)
-        draw += 1
-        for img, m in zip(rgb.permute(0, 2, 3, 1).numpy(), mask.numpy()):
-            ys, xs = np.nonzero(m)
-            if done >= n or ys.size == 0:
-                continue
-            H, W = m.shape
-            d = max(ys.max() - ys.min(), xs.max() - xs.min()) + 1
-            if d < 3 or ys.min() == 0 or xs.min() == 0 or ys.max() == H - 1 or xs.max() == W - 1:
-                continue
-            img, m_all, k = img.copy(), m.copy(), int(rng.integers(2, 5))
-            for j in rng.choice(len(offsets), k, replace=False):
-                dy, dx = offsets[j][0] * d, offsets[j][1] * d
-                ty, tx = ys + dy, xs + dx
-                keep = (ty >= 0) & (ty < H) & (tx >= 0) & (tx < W)
-                img[ty[keep], tx[keep]] = img[ys[keep], xs[keep]]
-                m_all[ty[keep], tx[keep]] = True
-            stem = f"pile_{done:04d}"
-            write_png(out / "images" / f"{stem}.png", img)
-            write_png(out / "masks" / f"{stem}.png", m_all)
-            rows.append(f"{stem},{k + 1}")
-            done += 1
-    (out / "spheres.csv").write_text("name,spheres\n" + "\n".join(rows) + "\n")
-    return {"frames": done, "spheres": int(sum(int(r.split(",")[1]) for r in rows))}
+    with ImageSetWriter(out, overwrite=overwrite, masks=True, prefix="pile", extra_outputs=("spheres.csv",)) as w:
+        while len(w) < n:
+            rgb, mask = make_set(val, 256, seed * 1000 + draw)
+            draw += 1
+            for img, m in zip(rgb.permute(0, 2, 3, 1).numpy(), mask.numpy()):
+                ys, xs = np.nonzero(m)
+                if len(w) >= n or ys.size == 0:
+                    continue
+                H, W = m.shape
+                d = max(ys.max() - ys.min(), xs.max() - xs.min()) + 1
+                if d < 3 or ys.min() == 0 or xs.min() == 0 or ys.max() == H - 1 or xs.max() == W - 1:
+                    continue
+                img, m_all, k = img.copy(), m.copy(), int(rng.integers(2, 5))
+                for j in rng.choice(len(offsets), k, replace=False):
+                    dy, dx = offsets[j][0] * d, offsets[j][1] * d
+                    ty, tx = ys + dy, xs + dx
+                    keep = (ty >= 0) & (ty < H) & (tx >= 0) & (tx < W)
+                    img[ty[keep], tx[keep]] = img[ys[keep], xs[keep]]
+                    m_all[ty[keep], tx[keep]] = True
+                stem = w.add(img, m_all)
+                rows.append(f"{stem},{k + 1}")
+        (w.folder / "spheres.csv").write_text("name,spheres\n" + "\n".join(rows) + "\n")
+    return {"frames": len(rows), "spheres": int(sum(int(r.split(",")[1]) for r in rows))}
 
 
 def bn_adapt(vision: Path, images: Path, out: Path, strength: float = 1.0) -> int:
@@ -160,8 +160,8 @@ def bn_adapt(vision: Path, images: Path, out: Path, strength: float = 1.0) -> in
 
     from graspsim import runs
     from graspsim.vision.checkpoint import load_checkpoint, save_checkpoint
+    from graspsim.vision.image_set import list_images, read_image
     from graspsim.vision.labelled import LabelledFrames
-    from graspsim.vision.io import list_images, read_image
     from graspsim.vision.model import SegNet, SegNetConfig
 
     ck = load_checkpoint(vision)
@@ -207,6 +207,7 @@ def main() -> None:
     d.add_argument("--out", type=Path, required=True)
     d.add_argument("--n", type=int, default=200)
     d.add_argument("--seed", type=int, default=5)
+    d.add_argument("--overwrite", action="store_true", help="replace the pile set of a non-empty --out as a whole")
     c = sub.add_parser("bn-adapt")
     c.add_argument("--vision", type=Path, required=True)
     c.add_argument("--images", type=Path, required=True)
@@ -220,7 +221,10 @@ def main() -> None:
     if args.cmd == "score" and any("=" not in n for n in args.nets):
         ap.error(f"score takes NAME=CHECKPOINT pairs; got {[n for n in args.nets if '=' not in n]}")
     if args.cmd == "piles":
-        print(piles(args.out, args.n, args.seed))
+        try:
+            print(piles(args.out, args.n, args.seed, args.overwrite))
+        except (FileExistsError, ValueError) as e:  # the image-set overwrite rule refused --out
+            ap.error(f"piles: {e}")
         return
     if args.cmd == "bn-adapt":
         print(f"re-estimated {bn_adapt(args.vision, args.images, args.out, args.strength)} BatchNorm layers")

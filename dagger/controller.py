@@ -18,16 +18,16 @@ gripper senses, then the safety rules that belong to the controller itself:
   closed the rule is off, because a held target can hide between the fingers.
 
 Rules that need the clock or the arm (stale frame, episode time limit, the workspace box, Ctrl-C) live in
-the deploy loop (``scripts/deploy.py``).
+the robot loop (:mod:`graspsim.dagger.robot_loop`).
 
 Two runtimes give the same decisions: ``torch`` (:class:`graspsim.vision.infer.Segmenter`, which uses bf16 autocast
 where the CPU has native bf16 and the checkpoint's probe frames agree, and :class:`graspsim.dagger.policy.MaskPolicy`)
-and ``onnx`` (onnxruntime on the float32 graphs written by ``graspsim export``; see :data:`CONTRACT_FILE`).
+and ``onnx`` (onnxruntime on the float32 graphs written by ``graspsim export``; their contract:
+:mod:`graspsim.dagger.onnx_contract`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -42,12 +42,7 @@ from graspsim.env import GRIPPER_DIM
 from graspsim.extras import require
 from graspsim.validate import non_negative_int
 
-CONTRACT_FILE = "contract.json"
-"""Name of the JSON that ``graspsim export`` writes beside the ONNX graphs (their inputs, outputs, constants)."""
-VISION_ONNX = "vision.onnx"
-CONTROL_ONNX = "control.onnx"
-CONTRACT_KIND = "graspsim-onnx-contract"
-CONTRACT_VERSION = 1
+from .onnx_contract import CONTROL_ONNX, VISION_ONNX, load_nets, read_contract
 
 STOP_REASONS = ("", "non_finite", "target_lost", "stale_frame", "time_limit", "workspace", "shutdown")
 """Why a tick's velocity was forced (``""`` = not forced); the controller sets the first three, the loop the rest."""
@@ -130,15 +125,7 @@ class TorchNets:
 
     def __init__(self, vision: str | os.PathLike, policy: str | os.PathLike, precision: str = "auto",
                  device: str = "cpu"):
-        from graspsim.vision.infer import Segmenter
-
-        from .policy import MaskPolicy
-
-        self.seg = Segmenter.from_checkpoint(vision, device=device, precision=precision)
-        self.policy = MaskPolicy.from_checkpoint(policy, device=device)
-        if self.policy.cfg.image_size != self.seg.image_size:
-            raise ValueError(f"the vision net works at {self.seg.image_size} px but the control net at "
-                             f"{self.policy.cfg.image_size} px; use checkpoints trained at one image size")
+        self.seg, self.policy = load_nets(vision, policy, precision=precision, device=device)
         self.image_size = self.seg.image_size
         self.max_speed = float(self.policy.cfg.max_speed)
         self.precision = "bf16" if self.seg.bf16 else "fp32"
@@ -148,7 +135,7 @@ class TorchNets:
         return self.seg.predict_mask(torch.from_numpy(rgb)).numpy()
 
     def action(self, mask: np.ndarray, gripper: np.ndarray) -> np.ndarray:
-        return self.policy.act(torch.from_numpy(mask), torch.from_numpy(gripper)).numpy()
+        return self.policy.act(torch.from_numpy(mask), torch.from_numpy(gripper)).cpu().numpy()
 
 
 class OnnxNets:
@@ -186,27 +173,6 @@ class OnnxNets:
 
     def action(self, mask: np.ndarray, gripper: np.ndarray) -> np.ndarray:
         return action_from_raw(self.raw(mask, gripper), self.max_speed)
-
-
-def read_contract(folder: str | os.PathLike) -> dict:
-    """The contract JSON of an export folder; ValueError naming what is missing or of the wrong kind."""
-    folder = Path(folder)
-    path = folder / CONTRACT_FILE
-    if not path.is_file():
-        raise ValueError(f"{folder} is not a 'graspsim export' folder: {CONTRACT_FILE} is missing")
-    try:
-        contract = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(contract, dict) or contract.get("kind") != CONTRACT_KIND:
-        raise ValueError(f"{path} is not a graspsim ONNX contract (kind {contract.get('kind') if isinstance(contract, dict) else None!r})")
-    if contract.get("format_version") != CONTRACT_VERSION:
-        raise ValueError(f"{path}: contract format_version {contract.get('format_version')!r}; this version reads "
-                         f"{CONTRACT_VERSION}; export again with 'graspsim export'")
-    for name in (VISION_ONNX, CONTROL_ONNX):
-        if not (folder / name).is_file():
-            raise ValueError(f"{folder}: {name} is missing; export again with 'graspsim export'")
-    return contract
 
 
 # ------------------------------------------------------------------------------------------ the controller
@@ -277,5 +243,5 @@ class Controller:
         return Decision(command=command, action=action, mask=mask, visible=visible, stop=stop, times_ms=times)
 
 
-__all__ = ["CONTRACT_FILE", "CONTROL_ONNX", "Controller", "Decision", "OnnxNets", "STOP_REASONS", "SafetyConfig",
-           "TorchNets", "VISION_ONNX", "action_from_raw", "mask_from_logits", "read_contract", "resize_frame"]
+__all__ = ["Controller", "Decision", "OnnxNets", "STOP_REASONS", "SafetyConfig",
+           "TorchNets", "action_from_raw", "mask_from_logits", "resize_frame"]

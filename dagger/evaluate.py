@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from graspsim import FAILURE_NAMES, SimConfig, distributed
-from graspsim.fileio import check_in_file, check_out_dir, replace_atomically, staged_dir
+from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically, staged_dir
 from graspsim.keys import MASK, RGB
 from graspsim.progress import progress_bar
 from graspsim.runtime import Runtime, RuntimeConfig
@@ -48,7 +48,8 @@ from graspsim.seeds import episode_seeds
 
 from .rollout import RolloutResult
 from .sharded import sharded_rollout
-from .train import atomic_write_text, make_mask_fn
+from .stats import wilson
+from .train import make_mask_fn
 
 log = logging.getLogger(__name__)
 
@@ -132,17 +133,6 @@ class EvalSimConfig:
 
 def _owns(name: str) -> bool:
     return bool(OUTPUTS.match(name))
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a success rate k/n."""
-    if n == 0:
-        return (math.nan, math.nan)
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
 
 
 def summarize(res: RolloutResult) -> dict:

@@ -1,11 +1,12 @@
 """Control checkpoints and the inference wrapper ``MaskPolicy``.
 
 A checkpoint has the one format of :mod:`graspsim.runs`: ``kind="graspsim-control"``,
-``format_version``, ``model`` (state dict), ``config`` (the ``ControlNetConfig`` as a dict), ``iteration``
-(DAgger iteration that produced it), plus optional ``run_config`` and ``metrics``. Only resumable
-training checkpoints (``checkpoints/iter_NNN.pt``) add ``optimizer``; the deployable ``policy.pt`` and
-``best.pt`` hold none. Files from before the format version (version 0, where ``policy.pt`` carried the
-optimizer) load unchanged.
+``format_version``, ``model`` (state dict), ``model_config`` (the ``ControlNetConfig`` as a dict), ``iteration``
+(DAgger iteration that produced it), plus optional ``config`` (the DAgger run's config) and ``metrics``. Only
+resumable training checkpoints (``checkpoints/iter_NNN.pt``) add ``optimizer``; the deployable ``policy.pt`` and
+``best.pt`` hold none. Older files load unchanged: those from before the format version (version 0, where
+``policy.pt`` carried the optimizer), and those that stored the net's config as ``config`` and the run's as
+``run_config`` (:data:`RENAMED`).
 """
 
 from __future__ import annotations
@@ -22,14 +23,18 @@ from .model import ControlNet, ControlNetConfig, to_action
 
 KIND = "graspsim-control"
 FORMAT_VERSION = 1
+RENAMED = (("config", "model_config"), ("run_config", "config"))
+"""Stored keys renamed so that ``config`` means the run's config in every checkpoint (:mod:`graspsim.runs`), as
+(old, new) in the order they apply: files written before hold the net's config as ``config``."""
 
 
 def save_checkpoint(path: str | os.PathLike, model: ControlNet, optimizer: torch.optim.Optimizer | None,
                     iteration: int, **extra) -> None:
-    """Write a control checkpoint atomically (see the module docstring); ``optimizer`` None = deployable."""
+    """Write a control checkpoint atomically (see the module docstring); ``optimizer`` None = deployable.
+    ``extra``: further entries, e.g. ``config`` (the run's config) and ``metrics``."""
     payload = {
         "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "config": model.cfg.to_dict(),
+        "model_config": model.cfg.to_dict(),
         "iteration": int(iteration),
         **extra,
     }
@@ -48,14 +53,14 @@ def _upgrade(ckpt: dict, version: int) -> dict:
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
     """Read a control checkpoint; FileNotFoundError if missing, ValueError if it is not one."""
     return runs.load_checkpoint(path, KIND, FORMAT_VERSION, what="control checkpoint", inside="best.pt",
-                                written_by="'graspsim dagger'", required=("model", "config", "iteration"),
-                                upgrade=_upgrade, map_location=map_location)
+                                written_by="'graspsim dagger'", required=("model", "model_config", "iteration"),
+                                upgrade=_upgrade, renamed=RENAMED, map_location=map_location)
 
 
 def model_from_checkpoint(ckpt: dict) -> ControlNet:
     """Rebuild the ControlNet of a loaded checkpoint; ValueError if its weights do not fit this version's net
     (for example a net from before the gripper observation gained its contact channel)."""
-    cfg = ControlNetConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in ckpt["config"].items()})
+    cfg = ControlNetConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in ckpt["model_config"].items()})
     model = ControlNet(cfg)
     try:
         model.load_state_dict(ckpt["model"])
@@ -90,4 +95,4 @@ class MaskPolicy:
     __call__ = act
 
 
-__all__ = ["KIND", "MaskPolicy", "load_checkpoint", "model_from_checkpoint", "save_checkpoint"]
+__all__ = ["KIND", "MaskPolicy", "RENAMED", "load_checkpoint", "model_from_checkpoint", "save_checkpoint"]

@@ -4,6 +4,10 @@
 * **full loop**: torch sim step + segmentation-net inference on the RGB + control-net inference on the
   predicted mask, at ``loop_batch`` scenes (random weights of the default nets unless checkpoints are given), with
   the share of wall time of each part, the vision net's MFLOP per frame and the GFLOP/s it achieved;
+* **loop over simulator, paired**: ``loop_rounds`` rounds, each a window of the bare simulator (driven by the
+  expert, as the simulator rows are) and a window of the full loop at the same batch and threads, one after the
+  other; the median of the per-round ratios (``full_loop["paired"]["median_ratio"]``) is how many times slower
+  than the simulator the learned loop runs, robust to load that drifts between measurements minutes apart;
 * **training**: samples/s of forward + backward + Adam for both nets on a synthetic batch.
 """
 
@@ -11,24 +15,41 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
+from typing import Callable
 
 import torch
 
 from graspsim import GRIPPER_DIM, GraspEnv, SimConfig
-from graspsim.bench import BenchConfig, _timed
+from graspsim.bench import Act, BenchConfig, _stepper, _timed, bench
 from graspsim.keys import GRIPPER, RGB
 
 log = logging.getLogger(__name__)
 
 
-def measure_nets(cfg: BenchConfig, sim: SimConfig) -> dict:
-    """``{"full_loop": ..., "training": ...}`` for ``graspsim bench`` (see the module docstring)."""
+def run_bench(cfg: BenchConfig) -> dict:
+    """``graspsim bench``: the simulator benchmark of :func:`graspsim.bench.bench` driven by the FSM expert, with
+    the learned parts measured here; writes ``bench.json`` and the plot into ``cfg.out`` and returns the result."""
+    from graspsim.expert import expert_action
+
+    return bench(cfg, act=expert_action, extra=measure_nets)
+
+
+def measure_nets(cfg: BenchConfig, sim: SimConfig, act: Act) -> dict:
+    """``{"full_loop": ..., "training": ...}`` for ``graspsim bench`` (see the module docstring); ``act`` drives the
+    bare-simulator windows of the paired rounds."""
     seg, ctl, notes = load_nets(cfg, cfg.image_size)
     out: dict = {}
     if cfg.loop_batch > 0:
         out["full_loop"] = measure_full_loop(cfg, sim, seg, ctl) | {"nets": notes}
         log.info("full loop batch %d: %.0f frames/s", cfg.loop_batch, out["full_loop"]["fps"])
+        if cfg.loop_rounds > 0:
+            pair = measure_loop_paired(cfg, sim, seg, ctl, act)
+            out["full_loop"]["paired"] = pair
+            log.info("full loop vs bare simulator at batch %d, %d paired rounds: the loop is %.2fx slower (median; "
+                     "rounds %s)", cfg.loop_batch, cfg.loop_rounds, pair["median_ratio"],
+                     ", ".join(f"{r['ratio']:.2f}" for r in pair["rounds"]))
     else:
         out["full_loop"] = {"skipped": "loop_batch = 0"}
     out["training"] = measure_training(cfg, seg, ctl, cfg.image_size)
@@ -47,8 +68,8 @@ def load_nets(cfg: BenchConfig, image_size: int) -> tuple[object, object, dict]:
     from graspsim.vision.train_config import DEFAULT_MIRROR_TTA, DEFAULT_MODEL
 
     dev = torch.device(cfg.device)
-    if cfg.vision_checkpoint is not None:
-        seg = Segmenter.from_checkpoint(cfg.vision_checkpoint, dev)
+    if cfg.vision is not None:
+        seg = Segmenter.from_checkpoint(cfg.vision, dev)
     else:
         with torch.random.fork_rng():  # seeded weights, the caller's random state untouched
             torch.manual_seed(cfg.seed)
@@ -56,12 +77,12 @@ def load_nets(cfg: BenchConfig, image_size: int) -> tuple[object, object, dict]:
         bf16 = dev.type != "cpu" or cpu_has_fast_bf16()
         seg = Segmenter(net, image_size=image_size, device=dev, precision="bf16" if bf16 else "fp32",
                         mirror_tta=DEFAULT_MIRROR_TTA)
-    if cfg.control_checkpoint is not None:
-        ctl = MaskPolicy.from_checkpoint(cfg.control_checkpoint, dev)
+    if cfg.policy is not None:
+        ctl = MaskPolicy.from_checkpoint(cfg.policy, dev)
     else:
         ctl = MaskPolicy(ControlNet(ControlNetConfig(image_size=image_size)), dev)
-    notes = {"vision": str(cfg.vision_checkpoint or "random init, train-vision's default net"),
-             "control": str(cfg.control_checkpoint or "random init, train-dagger's default net"),
+    notes = {"vision": str(cfg.vision or "random init, train-vision's default net"),
+             "control": str(cfg.policy or "random init, train-dagger's default net"),
              "vision_arch": dataclasses.asdict(seg.model.cfg), "vision_mirror_tta": bool(seg.mirror_tta),
              "vision_bf16_inference": bool(seg.bf16)}
     return seg, ctl, notes
@@ -79,13 +100,10 @@ def vision_mflop_per_frame(seg, image_size: int) -> float:
     return counter.get_total_flops() / 1e6
 
 
-def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
-    """Frames/s of torch sim + segmentation inference (``Segmenter.predict_mask``) + control inference
-    (``MaskPolicy.act``) in closed loop, with the share of wall time of each part."""
-    B = cfg.loop_batch
-    env = GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed)
+def _loop_stepper(env: GraspEnv, seg, ctl, timing: dict) -> Callable[[], None]:
+    """One closed-loop step of ``env`` (segment its RGB, act on the mask, step), adding each part's seconds to
+    ``timing["vision" | "control" | "sim"]``."""
     obs = {"v": env.reset()}
-    timing = {"sim": 0.0, "vision": 0.0, "control": 0.0}
 
     @torch.inference_mode()
     def step() -> None:
@@ -101,6 +119,16 @@ def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
         timing["control"] += t2 - t1
         timing["sim"] += t3 - t2
 
+    return step
+
+
+def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
+    """Frames/s of torch sim + segmentation inference (``Segmenter.predict_mask``) + control inference
+    (``MaskPolicy.act``) in closed loop, with the share of wall time of each part."""
+    B = cfg.loop_batch
+    env = GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed)
+    timing = {"sim": 0.0, "vision": 0.0, "control": 0.0}
+    step = _loop_stepper(env, seg, ctl, timing)
     for _ in range(cfg.warmup):
         step()
     for k in timing:
@@ -110,6 +138,27 @@ def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
     return {"batch": B, "steps": n, "seconds": dt, "fps": B * n / dt, "share": {k: v / dt for k, v in timing.items()},
             "vision_mflop_per_frame": mflop, "vision_fps": B * n / timing["vision"],
             "vision_gflop_per_s": mflop * B * n / timing["vision"] / 1e3}
+
+
+def measure_loop_paired(cfg: BenchConfig, sim: SimConfig, seg, ctl, act: Act) -> dict:
+    """``cfg.loop_rounds`` rounds at ``cfg.loop_batch`` scenes, each a timing window of the bare simulator (stepped
+    by ``act``, as the simulator rows are) and then one of the full loop, both envs alive throughout, so that both
+    halves of a round see the same machine load. Returns the per-round frames/s and ratios and the median ratio
+    (bare simulator frames/s over loop frames/s: how many times slower the learned loop runs)."""
+    B = cfg.loop_batch
+    bare = GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed)
+    bare.reset()
+    sim_step = torch.inference_mode()(_stepper(bare, sim, act))
+    loop_step = _loop_stepper(GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed), seg, ctl,
+                              {"sim": 0.0, "vision": 0.0, "control": 0.0})
+    rounds = []
+    for _ in range(cfg.loop_rounds):
+        ns, dts = _timed(sim_step, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
+        nl, dtl = _timed(loop_step, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
+        fs, fl = B * ns / dts, B * nl / dtl
+        rounds.append({"sim_fps": fs, "loop_fps": fl, "ratio": fs / fl, "load_avg_1min": os.getloadavg()[0]})
+    ratios = sorted(r["ratio"] for r in rounds)
+    return {"batch": B, "threads": torch.get_num_threads(), "rounds": rounds, "median_ratio": ratios[len(ratios) // 2]}
 
 
 def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:

@@ -38,16 +38,14 @@ expert_grip > 0)`` with close labels weighted ``grip_pos_weight``. A behaviour-c
 
 from __future__ import annotations
 
-import csv
 import dataclasses
-import io
 import json
 import logging
 import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -55,7 +53,7 @@ import torch.nn.functional as F
 
 from graspsim import GraspEnv, SimConfig, distributed
 from graspsim.config import from_dict
-from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically
+from graspsim.fileio import check_in_file, check_out_dir, replace_atomically
 from graspsim.progress import progress_bar
 from graspsim.torch_util import count_parameters
 from graspsim.runtime import Runtime, RuntimeConfig
@@ -65,9 +63,9 @@ from .data import Aggregate, iteration_file, join_iteration, part_file, write_it
 from .model import ControlNet, ControlNetConfig
 from .policy import MaskPolicy, load_checkpoint, save_checkpoint
 from graspsim import runs
-from graspsim.seeds import derive_seed, episode_seeds
+from graspsim.seeds import derive_seed, episode_seeds, net_init_seed
 
-from .rollout import gt_masks, segmenter_masks
+from .rollout import RolloutResult, gt_masks, segmenter_masks
 from .sharded import sharded_rollout
 
 log = logging.getLogger(__name__)
@@ -252,17 +250,6 @@ def make_mask_fn(masks: str, vision: Optional[Path], device: torch.device):
     return segmenter_masks(Segmenter.from_checkpoint(vision, device))
 
 
-def write_metrics(out: Path, rows: list[dict]) -> None:
-    """metrics.json (list of per-iteration rows) and metrics.csv, both atomically."""
-    atomic_write_text(out / "metrics.json", json.dumps(rows, indent=2))
-    keys = [k for k in rows[0] if not isinstance(rows[0][k], (dict, list))]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_text(out / "metrics.csv", buf.getvalue())
-
-
 def plot_learning_curve(path: Path, curves: dict[str, list[dict]]) -> None:
     """PNG: held-out success (learner alone) and training loss versus iteration, one line per run."""
     import matplotlib
@@ -286,28 +273,20 @@ def plot_learning_curve(path: Path, curves: dict[str, list[dict]]) -> None:
     plt.close(fig)
 
 
-def _check_resume(cfg: DaggerConfig, out: Path) -> list[dict]:
-    """Finished iteration rows of an existing run (validating its config), or [] for a fresh run."""
-    metrics = out / "metrics.json"
-    if not cfg.resume:  # a fresh run: check_out_dir has refused a non-empty folder
-        return []
-    if not metrics.exists():
-        log.info("--resume: %s has no finished iteration; starting fresh", out)
-        return []
-    try:
-        rows = json.loads(metrics.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"--resume: {out} is not a readable DAgger run folder ({e}); choose another --out") from None
-    if not runs.resume_config(out, cfg.to_dict(), RESUMABLE_KEYS):
-        raise ValueError(f"--resume: {out} has no {runs.CONFIG_NAME}; it is not a DAgger run folder")
-    for r in rows:
-        ck = out / "checkpoints" / f"iter_{r['iteration']:03d}.pt"
-        if not ck.is_file():
-            raise FileNotFoundError(f"--resume: finished iteration {r['iteration']} has no checkpoint {ck}")
-    return rows
-
-
 # ------------------------------------------------------------------------------------------ main
+class _Learner(NamedTuple):
+    """The net being trained and what trains it."""
+
+    model: ControlNet
+    """The control net (rank 0's weights are what checkpoints hold)."""
+    opt: torch.optim.Optimizer
+    """Its AdamW optimizer (state carried across iterations)."""
+    net: torch.nn.Module
+    """What the training steps call: ``model``, or its data-parallel wrapper under torchrun."""
+    data: Aggregate
+    """Every finished iteration's aggregated samples (this rank's share under torchrun)."""
+
+
 def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = None) -> dict:
     """Run (or resume) DAgger; returns a summary dict (``final_eval_success``, ``rows`` per iteration,
     ``checkpoint``, ``samples``, ``seconds``...). ``progress_fn`` receives each finished iteration's row (on rank 0
@@ -317,11 +296,43 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
 
 
 def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, ctx: distributed.Context) -> dict:
+    """The iterations of the module docstring, from the first unfinished one to ``cfg.iterations - 1``."""
     from torch.utils.tensorboard import SummaryWriter
 
     dev = distributed.local_device(cfg.runtime.device)
+    out, rows, mask_fn = _open_run_folder(cfg, dev, ctx)
+    learner = _start_learner(cfg, out, len(rows), dev, ctx)
+    policy = MaskPolicy(learner.model, dev)
+    heldout = episode_seeds(cfg.seed, "heldout", 0, cfg.eval_episodes)
+    tb = SummaryWriter(str(out / "tb")) if ctx.is_main else None
+    t_run = time.perf_counter()
+    log.info("DAgger: %d iterations x %d episodes, %d-parameter control net, masks=%s, schedule=%s",
+             cfg.iterations, cfg.episodes_per_iter, count_parameters(learner.model), cfg.masks, cfg.schedule)
+    try:
+        with progress_bar(None, cfg.runtime.progress and ctx.is_main, fields=("{task.fields[info]}",), remaining=False) as bar:
+            for it in range(len(rows), cfg.iterations):
+                row = _iteration(cfg, it, learner, policy, mask_fn, heldout, out, dev, ctx, bar)
+                distributed.check_identical(learner.model, f"dagger iteration {it}")
+                rows.append(row)
+                if not ctx.is_main:
+                    continue
+                _commit_iteration(cfg, out, it, learner, rows, tb)
+                if progress_fn is not None:
+                    progress_fn(row)
+    finally:
+        if tb is not None:
+            tb.close()
+    distributed.barrier()  # rank 0's checkpoints and metrics of the last iteration are on disk
+    return _summary(out, rows, learner, time.perf_counter() - t_run)
+
+
+def _open_run_folder(cfg: DaggerConfig, dev: torch.device,
+                     ctx: distributed.Context) -> tuple[Path, list[dict], Callable[[dict], torch.Tensor]]:
+    """Check ``cfg.out`` and the inputs before anything is written, then (rank 0) create the folder and write its
+    config. Returns (the run folder, the rows of its finished iterations ([] for a fresh run), the mask function
+    ``obs -> B,H,W bool`` the learner sees)."""
     out = check_out_dir(cfg.out, resume=cfg.resume)
-    rows = _check_resume(cfg, out)
+    rows = runs.finished_iterations(out, cfg.to_dict(), RESUMABLE_KEYS, resume=cfg.resume, what="DAgger")
     mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
     if ctx.world_size > min(cfg.episodes_per_iter, cfg.eval_episodes):
         raise ValueError(f"DaggerConfig: --episodes-per-iter {cfg.episodes_per_iter} and --eval-episodes "
@@ -329,15 +340,20 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
     distributed.barrier()  # every rank has checked the folder before rank 0 writes into it
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "checkpoints").mkdir(exist_ok=True)
+        (out / runs.CHECKPOINTS_DIR).mkdir(exist_ok=True)
         runs.write_config(out, cfg.to_dict())
+    return out, rows, mask_fn
 
-    torch.manual_seed(cfg.seed)
+
+def _start_learner(cfg: DaggerConfig, out: Path, start: int, dev: torch.device, ctx: distributed.Context) -> _Learner:
+    """A freshly initialised net (torch's global generator seeded by :func:`graspsim.seeds.net_init_seed`) and its
+    optimizer; with ``start`` > 0 finished iterations, their last checkpoint's weights and optimizer and the
+    aggregated data of iterations 0..start-1 (this rank's share)."""
+    torch.manual_seed(net_init_seed(cfg.seed))
     model = ControlNet(cfg.model).to(dev)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    start = len(rows)
     if start:
-        ckpt = load_checkpoint(out / "checkpoints" / f"iter_{start - 1:03d}.pt", map_location=dev)
+        ckpt = load_checkpoint(runs.iteration_checkpoint(out, start - 1), map_location=dev)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         data = Aggregate.from_files([iteration_file(out, i) for i in range(start)], cfg.sim.image_size, dev,
@@ -347,110 +363,134 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
     else:
         data = Aggregate(cfg.sim.image_size, dev)
     model.eval()
-    policy = MaskPolicy(model, dev)
-    net = model  # what the training steps call: the model, or its data-parallel wrapper under torchrun
+    net = model
     if ctx.distributed:
         net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
-    heldout = episode_seeds(cfg.seed, "heldout", 0, cfg.eval_episodes)
-    tb = SummaryWriter(str(out / "tb")) if ctx.is_main else None
-    t_run = time.perf_counter()
-    log.info("DAgger: %d iterations x %d episodes, %d-parameter control net, masks=%s, schedule=%s",
-             cfg.iterations, cfg.episodes_per_iter, count_parameters(model), cfg.masks, cfg.schedule)
-    try:
-        with progress_bar(None, cfg.runtime.progress and ctx.is_main, fields=("{task.fields[info]}",), remaining=False) as bar:
-            for it in range(start, cfg.iterations):
-                t0 = time.perf_counter()
-                beta = beta_at(cfg, it)
-                info = f"iter {it}/{cfg.iterations - 1} beta={beta:.2f}"
-                task = bar.add_task("rollout", total=cfg.episodes_per_iter, info=info)
-                seeds = episode_seeds(cfg.seed, "train", it * cfg.episodes_per_iter, cfg.episodes_per_iter)
-                ro, ro_all = sharded_rollout(  # ro: this rank's episodes; ro_all: every rank's outcomes
-                    lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev),
-                    seeds, policy=policy.act if it > 0 else None, beta=beta, mask_fn=mask_fn,
-                    expert_noise=cfg.expert_noise,
-                    record=True, progress=lambda n: bar.update(task, completed=n))
-                t_roll = time.perf_counter() - t0
-                file_config = {"dagger": cfg.to_dict(), "iteration": it, "beta": beta}
-                if ctx.distributed:
-                    write_iteration(part_file(out, it, ctx.rank), ro.episodes, file_config, ctx.world_size)
-                    distributed.barrier()  # every part is written
-                    if ctx.is_main:
-                        join_iteration(out, it, ctx.world_size, file_config)
-                else:
-                    write_iteration(iteration_file(out, it), ro.episodes, file_config)
-                data.add_episodes(ro.episodes, it)
-                bar.remove_task(task)
+    return _Learner(model, opt, net, data)
 
-                t1 = time.perf_counter()
-                task = bar.add_task("train", total=cfg.train_steps, info=f"{len(data)} samples")
-                losses = train_steps(net, opt, data, cfg.train_steps, cfg.batch_size, cfg.grip_weight,
-                                     generator(distributed.rank_seed(stream_seed(cfg.seed, it, 2), ctx.rank), dev),
-                                     lambda: bar.advance(task), cfg.grip_pos_weight, cfg.sample_by, cfg.lr,
-                                     cfg.lr_final_frac)
-                if ctx.distributed:  # the mean over ranks (each rank's loss is of its own minibatches)
-                    losses = dict(zip(losses, distributed.all_reduce_mean(list(losses.values()))))
-                t_train = time.perf_counter() - t1
-                bar.remove_task(task)
 
-                t2 = time.perf_counter()
-                task = bar.add_task("eval", total=cfg.eval_episodes, info="learner alone, held-out")
-                _, ev = sharded_rollout(
-                    lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev),
-                    heldout, policy=policy.act, beta=0.0, mask_fn=mask_fn,
-                    progress=lambda n: bar.update(task, completed=n))
-                t_eval = time.perf_counter() - t2
-                bar.remove_task(task)
-                counts = distributed.all_gather_object((len(data), int(sum(e.num_samples for e in ro.episodes))))
-                samples = sum(c[0] for c in counts)
+def _envs(cfg: DaggerConfig, dev: torch.device) -> Callable[[int], GraspEnv]:
+    """``n -> GraspEnv`` with at most ``cfg.num_envs`` scenes for a rollout of ``n`` episodes."""
+    return lambda n: GraspEnv(cfg.sim, num_envs=min(cfg.num_envs, n), device=dev)
 
-                row = {
-                    "iteration": it, "beta": beta, "episodes": ro_all.num_episodes, "samples": samples,
-                    "new_samples": sum(c[1] for c in counts),
-                    "rollout_success": ro_all.success_rate(), "rollout_expert_success": ro_all.success_rate("expert"),
-                    "rollout_learner_success": ro_all.success_rate("learner"),
-                    "learner_episodes": int((~ro_all.expert_driven).sum()),
-                    **losses,
-                    "eval_success": ev.success_rate(), "eval_episodes": ev.num_episodes,
-                    "eval_failures": ev.failure_counts(),
-                    "eval_mean_steps": float(ev.steps.mean()),
-                    "rollout_seconds": t_roll, "train_seconds": t_train, "eval_seconds": t_eval,
-                    "rollout_frames_per_s": ro_all.scene_steps / max(t_roll, 1e-9),
-                    "seconds": time.perf_counter() - t0, "world_size": ctx.world_size,
-                }
-                distributed.check_identical(model, f"dagger iteration {it}")
-                rows.append(row)
-                if not ctx.is_main:
-                    continue
-                save_checkpoint(out / "checkpoints" / f"iter_{it:03d}.pt", model, opt, it,
-                                run_config=cfg.to_dict(), metrics=row)
-                save_checkpoint(out / "policy.pt", model, None, it, run_config=cfg.to_dict(), metrics=row)
-                if all(row["eval_success"] >= r["eval_success"] for r in rows):  # ties go to the later iteration
-                    save_checkpoint(out / "best.pt", model, None, it, run_config=cfg.to_dict(), metrics=row)
-                write_metrics(out, rows)  # commit point of the iteration
-                for k in ("eval_success", "rollout_success", "rollout_learner_success", "beta", "samples"):
-                    tb.add_scalar(f"charts/{k}", row[k], it)
-                for k in ("loss", "loss_vel", "loss_grip"):
-                    tb.add_scalar(f"losses/{k}", row[k], it)
-                tb.flush()
-                plot_learning_curve(out / "learning_curve.png", {out.name: rows})
-                log.info("iter %d: beta %.2f, %d samples, loss %.4f (vel %.4f grip %.4f), rollout success %.1f%%, "
-                         "held-out learner success %.1f%% (%s), %.0fs", it, beta, samples, row["loss"],
-                         row["loss_vel"], row["loss_grip"], 100 * row["rollout_success"], 100 * row["eval_success"],
-                         row["eval_failures"], row["seconds"])
-                if progress_fn is not None:
-                    progress_fn(row)
-    finally:
-        if tb is not None:
-            tb.close()
-    distributed.barrier()  # rank 0's checkpoints and metrics of the last iteration are on disk
+
+def _iteration(cfg: DaggerConfig, it: int, learner: _Learner, policy: MaskPolicy, mask_fn, heldout: list[int],
+               out: Path, dev: torch.device, ctx: distributed.Context, bar) -> dict:
+    """One DAgger iteration: roll out, aggregate, train, evaluate. Returns its metrics row (``iteration``, ``beta``,
+    sample counts, rollout and held-out success, losses, failure counts, seconds per phase)."""
+    t0 = time.perf_counter()
+    beta = beta_at(cfg, it)
+    ro, ro_all = _roll_out(cfg, it, beta, policy, mask_fn, dev, bar)
+    t_roll = time.perf_counter() - t0
+    _aggregate(cfg, out, it, beta, ro.episodes, learner.data, ctx)
+    t1 = time.perf_counter()
+    losses = _train(cfg, it, learner, dev, ctx, bar)
+    t_train = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    ev = _evaluate(cfg, heldout, policy, mask_fn, dev, bar)
+    t_eval = time.perf_counter() - t2
+    counts = distributed.all_gather_object((len(learner.data), int(sum(e.num_samples for e in ro.episodes))))
+    return {
+        "iteration": it, "beta": beta, "episodes": ro_all.num_episodes, "samples": sum(c[0] for c in counts),
+        "new_samples": sum(c[1] for c in counts),
+        "rollout_success": ro_all.success_rate(), "rollout_expert_success": ro_all.success_rate("expert"),
+        "rollout_learner_success": ro_all.success_rate("learner"),
+        "learner_episodes": int((~ro_all.expert_driven).sum()),
+        **losses,
+        "eval_success": ev.success_rate(), "eval_episodes": ev.num_episodes,
+        "eval_failures": ev.failure_counts(),
+        "eval_mean_steps": float(ev.steps.mean()),
+        "rollout_seconds": t_roll, "train_seconds": t_train, "eval_seconds": t_eval,
+        "rollout_frames_per_s": ro_all.scene_steps / max(t_roll, 1e-9),
+        "seconds": time.perf_counter() - t0, "world_size": ctx.world_size,
+    }
+
+
+def _roll_out(cfg: DaggerConfig, it: int, beta: float, policy: MaskPolicy, mask_fn, dev: torch.device,
+              bar) -> tuple[RolloutResult, RolloutResult]:
+    """Iteration ``it``'s training episodes (the ``train`` stream's ``it * episodes_per_iter`` onwards), the expert
+    driving each with probability ``beta`` (always in iteration 0). Returns (this rank's episodes, recorded; every
+    rank's outcomes)."""
+    task = bar.add_task("rollout", total=cfg.episodes_per_iter, info=f"iter {it}/{cfg.iterations - 1} beta={beta:.2f}")
+    seeds = episode_seeds(cfg.seed, "train", it * cfg.episodes_per_iter, cfg.episodes_per_iter)
+    ro, ro_all = sharded_rollout(_envs(cfg, dev), seeds, policy=policy.act if it > 0 else None, beta=beta,
+                                 mask_fn=mask_fn, expert_noise=cfg.expert_noise, record=True,
+                                 progress=lambda n: bar.update(task, completed=n))
+    bar.remove_task(task)
+    return ro, ro_all
+
+
+def _aggregate(cfg: DaggerConfig, out: Path, it: int, beta: float, episodes: list, data: Aggregate,
+               ctx: distributed.Context) -> None:
+    """Write iteration ``it``'s ``episodes`` to ``data/iter_NNN.h5`` (under torchrun: each rank's part, joined by rank
+    0) and append them to ``data``."""
+    file_config = {"dagger": cfg.to_dict(), "iteration": it, "beta": beta}
+    if ctx.distributed:
+        write_iteration(part_file(out, it, ctx.rank), episodes, file_config, ctx.world_size)
+        distributed.barrier()  # every part is written
+        if ctx.is_main:
+            join_iteration(out, it, ctx.world_size, file_config)
+    else:
+        write_iteration(iteration_file(out, it), episodes, file_config)
+    data.add_episodes(episodes, it)
+
+
+def _train(cfg: DaggerConfig, it: int, learner: _Learner, dev: torch.device, ctx: distributed.Context, bar) -> dict:
+    """Iteration ``it``'s ``cfg.train_steps`` optimizer steps on all data so far, minibatches from the iteration's
+    own stream. Returns the mean losses (``loss``, ``loss_vel``, ``loss_grip``; the mean over ranks)."""
+    task = bar.add_task("train", total=cfg.train_steps, info=f"{len(learner.data)} samples")
+    g = generator(distributed.rank_seed(stream_seed(cfg.seed, it, 2), ctx.rank), dev)
+    losses = train_steps(learner.net, learner.opt, learner.data, cfg.train_steps, cfg.batch_size, cfg.grip_weight, g,
+                         lambda: bar.advance(task), cfg.grip_pos_weight, cfg.sample_by, cfg.lr, cfg.lr_final_frac)
+    if ctx.distributed:  # the mean over ranks (each rank's loss is of its own minibatches)
+        losses = dict(zip(losses, distributed.all_reduce_mean(list(losses.values()))))
+    bar.remove_task(task)
+    return losses
+
+
+def _evaluate(cfg: DaggerConfig, heldout: list[int], policy: MaskPolicy, mask_fn, dev: torch.device,
+              bar) -> RolloutResult:
+    """The learner alone (beta = 0) on the ``heldout`` episode seeds; every rank's outcomes."""
+    task = bar.add_task("eval", total=cfg.eval_episodes, info="learner alone, held-out")
+    _, ev = sharded_rollout(_envs(cfg, dev), heldout, policy=policy.act, beta=0.0, mask_fn=mask_fn,
+                            progress=lambda n: bar.update(task, completed=n))
+    bar.remove_task(task)
+    return ev
+
+
+def _commit_iteration(cfg: DaggerConfig, out: Path, it: int, learner: _Learner, rows: list[dict], tb) -> None:
+    """Rank 0's outputs of finished iteration ``it`` (its row is ``rows[-1]``): the resumable ``iter_NNN.pt``,
+    ``policy.pt``, ``best.pt`` when held-out success is the best so far (ties: the later), then the metrics (the
+    commit point), TensorBoard scalars, the learning curve and a log line."""
+    row = rows[-1]
+    model, config = learner.model, cfg.to_dict()
+    save_checkpoint(runs.iteration_checkpoint(out, it), model, learner.opt, it, config=config, metrics=row)
+    save_checkpoint(out / "policy.pt", model, None, it, config=config, metrics=row)
+    if all(row["eval_success"] >= r["eval_success"] for r in rows):  # ties go to the later iteration
+        save_checkpoint(out / "best.pt", model, None, it, config=config, metrics=row)
+    runs.write_metrics(out, rows)  # commit point of the iteration
+    for k in ("eval_success", "rollout_success", "rollout_learner_success", "beta", "samples"):
+        tb.add_scalar(f"charts/{k}", row[k], it)
+    for k in ("loss", "loss_vel", "loss_grip"):
+        tb.add_scalar(f"losses/{k}", row[k], it)
+    tb.flush()
+    plot_learning_curve(out / "learning_curve.png", {out.name: rows})
+    log.info("iter %d: beta %.2f, %d samples, loss %.4f (vel %.4f grip %.4f), rollout success %.1f%%, "
+             "held-out learner success %.1f%% (%s), %.0fs", it, row["beta"], row["samples"], row["loss"],
+             row["loss_vel"], row["loss_grip"], 100 * row["rollout_success"], 100 * row["eval_success"],
+             row["eval_failures"], row["seconds"])
+
+
+def _summary(out: Path, rows: list[dict], learner: _Learner, seconds: float) -> dict:
+    """What :func:`run_dagger` returns (see there)."""
     best = max(range(len(rows)), key=lambda i: (rows[i]["eval_success"], i)) if rows else -1
     return {
         "out": str(out), "checkpoint": str(out / "policy.pt"), "iterations": len(rows),
         "best_checkpoint": str(out / "best.pt"), "best_iteration": best,
         "final_eval_success": rows[-1]["eval_success"] if rows else float("nan"),
-        "samples": rows[-1]["samples"] if rows else len(data), "rows": rows, "seconds": time.perf_counter() - t_run,
-        "num_parameters": count_parameters(model),
+        "samples": rows[-1]["samples"] if rows else len(learner.data), "rows": rows, "seconds": seconds,
+        "num_parameters": count_parameters(learner.model),
     }
 
 
-__all__ = ["DaggerConfig", "beta_at", "loss_terms", "run_dagger", "stream_seed", "train_steps"]
+__all__ = ["DaggerConfig", "beta_at", "loss_terms", "plot_learning_curve", "run_dagger", "stream_seed", "train_steps"]

@@ -51,7 +51,7 @@ from graspsim.progress import progress_bar
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import finite_non_negative, non_negative_int, positive_int
 from graspsim.rollout import ExpertHooks, Finished, run_episodes
-from graspsim.seeds import episode_seeds
+from graspsim.seeds import episode_seeds, split_draws
 
 from .fsm import FSMExpert
 
@@ -283,7 +283,7 @@ def _split(cfg: CollectConfig, writer: EpisodeWriter) -> None:
     """Write robomimic train/valid filter keys; the draw for episode K is the K-th of a seeded stream."""
     if cfg.valid_fraction <= 0 or writer.num_episodes == 0:
         return
-    u = np.random.default_rng([cfg.seed, 7919]).random(writer.num_episodes)
+    u = split_draws(cfg.seed, writer.num_episodes)
     valid = np.flatnonzero(u < cfg.valid_fraction)
     train = np.flatnonzero(u >= cfg.valid_fraction)
     writer.set_filter_keys({"train": train.tolist(), "valid": valid.tolist()})
@@ -371,8 +371,9 @@ def _run(cfg: CollectConfig, writer: EpisodeWriter, device: torch.device, indice
     done). Returns (new episodes, their steps, scene steps simulated, successes in the writer's file)."""
     seeds = [episode_seeds(cfg.seed, "train", k, 1)[0] for k in indices]
     B = min(cfg.num_envs, len(seeds))
-    # every random number of an episode comes from its episode seed (graspsim.rng), none from the env's seed
-    env = GraspEnv(cfg.sim, num_envs=B, device=device, seed=cfg.seed)
+    # every random number of an episode comes from its episode seed (graspsim.rng); the driver resets every slot
+    # from those seeds before the first step, so the env needs no seed of its own
+    env = GraspEnv(cfg.sim, num_envs=B, device=device)
     expert = FSMExpert(cfg.sim, B, device, noise_std=cfg.noise)
     bar, task = _progress_bar(show_progress, target, writer.num_episodes)
     hooks = _ExpertRecording(env, expert, cfg, writer, indices, n_success, progress_fn, bar, task, target)

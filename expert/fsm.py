@@ -163,12 +163,6 @@ class FSMExpert:
         self._noise_scale = torch.zeros((num_envs,), device=self.device)
         self._key: tuple[Tensor, Tensor] | None = None  # (key, steps) of the last act: the noise's source
 
-    def reset(self, env_ids: Tensor | None = None) -> None:
-        if env_ids is None:
-            self.phase.fill_(RESET)
-        else:
-            self.phase[torch.as_tensor(env_ids, device=self.device)] = RESET
-
     def act(self, priv: dict[str, Tensor]) -> Tensor:
         self.phase, action = expert_phase_and_action(priv, self.cfg)
         gap = (priv["tcp_pos"][:, 2] - priv["sphere_pos"][:, 2]).clamp_min(0.0)

@@ -1,7 +1,7 @@
 """``graspsim bench``: throughput of the batched torch simulator against the pybullet backend, in one run.
 
 Measured side by side on the same machine in one process (``bench(cfg, act, extra) -> dict``; the
-``graspsim bench`` verb is :func:`graspsim.cli.bench.run_bench`):
+``graspsim bench`` verb is :func:`graspsim.dagger.throughput.run_bench`):
 
 * **torch sim**: frames/s of ``GraspEnv.step`` (physics + RGB and mask render + blur/noise) at each batch
   size of ``batch_sizes`` and each torch thread count of ``threads``; one frame = one scene advanced one
@@ -83,10 +83,13 @@ class BenchConfig:
     """torch intra-op thread counts to sweep the torch simulator with (0 = torch's default). On a shared
     machine one thread can beat two by a wide margin (OpenMP barriers wait for a descheduled core), so
     both are measured and the best configuration counts; the rest of the run uses that thread count."""
-    vision_checkpoint: Optional[Path] = None
-    """Optional trained segmentation checkpoint for the full loop (random weights otherwise)."""
-    control_checkpoint: Optional[Path] = None
-    """Optional trained control checkpoint for the full loop (random weights otherwise)."""
+    vision: Optional[Path] = None
+    """Optional trained segmentation checkpoint for the full loop (random weights of the default net otherwise)."""
+    policy: Optional[Path] = None
+    """Optional trained control checkpoint for the full loop (random weights of the default net otherwise)."""
+    loop_rounds: int = 7
+    """Rounds of alternating bare-simulator / full-loop timing windows at ``loop_batch`` (0 = skip): the median of
+    the per-round ratios is the loop's cost over the simulator, robust to load that drifts over minutes."""
     target_speedup: float = 20.0
     """Speedup target of torch over pybullet; below it the torch step is profiled."""
     profile: bool = True
@@ -109,7 +112,7 @@ class BenchConfig:
             if not ok:
                 raise ValueError(f"BenchConfig.bullet_configs entries must be (num_envs > 0, workers >= 0); "
                                  f"got {pair!r}")
-        for name in ("loop_batch", "paired_rounds", "warmup"):  # 0 skips the full loop / the paired rounds
+        for name in ("loop_batch", "paired_rounds", "loop_rounds", "warmup"):  # 0 skips the loop / the paired rounds
             non_negative_int("BenchConfig", name, getattr(self, name))
         positive_int("BenchConfig", "train_batch", self.train_batch)
         positive_int("BenchConfig", "min_steps", self.min_steps)
@@ -117,7 +120,7 @@ class BenchConfig:
         if not self.threads or any(not isinstance(t, int) or t < 0 for t in self.threads):
             raise ValueError(f"BenchConfig.threads must be non-negative ints (0 = default); got {self.threads!r}")
         finite_positive("BenchConfig", "target_speedup", self.target_speedup)
-        for name, inside in (("vision_checkpoint", "checkpoint.pt"), ("control_checkpoint", "best.pt")):
+        for name, inside in (("vision", "checkpoint.pt"), ("policy", "best.pt")):
             p = getattr(self, name)
             if p is not None:
                 check_in_file(p, f"BenchConfig.{name}", "checkpoint", inside=inside)
@@ -368,11 +371,11 @@ def plot_fps(result: dict, path: Path) -> None:
         plt.close(fig)
 
 
-def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig], dict] | None = None) -> dict:
+def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig, Act], dict] | None = None) -> dict:
     """Run every measurement (see module docstring), write ``bench.json`` and the plot; return the dict.
 
     ``act`` drives the scenes (see :data:`Act`).
-    ``extra(cfg, sim)`` (optional) returns more entries for the result (the app layer passes the full-loop
+    ``extra(cfg, sim, act)`` (optional) returns more entries for the result (the app layer passes the full-loop
     and training measurements of :mod:`graspsim.dagger.throughput`); it runs after the simulator measurements with
     the best torch thread count."""
     import dataclasses
@@ -436,7 +439,7 @@ def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig], 
             result["speedup_vs_bullet"] = None
 
         if extra is not None:  # measurements of learning code, supplied by the app layer (no upward import)
-            result.update(extra(cfg, sim))
+            result.update(extra(cfg, sim, act))
             loop = result.get("full_loop") or {}
             if "fps" in loop:
                 loop.update(loop_vs_sim(loop, result["torch_sim"], best_t))

@@ -1,4 +1,4 @@
-"""The run folder: its ``config.json``, the one resume rule and the one checkpoint format.
+"""The run folder: its ``config.json``, the one resume rule, the one checkpoint format, metrics and iteration checkpoints.
 
 Every verb that writes a run folder (``collect``'s file, ``train-vision``, ``dagger``, ``pipeline``)
 keeps the resolved config there as JSON and, with ``--resume``, follows one rule (:func:`check_resume`):
@@ -6,24 +6,37 @@ it refuses when a setting that changes results differs from the stored one, and 
 (dotted, e.g. ``sim.randomization.sphere_diameter``). Each verb lists the keys that may change
 (budgets such as the total number of episodes or iterations, and switches such as ``progress``).
 
+One word, one thing: **config** is always the resolved config of a run (what ``config.json`` holds, what a
+checkpoint stores under ``config``); **model config** is the config of a net (its architecture), stored under
+``model_config``.
+
 Checkpoints are one ``torch.save`` dict (:func:`save_checkpoint` / :func:`load_checkpoint`):
 
 =================== ===========================================================================
 ``kind``            what wrote it, e.g. ``"graspsim-vision"``, ``"graspsim-control"``
 ``format_version``  the layout version of that kind (files without it are version 0)
-``config``          the model's config as a dict
+``model_config``    the net's config as a dict (enough to rebuild the net)
 ``model``           the weights (a state dict on CPU)
+``config``          the config of the run that wrote it (optional for some kinds)
 ``optimizer`` ...   training state (:data:`TRAINING_ONLY`): only in resumable training checkpoints;
                     a deployable checkpoint (``policy.pt``, ``best.pt``, shipped weights) has none
 =================== ===========================================================================
 
-plus kind-specific entries (iteration, threshold, metrics...). Files are written atomically.
+plus kind-specific entries (iteration, threshold, metrics...). Files are written atomically. A kind that renamed a
+stored key lists the rename (``renamed`` of :func:`load_checkpoint`), so its older files still load.
+
+Runs that proceed in iterations (``dagger``) keep, beside ``config.json``, ``metrics.json`` (one row per finished
+iteration; writing it is the iteration's commit point), ``metrics.csv`` (the same rows' scalars) and a resumable
+checkpoint per iteration, ``checkpoints/iter_NNN.pt`` (:func:`iteration_checkpoint`); :func:`finished_iterations`
+applies the resume rule to such a folder.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
@@ -32,7 +45,14 @@ import torch
 
 from .fileio import atomic_write_text, check_in_file, replace_atomically
 
+log = logging.getLogger(__name__)
+
 CONFIG_NAME = "config.json"
+METRICS_NAME = "metrics.json"
+"""Per-iteration rows of an iterating run (a JSON list); the CSV beside it is :data:`METRICS_CSV_NAME`."""
+METRICS_CSV_NAME = "metrics.csv"
+CHECKPOINTS_DIR = "checkpoints"
+"""Folder of an iterating run's resumable per-iteration checkpoints (:func:`iteration_checkpoint`)."""
 TRAINING_ONLY = ("optimizer", "scheduler", "generator_state", "generator_states")
 """Checkpoint entries that only resuming training needs; deployable checkpoints leave them out."""
 
@@ -160,8 +180,8 @@ def resume_config(run_dir: str | os.PathLike, config: dict, may_change: Collecti
 
 # ------------------------------------------------------------------------------------------ checkpoints
 def save_checkpoint(path: str | os.PathLike, kind: str, format_version: int, payload: dict) -> None:
-    """Atomically write ``payload`` (with ``model`` and ``config``) as a checkpoint of ``kind``."""
-    missing = [k for k in ("model", "config") if k not in payload]
+    """Atomically write ``payload`` (with ``model`` and ``model_config``) as a checkpoint of ``kind``."""
+    missing = [k for k in ("model", "model_config") if k not in payload]
     if missing:
         raise ValueError(f"save_checkpoint: payload lacks {missing}")
     data = {"kind": kind, "format_version": int(format_version), **payload}
@@ -177,8 +197,9 @@ def deployable(ckpt: dict) -> dict:
 
 
 def load_checkpoint(path: str | os.PathLike, kind: str, format_version: int, *, what: str, inside: str,
-                    written_by: str, required: Collection[str] = ("model", "config"),
+                    written_by: str, required: Collection[str] = ("model", "model_config"),
                     upgrade: Callable[[dict, int], dict] | None = None,
+                    renamed: Collection[tuple[str, str]] = (),
                     map_location: str | torch.device = "cpu") -> dict:
     """Load and check a checkpoint of ``kind``.
 
@@ -209,14 +230,63 @@ def load_checkpoint(path: str | os.PathLike, kind: str, format_version: int, *, 
                              f"Retrain it with {written_by}")
         ckpt = upgrade(ckpt, version)
         ckpt["format_version"] = format_version
+    for old, new in renamed:
+        if old in ckpt and new not in ckpt:
+            ckpt[new] = ckpt.pop(old)
     missing = [k for k in required if k not in ckpt]
     if missing:
         raise ValueError(f"{what} {path} lacks the entries {missing}")
     return ckpt
 
 
+# ------------------------------------------------------------------------------------------ iterations
+def iteration_checkpoint(run_dir: str | os.PathLike, iteration: int) -> Path:
+    """Path of iteration ``iteration``'s resumable checkpoint: ``run_dir/checkpoints/iter_NNN.pt``."""
+    return Path(run_dir) / CHECKPOINTS_DIR / f"iter_{int(iteration):03d}.pt"
+
+
+def write_metrics(run_dir: str | os.PathLike, rows: list[dict]) -> None:
+    """Write the finished iterations' ``rows`` (one dict each) as ``metrics.json`` (the whole rows) and
+    ``metrics.csv`` (the first row's scalar columns), both atomically; ``metrics.json`` is the commit point."""
+    run_dir = Path(run_dir)
+    atomic_write_text(run_dir / METRICS_NAME, json.dumps(rows, indent=2))
+    keys = [k for k in rows[0] if not isinstance(rows[0][k], (dict, list))]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=keys, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(run_dir / METRICS_CSV_NAME, buf.getvalue())
+
+
+def finished_iterations(run_dir: str | os.PathLike, config: dict, may_change: Collection[str], *, resume: bool,
+                        what: str) -> list[dict]:
+    """The rows of the finished iterations of the iterating run in ``run_dir`` that ``config`` resumes, or [] for a
+    fresh run (``resume`` False, or a folder without ``metrics.json``). Applies the resume rule to the stored
+    ``config.json`` (:func:`resume_config`) and checks that every finished iteration has its checkpoint;
+    ValueError / FileNotFoundError otherwise. ``what`` names the kind of run folder in messages (e.g. "DAgger")."""
+    run_dir = Path(run_dir)
+    metrics = run_dir / METRICS_NAME
+    if not resume:  # a fresh run: the verb's check_out_dir has refused a non-empty folder
+        return []
+    if not metrics.exists():
+        log.info("--resume: %s has no finished iteration; starting fresh", run_dir)
+        return []
+    try:
+        rows = json.loads(metrics.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"--resume: {run_dir} is not a readable {what} run folder ({e}); choose another --out") from None
+    if not resume_config(run_dir, config, may_change):
+        raise ValueError(f"--resume: {run_dir} has no {CONFIG_NAME}; it is not a {what} run folder")
+    for r in rows:
+        ck = iteration_checkpoint(run_dir, r["iteration"])
+        if not ck.is_file():
+            raise FileNotFoundError(f"--resume: finished iteration {r['iteration']} has no checkpoint {ck}")
+    return rows
+
+
 __all__ = [
-    "CONFIG_NAME", "TRAINING_ONLY", "check_resume", "config_differences", "deployable", "describe_differences",
-    "flatten_config", "grouped_runtime",
-    "load_checkpoint", "read_config", "resume_config", "save_checkpoint", "write_config",
+    "CHECKPOINTS_DIR", "CONFIG_NAME", "METRICS_CSV_NAME", "METRICS_NAME", "TRAINING_ONLY", "check_resume",
+    "config_differences", "deployable", "describe_differences", "finished_iterations", "flatten_config",
+    "grouped_runtime", "iteration_checkpoint", "load_checkpoint", "read_config", "resume_config",
+    "resume_old_defaults", "save_checkpoint", "write_config", "write_metrics",
 ]

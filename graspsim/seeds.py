@@ -55,3 +55,37 @@ def derive_seed(*parts: int) -> int:
 
 
 __all__ = ["STREAMS", "derive_seed", "episode_seeds"]
+
+
+def frame_rng(set_seed: int, index: int, draw: int) -> np.random.Generator:
+    """The numpy random stream of one frame of a seeded image set (the foreign-render transfer sets): draw ``draw``
+    (an attempt number, or a fixed tag for a later stage such as camera effects) of frame ``index`` of the set made
+    with ``set_seed``. It depends on (set_seed, index, draw) only, so frame k of a set is the same whatever the
+    set's length."""
+    return np.random.default_rng([int(set_seed), int(index), int(draw)])
+
+
+__all__ += ["frame_rng"]
+
+
+def net_init_seed(run_seed: int) -> int:
+    """Seed of torch's global generator just before a training run builds its net (the initial weights of the vision
+    net in ``train-vision`` and of the control net in ``dagger``): the run seed itself."""
+    return int(run_seed)
+
+
+def data_seed(run_seed: int) -> int:
+    """Seed of a training run's own data stream (``train-vision``'s composites, patches and frame draws) in a job of
+    one process: the run seed itself. Under torchrun rank r draws from
+    :func:`graspsim.distributed.rank_seed` of it."""
+    return int(run_seed)
+
+
+def split_draws(run_seed: int, n: int) -> np.ndarray:
+    """``n`` uniform draws in [0, 1) (float64), one per episode 0..n-1 of a collected file, that split it into
+    robomimic's ``train`` and ``valid`` filter keys (episode k is valid when its draw is below the valid fraction).
+    Draw k depends on (run_seed, k) only, so a longer file keeps the split of its first episodes."""
+    return np.random.default_rng([int(run_seed), 7919]).random(int(n))
+
+
+__all__ += ["data_seed", "net_init_seed", "split_draws"]

@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import SimConfig, check_device
+from .config import SimConfig
 from .fileio import check_out_file, replace_atomically
 from .keys import MASK, RGB
+from .runtime import Runtime, RuntimeConfig
 from .validate import int_in
 
 log = logging.getLogger(__name__)
@@ -38,8 +39,8 @@ class ShowConfig:
     """Simulator backend: torch or bullet."""
     scale: int = 3
     """Integer upscaling of each tile (nearest neighbour) for viewing."""
-    device: str = "cpu"
-    """Torch device."""
+    runtime: Runtime = field(default_factory=RuntimeConfig)
+    """Device and threads (flags --device, --threads; the others are unused here)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration."""
 
@@ -50,7 +51,6 @@ class ShowConfig:
         int_in("ShowConfig", "scale", self.scale, 1, 16)
         if Path(self.out).suffix.lower() != ".png":
             raise ValueError(f"ShowConfig.out must end in .png; got {str(self.out)!r}")
-        check_device("ShowConfig", self.device)
 
 
 def _tile(rgb: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -90,11 +90,16 @@ def save_png(path: Path, image: np.ndarray) -> None:
 
 def show(cfg: ShowConfig) -> Path:
     """Render ``cfg.num`` randomized scenes and write the contact sheet; returns the PNG path."""
+    check_out_file(cfg.out, overwrite=cfg.overwrite)
+    with cfg.runtime.job("show"):
+        return _show(cfg)
+
+
+def _show(cfg: ShowConfig) -> Path:
     from . import make_env
     from .render import render
 
-    check_out_file(cfg.out, overwrite=cfg.overwrite)
-    env = make_env(cfg.backend, cfg.sim, num_envs=cfg.num, device=cfg.device, seed=cfg.seed)
+    env = make_env(cfg.backend, cfg.sim, num_envs=cfg.num, device=cfg.runtime.device, seed=cfg.seed)
     obs = env.reset(seed=cfg.seed)
     views = [(obs[RGB].permute(0, 2, 3, 1).cpu().numpy(), obs[MASK].cpu().numpy())]
     if cfg.backend == "torch":

@@ -26,15 +26,32 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "calibrate": ("graspsim.vision.calibrate", "CalibrateConfig", "calibrate", "choose the vision net's threshold and frame gate on your labelled frames"),
     "dagger": ("graspsim.dagger.train", "DaggerConfig", "run_dagger", "train the mask-driven controller by DAgger"),
     "eval-sim": ("graspsim.dagger.evaluate", "EvalSimConfig", "evaluate_sim", "closed-loop evaluation in simulation"),
-    "pipeline": ("graspsim.cli.pipeline", "PipelineConfig", "run_pipeline", "collect -> vision -> DAgger -> evaluate -> report"),
-    "bench": ("graspsim.cli.bench", "BenchConfig", "run_bench", "throughput benchmark: batched torch sim vs pybullet"),
-    "deploy": ("graspsim.cli.deploy", "DeployConfig", "deploy", "run the nets closed-loop on a camera and a robot at a fixed rate"),
-    "record": ("graspsim.cli.record", "RecordConfig", "record", "capture frames from a camera into an eval-real image folder"),
-    "propose-masks": ("graspsim.cli.record", "ProposeMasksConfig", "propose_masks", "propose target masks by colour range + contact sheet (check by eye)"),
-    "export": ("graspsim.cli.export", "ExportConfig", "export", "write the vision and control nets as ONNX with a JSON contract"),
+    "pipeline": ("graspsim.dagger.pipeline", "PipelineConfig", "run_pipeline", "collect -> vision -> DAgger -> evaluate -> report"),
+    "bench": ("graspsim.dagger.throughput", "BenchConfig", "run_bench", "throughput benchmark: batched torch sim vs pybullet"),
+    "deploy": ("graspsim.dagger.deploy", "DeployConfig", "deploy", "run the nets closed-loop on a camera and a robot at a fixed rate"),
+    "record": ("graspsim.dagger.record", "RecordConfig", "record", "capture frames from a camera into an eval-real image folder"),
+    "propose-masks": ("graspsim.vision.proposals", "ProposeMasksConfig", "propose_masks", "propose target masks by colour range + contact sheet (check by eye)"),
+    "render-transfer": ("graspsim.vision.foreign_render", "RenderTransferConfig", "render_transfer_set",
+                        "draw a foreign-render transfer set (pybullet TinyRenderer over real photos) in a target colour"),
+    "sample-set": ("graspsim.cli.sample_set", "SampleSetConfig", "sample_set", "print the installed sample image set's folder (--where), or rebuild it"),
+    "export": ("graspsim.dagger.export", "ExportConfig", "export", "write the vision and control nets as ONNX with a JSON contract"),
     "export-dataset": ("graspsim.cli.export_dataset", "ExportDatasetConfig", "export_dataset",
                        "write episode files as a LeRobotDataset v3.0 folder (parquet + mp4 or PNG)"),
 }
+
+
+RENAMED_FLAGS = {"--vision-checkpoint": "--vision", "--control-checkpoint": "--policy"}
+"""Flags renamed so that every verb names an artifact with one word (the vision net ``--vision``, the control net
+``--policy``); the old spellings are refused with a message naming the new one."""
+
+
+def _renamed_flag(args: list[str]) -> str | None:
+    """The error message for the first old flag spelling in ``args`` (``--flag`` or ``--flag=value``), else None."""
+    for a in args:
+        old = a.split("=", 1)[0]
+        if old in RENAMED_FLAGS:
+            return f"{old} is now {RENAMED_FLAGS[old]} (one name for each net in every verb); give {RENAMED_FLAGS[old]}"
+    return None
 
 
 def _usage() -> str:
@@ -57,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         close = difflib.get_close_matches(verb, VERBS, n=1)
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         print(f"graspsim: unknown verb '{verb}'{hint}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    renamed = _renamed_flag(rest)
+    if renamed:
+        print(f"graspsim {verb}: error: {renamed}", file=sys.stderr)
         return 2
     module, cfg_name, fn_name, help_line = VERBS[verb]
     mod = importlib.import_module(module)

@@ -8,7 +8,7 @@ and what is lost: docs/lerobot.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -17,6 +17,7 @@ import tyro
 from graspsim.dataset.lerobot import DEFAULT_TASK, check_codec, export_lerobot, require_extra
 from graspsim.fileio import check_folder_path
 from graspsim.progress import progress_bar
+from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import int_in
 
 
@@ -41,8 +42,8 @@ class ExportDatasetConfig:
     """Also export the privileged true state as privileged.<key> columns (for analysis, never a policy input)."""
     overwrite: bool = False
     """Replace an earlier export in --out."""
-    progress: bool = True
-    """Show a progress bar."""
+    runtime: Runtime = field(default_factory=RuntimeConfig)
+    """Progress bar and threads (flags --progress/--no-progress, --threads; the others are unused here)."""
 
     def __post_init__(self) -> None:
         require_extra("export-dataset")  # a missing extra is reported while the flags are parsed
@@ -60,7 +61,8 @@ class ExportDatasetConfig:
 
 
 def export_dataset(cfg: ExportDatasetConfig) -> dict:
-    with progress_bar("export-dataset", cfg.progress) as bar:
+    """Export ``cfg.files`` into ``cfg.out`` (:func:`graspsim.dataset.lerobot.export_lerobot`); returns its summary."""
+    with cfg.runtime.job("export-dataset"), progress_bar("export-dataset", cfg.runtime.progress) as bar:
         task = bar.add_task("export-dataset", total=None)
         return export_lerobot(cfg.files, cfg.out, images=cfg.images, codec=cfg.codec, crf=cfg.crf, task=cfg.task,
                               privileged=cfg.privileged, overwrite=cfg.overwrite,

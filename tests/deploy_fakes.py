@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
-from graspsim.cli.cameras import CameraTimeout, Frame
-from graspsim.cli.robots import DryRunRobot
+from graspsim.dagger.cameras import CameraTimeout, Frame
+from graspsim.dagger.robots import DryRunRobot
 
 EVENTS: list[tuple[str, list[float]]] = []
 """What the fake robots were asked to do, in order: ("send", command) / ("stop", ...)."""

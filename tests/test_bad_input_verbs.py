@@ -281,7 +281,7 @@ CASES = [
       must=("DeployConfig.time_limit",)),
     C("deploy-hz-negative", "deploy", *NETS, *SIM_DEPLOY, "--hz", "-5", "--out", f"{T}/d", must=("DeployConfig.hz",)),
     C("deploy-threads-negative", "deploy", *NETS, *SIM_DEPLOY, "--threads", "-1", "--out", f"{T}/d",
-      must=("DeployConfig.threads",)),
+      must=("RuntimeConfig.threads",)),
     C("deploy-vision-sizes-differ", "deploy", "--vision", f"{T}/vision32.pt", "--policy", str(POLICY), *SIM_DEPLOY,
       "--out", f"{T}/d", must=("32 px", "64 px")),
     # --- deploy: the onnx runtime

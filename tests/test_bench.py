@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 
 from graspsim.bench import BenchConfig, PeakMemory
-from graspsim.cli.bench import run_bench as bench
+from graspsim.dagger.throughput import run_bench as bench
 
 
 def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
     cfg = BenchConfig(out=tmp_path / "b", image_size=32, batch_sizes=(1, 2), bullet_configs=((1, 0),), loop_batch=2,
                       train_batch=2, warmup=0, min_steps=1, seconds=0.01, target_speedup=1e6, threads=(1,),
-                      paired_rounds=2)
+                      paired_rounds=2, loop_rounds=3)
     res = bench(cfg)
     data = json.loads((tmp_path / "b" / "bench.json").read_text())
     assert (tmp_path / "b" / "fps_vs_batch.png").stat().st_size > 0
@@ -39,9 +39,14 @@ def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
     from graspsim.vision.train_config import DEFAULT_MIRROR_TTA, DEFAULT_MODEL
     assert loop["nets"]["vision_arch"] == dataclasses.asdict(DEFAULT_MODEL)
     assert loop["nets"]["vision_mirror_tta"] is DEFAULT_MIRROR_TTA
-    # its cost: at 32x32 a quarter of the default's 384 MFLOP at 64x64 (mirror averaging included); GFLOP/s = MFLOP x
-    # frames/s
-    assert loop["vision_mflop_per_frame"] == pytest.approx(384.2 / 4, rel=0.02)
+    # its cost at 32x32: the locator reads the whole frame (a quarter of its 12.3 MFLOP at 64x64) and the window
+    # U-Net its 24x24 window, mirrored, whatever the frame size (24.4 MFLOP); GFLOP/s = MFLOP x frames/s
+    assert loop["vision_mflop_per_frame"] == pytest.approx(12.3 / 4 + 24.4, rel=0.02)
+    # the paired rounds: bare simulator and loop timed one after the other at the loop's batch, median of the ratios
+    pair = loop["paired"]
+    assert pair["batch"] == 2 and len(pair["rounds"]) == 3
+    assert all(r["ratio"] == pytest.approx(r["sim_fps"] / r["loop_fps"]) for r in pair["rounds"])
+    assert pair["median_ratio"] == sorted(r["ratio"] for r in pair["rounds"])[1]
     assert loop["vision_gflop_per_s"] == pytest.approx(loop["vision_mflop_per_frame"] * loop["vision_fps"] / 1e3)
     assert loop["sim_best_over_loop"] == pytest.approx(best_t / loop["fps"])
     assert loop["sim_same_batch_over_loop"] == pytest.approx(data["torch_sim"][1]["fps"] / loop["fps"])
@@ -55,8 +60,10 @@ def test_bench_config_errors(tmp_path: Path):
         BenchConfig(threads=())
     with pytest.raises(ValueError, match="bullet_configs"):
         BenchConfig(bullet_configs=((2, -1),))
-    with pytest.raises(FileNotFoundError, match="vision_checkpoint"):
-        BenchConfig(vision_checkpoint=tmp_path / "missing.pt")
+    with pytest.raises(FileNotFoundError, match="BenchConfig.vision"):
+        BenchConfig(vision=tmp_path / "missing.pt")
+    with pytest.raises(ValueError, match="loop_rounds"):
+        BenchConfig(loop_rounds=-1)
 
 
 def test_peak_memory_sees_an_allocation():

@@ -22,6 +22,7 @@ BAD_FLAGS = {
     "mask_gap.py": (["--steps", "0"], "MaskGapConfig.steps"),
     "own_camera.py": (["piles", "--out", "x", "--n", "0"], "piles --n"),
     "render_floor.py": (["--batch-sizes", "0"], "RenderFloorConfig.batch_sizes"),
+    "vision_throughput.py": (["--batch", "0"], "VisionThroughputConfig.batch"),
 }
 
 

@@ -212,5 +212,4 @@ def test_fsm_expert_succeeds_in_bullet():
             if ids.numel():
                 outcomes += info["success"][ids].tolist()
                 e.reset(ids)
-                expert.reset(ids)
     assert sum(outcomes) / len(outcomes) >= 0.95

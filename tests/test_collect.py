@@ -82,6 +82,14 @@ def test_same_seed_same_arrays_and_robomimic_layout(tmp_path):
         assert int(f["data"].attrs["total"]) == total
 
 
+def test_split_draws_are_the_seeded_stream_of_the_run_seed():
+    """graspsim.seeds.split_draws gives the values collect always used for its train/valid split."""
+    from graspsim.seeds import split_draws
+
+    np.testing.assert_array_equal(split_draws(5, 10), np.random.default_rng([5, 7919]).random(10))
+    np.testing.assert_array_equal(split_draws(5, 4), split_draws(5, 10)[:4])
+
+
 def test_noise_keeps_labels_clean(tmp_path):
     collect(small(tmp_path / "n.h5", noise=0.01, episodes=2, num_envs=2))
     with h5py.File(tmp_path / "n.h5", "r") as f:

@@ -17,7 +17,7 @@ import deploy_fakes
 from graspsim.dagger.controller import Controller, SafetyConfig
 from graspsim.runtime import RuntimeConfig
 from graspsim.cli import main
-from graspsim.cli.deploy import DeployConfig, deploy, workspace_guard
+from graspsim.dagger.deploy import DeployConfig, deploy, workspace_guard
 
 ROOT = Path(__file__).resolve().parents[1]
 VISION = ROOT / "vision" / "assets" / "segnet.pt"
@@ -237,7 +237,7 @@ def test_device_camera_times_out():
     """The OpenCV device source's own wait: a device that delivers nothing times out after ``timeout``."""
     import time
 
-    from graspsim.cli.cameras import CameraTimeout, DeviceCamera
+    from graspsim.dagger.cameras import CameraTimeout, DeviceCamera
 
     class DeadCapture:
         def read(self):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from graspsim.cli.pipeline import PRESETS, PipelineConfig, run_pipeline
+from graspsim.dagger.pipeline import PRESETS, PipelineConfig, run_pipeline
 from graspsim.runtime import RuntimeConfig
 from graspsim import SimConfig
 
@@ -64,6 +64,9 @@ def test_tiny_pipeline_writes_report_and_resumes(tmp_path):
         (out / "config.json").write_text(json.dumps(old))
         assert run_pipeline(PipelineConfig(**kw))["seconds"] == s["seconds"]
         assert run_pipeline(PipelineConfig(vision_model="unet", **kw))["seconds"] == s["seconds"]
+    # folders written when the flag was --vision-checkpoint hold the key "vision_checkpoint": it compares as "vision"
+    (out / "config.json").write_text(json.dumps({("vision_checkpoint" if k == "vision" else k): v for k, v in conf.items()}))
+    assert run_pipeline(PipelineConfig(**kw))["seconds"] == s["seconds"]
 
 
 def test_pipeline_trains_and_uses_the_unet(tmp_path):
@@ -92,7 +95,7 @@ def test_pipeline_config_errors():
         PipelineConfig(iterations=0)
     with pytest.raises(ValueError, match="vision_model"):
         PipelineConfig(vision_model="tiny")
-    with pytest.raises(ValueError, match="--vision-model .* --vision-checkpoint"):
-        PipelineConfig(vision_model="unet", vision_checkpoint="vision/assets/segnet.pt")
+    with pytest.raises(ValueError, match="--vision-model .* --vision skips"):
+        PipelineConfig(vision_model="unet", vision="vision/assets/segnet.pt")
     assert PipelineConfig(preset="medium").budgets() == PRESETS["medium"]
     assert PipelineConfig(iterations=9).budgets()["iterations"] == 9

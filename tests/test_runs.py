@@ -69,6 +69,21 @@ def test_old_control_checkpoint_without_format_version_loads():
     MaskPolicy.from_checkpoint(ASSETS / "policy_format0.pt")
 
 
+def test_control_checkpoint_from_before_the_config_rename_loads(tmp_path):
+    """Control checkpoints once stored the net's config as ``config`` and the run's as ``run_config``; today ``config``
+    is a run's config in every checkpoint and ``model_config`` a net's. The older files read with today's keys."""
+    model = ControlNet(ControlNetConfig())
+    save_checkpoint(tmp_path / "p.pt", model, None, 1, config={"seed": 3})
+    data = torch.load(tmp_path / "p.pt", weights_only=False)
+    assert data["model_config"] == model.cfg.to_dict() and data["config"] == {"seed": 3}
+    old = {k: v for k, v in data.items() if k not in ("model_config", "config")}
+    torch.save({**old, "config": data["model_config"], "run_config": data["config"]}, tmp_path / "old.pt")
+    ckpt = load_checkpoint(tmp_path / "old.pt")
+    assert ckpt["model_config"] == model.cfg.to_dict() and ckpt["config"] == {"seed": 3} and "run_config" not in ckpt
+    loaded = MaskPolicy.from_checkpoint(tmp_path / "old.pt").model.state_dict()
+    assert all(torch.equal(v, loaded[k]) for k, v in model.state_dict().items())
+
+
 def test_newer_or_foreign_checkpoints_are_refused_with_the_reason(tmp_path):
     model = ControlNet(ControlNetConfig())
     save_checkpoint(tmp_path / "p.pt", model, None, 0)
@@ -84,7 +99,7 @@ def test_newer_or_foreign_checkpoints_are_refused_with_the_reason(tmp_path):
 
 
 def test_pipeline_resume_refuses_a_changed_preset(tmp_path):
-    from graspsim.cli.pipeline import PipelineConfig, run_pipeline
+    from graspsim.dagger.pipeline import PipelineConfig, run_pipeline
 
     first = PipelineConfig(name="r", runs_dir=tmp_path, preset="small")
     (tmp_path / "r").mkdir()

@@ -188,3 +188,22 @@ def test_shipped_sets_match_the_generator(split, seed):
     assert torch.equal(shipped.rgb[:3], torch.from_numpy(rgb).permute(0, 3, 1, 2))
     assert torch.equal(shipped.mask[:3], torch.from_numpy(mask))
     assert [m["photo"] for m in shipped.meta[:3]] == [m.photo for m in metas]
+
+
+def test_render_transfer_verb_rewrites_the_shipped_files_byte_for_byte(tmp_path):
+    """`graspsim render-transfer` with the documented flags writes the shipped set's files, PNG bytes and meta.csv rows
+    alike (frames 0-4 of val), and refuses a non-empty --out without --overwrite."""
+    from graspsim.cli.cli import main
+
+    out = tmp_path / "val"
+    assert main(["render-transfer", "--split", "val", "--n", "5", "--seed", "11", "--out", str(out)]) == 0
+    shipped = TRANSFER_DIR / "val"
+    for sub in ("images", "masks"):
+        names = sorted(p.name for p in (out / sub).iterdir())
+        assert names == [f"frame_{k:05d}.png" for k in range(5)]
+        for name in names:
+            assert (out / sub / name).read_bytes() == (shipped / sub / name).read_bytes(), (sub, name)
+    lines = (out / "meta.csv").read_bytes().split(b"\r\n")
+    assert lines[:6] == (shipped / "meta.csv").read_bytes().split(b"\r\n")[:6]
+    assert main(["render-transfer", "--split", "val", "--n", "1", "--out", str(out)]) == 2
+    assert len(list((out / "images").iterdir())) == 5

@@ -150,8 +150,8 @@ def test_tiny_train_vision_uses_the_installed_backgrounds_and_transfer_sets(inst
 
 @pytest.mark.install
 def test_eval_real_on_the_installed_sample_set(installed):
-    py, cwd = installed["python"], installed["cwd"]
-    sample = Path(_run([py, "-m", "graspsim.vision.sample_set", "--where"], cwd=cwd).stdout.strip())
+    cwd = installed["cwd"]
+    sample = Path(_run([installed["graspsim"], "sample-set", "--where"], cwd=cwd).stdout.strip())
     assert sample == installed["site"] / "graspsim" / "data" / "sample_real"
     net = installed["site"] / "graspsim" / "vision" / "assets" / "segnet.pt"  # the shipped net, installed as package data
     out = cwd / "eval"

@@ -25,7 +25,7 @@ from __future__ import annotations
 import datetime
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -34,7 +34,8 @@ import torch
 from torch import Tensor
 
 from graspsim import runs
-from graspsim.validate import boolean, check_device, positive_int
+from graspsim.runtime import Runtime, RuntimeConfig
+from graspsim.validate import boolean, positive_int
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .infer import PRECISIONS, Segmenter, frame_probabilities, to_frame_size
@@ -71,10 +72,11 @@ class CalibrateConfig:
     """Choose a frame gate with the threshold (:func:`graspsim.vision.metrics.gate_frames`); off: the gate is 0 (none)."""
     overwrite: bool = False
     """Replace an existing --out file."""
-    device: str = "cpu"
-    """Torch device."""
     precision: str = "auto"
     """Inference precision, as eval-real and deploy use it: auto, fp32 or bf16."""
+    runtime: Runtime = field(default_factory=RuntimeConfig)
+    """Device and CPU threads (flags --device, --threads; --dist-timeout and --progress are unused: calibrate runs
+    on one process and draws no bar)."""
 
     def __post_init__(self) -> None:
         for name in ("min_precision", "max_fp_images"):
@@ -86,7 +88,6 @@ class CalibrateConfig:
             boolean("CalibrateConfig", name, getattr(self, name))
         if self.precision not in PRECISIONS:
             raise ValueError(f"CalibrateConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
-        check_device("CalibrateConfig", self.device)
 
 
 def frames_needed(min_precision: float, max_fp_images: float) -> tuple[int, int]:
@@ -154,10 +155,11 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     ``calibration`` record stored in it (module docstring). Every input is checked before anything is written."""
     out = _check_out(cfg)
     ckpt = load_checkpoint(cfg.vision)  # refuses missing, corrupt and control checkpoints
-    seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.device, precision=cfg.precision)
-    frames = load_labelled(cfg.images, cfg.masks)
-    check_enough(frames, cfg.min_precision, cfg.max_fp_images)
-    probs = probabilities(seg, frames.rgb)
+    with cfg.runtime.job("calibrate"):  # sets --threads; one process does the whole set
+        seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.runtime.device, precision=cfg.precision)
+        frames = load_labelled(cfg.images, cfg.masks)
+        check_enough(frames, cfg.min_precision, cfg.max_fp_images)
+        probs = probabilities(seg, frames.rgb)
     mask = frames.mask
     threshold, peak = choose_thresholds_on([(probs, mask)], cfg.max_fp_images, cfg.min_precision, cfg.min_pixels,
                                            PEAKS if cfg.frame_gate else (0.0,))

@@ -1,8 +1,9 @@
 """Vision checkpoints: the one checkpoint format of :mod:`graspsim.runs`, kind ``"graspsim-vision"``.
 
 Keys: ``kind`` = "graspsim-vision", ``format_version``, ``model`` (state_dict), ``model_config`` (dict of
-:class:`~graspsim.vision.model.SegNetConfig`), ``optimizer``, ``scheduler``, ``config`` (the training config as a
-JSON-able dict), ``step``, ``threshold`` (probability threshold chosen on validation), ``peak_threshold`` (frame-level
+:class:`~graspsim.vision.model.SegNetConfig`), ``optimizer``, ``scheduler``, ``config`` (the run's config, the
+``TrainVisionConfig`` as a JSON-able dict: as in every checkpoint of :mod:`graspsim.runs`, ``config`` is a run's
+config and ``model_config`` a net's), ``step``, ``threshold`` (probability threshold chosen on validation), ``peak_threshold`` (frame-level
 gate chosen with it, 0 = none; optional, older checkpoints lack it), ``image_size``,
 ``metrics`` (last validation metrics), ``probe_rgb`` (a few validation images ``N,3,H,W uint8`` used to
 check reduced-precision inference), ``generator_state`` (training data RNG, for resume); under torchrun also

@@ -1,10 +1,11 @@
 """``graspsim eval-real``: run the segmentation net on a recorded real image set and score it.
 
-Folder format (see docs/vision.md): ``--images DIR`` holds PNG/JPEG frames; ``--masks DIR`` (optional)
-holds one binary PNG per image with the same file stem (``images/frame_0001.jpg`` <->
+Folder format (an image set, :mod:`graspsim.vision.image_set`; docs/vision.md): ``--images DIR`` holds PNG/JPEG
+frames; ``--masks DIR`` (optional) holds one binary PNG per image with the same file stem (``images/frame_0001.jpg`` <->
 ``masks/frame_0001.png``), same width and height, target pixels nonzero (any value, 8- or 16-bit), everything
 else 0. A frame without the target has an all-zero mask (it must still be present). Masks with more than
-``graspsim.vision.io.MASK_MAX_LEVELS`` distinct values look like images and are reported (log and ``suspect_masks``).
+``graspsim.vision.image_set.MASK_MAX_LEVELS`` distinct values look like images and are reported (log and
+``suspect_masks``).
 
 Each image is resized to the network's input size (``image_size`` in the checkpoint, INTER_AREA). The
 probability map (averaged with the left-right mirror's when the checkpoint was trained with ``mirror_tta``) is
@@ -25,19 +26,20 @@ import io
 import json
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
 
-from graspsim.fileio import check_in_file, check_out_dir, staged_dir
+from graspsim.fileio import atomic_write_bytes, check_in_file, check_out_dir, staged_dir
 from graspsim.progress import progress_bar
-from graspsim.validate import check_device, positive_int
+from graspsim.runtime import Runtime, RuntimeConfig
+from graspsim.validate import positive_int
 
 from .infer import PRECISIONS, Segmenter, frame_probabilities, to_frame_size
-from .io import MASK_MAX_LEVELS, IMAGE_EXTENSIONS, atomic_write_bytes, list_images, load_mask, read_image, write_png
+from .image_set import MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image, write_png
 from .metrics import SegMetrics, frame_averaged, gate_frames
 
 log = logging.getLogger(__name__)
@@ -72,8 +74,9 @@ class EvalRealConfig:
     """Replace the earlier eval-real outputs in --out as a whole (the new ones are swapped in when complete)."""
     batch_size: int = 64
     """Images per network call."""
-    device: str = "cpu"
-    """Torch device."""
+    runtime: Runtime = field(default_factory=RuntimeConfig)
+    """Device, CPU threads and progress bar (flags --device, --threads, --progress/--no-progress; --dist-timeout is
+    unused: eval-real runs on one process)."""
     precision: str = "auto"
     """Inference precision: auto (bf16 when the CPU has native bf16 and it matches fp32 on the checkpoint's probe
     images), fp32 or bf16."""
@@ -89,52 +92,10 @@ class EvalRealConfig:
             positive_int("EvalRealConfig", name, getattr(self, name))
         if self.precision not in PRECISIONS:
             raise ValueError(f"EvalRealConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
-        check_device("EvalRealConfig", self.device)
 
 
 def _owns(name: str) -> bool:
     return name in OUTPUT_NAMES
-
-
-def check_unique_stems(images: list[Path]) -> None:
-    """ValueError when two images share a file stem (``a.png``, ``a.jpg``): their masks and their outputs
-    (``predictions/<stem>.png``) could not be told apart."""
-    stems: dict[str, list[Path]] = {}
-    for im in images:
-        stems.setdefault(im.stem, []).append(im)
-    dup = sorted(s for s, v in stems.items() if len(v) > 1)
-    if dup:
-        names = [p.name for s in dup[:10] for p in stems[s]]
-        raise ValueError(f"several images in {images[0].parent} share a stem, so their masks and outputs would be "
-                         f"ambiguous: {names}; rename or remove all but one of each")
-
-
-def find_masks(images: list[Path], mask_dir: Path) -> dict[Path, Path]:
-    """Map every image to its mask (same stem). ValueError lists images without a mask or ambiguous stems."""
-    if not mask_dir.exists():
-        raise FileNotFoundError(f"mask folder {mask_dir} does not exist")
-    if not mask_dir.is_dir():
-        raise ValueError(f"{mask_dir} is not a folder")
-    if images and mask_dir.resolve() == images[0].parent.resolve():
-        raise ValueError(f"--masks {mask_dir} is the images folder; give the folder of binary masks (same stems)")
-    by_stem: dict[str, list[Path]] = {}
-    for p in mask_dir.iterdir():
-        if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS:
-            by_stem.setdefault(p.stem, []).append(p)
-    check_unique_stems(images)
-    out, missing = {}, []
-    for im in images:
-        cand = by_stem.get(im.stem, [])
-        if not cand:
-            missing.append(im.name)
-        elif len(cand) > 1:
-            raise ValueError(f"image {im.name} has several masks: {sorted(c.name for c in cand)}")
-        else:
-            out[im] = cand[0]
-    if missing:
-        raise ValueError(f"{len(missing)} image(s) in {images[0].parent} have no mask in {mask_dir} (same stem expected; "
-                         f"use an all-zero mask for frames without the target): {missing[:10]}")
-    return out
 
 
 def _overlay(img: np.ndarray, mask: np.ndarray, color: np.ndarray) -> np.ndarray:
@@ -262,9 +223,10 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
         if folder is not None and out.resolve() == Path(folder).resolve():
             raise ValueError(f"--out {out} is the {flag} folder; choose another --out")
     check_in_file(cfg.vision, "EvalRealConfig.vision", "vision checkpoint", inside="checkpoint.pt")
-    seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.device, precision=cfg.precision)
-    with staged_dir(out, _owns) as stage:
-        result = _evaluate(cfg, images, masks, seg, stage)
+    with cfg.runtime.job("eval-real"):  # sets --threads; one process does the whole set
+        seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.runtime.device, precision=cfg.precision)
+        with staged_dir(out, _owns) as stage:
+            result = _evaluate(cfg, images, masks, seg, stage)
     log.info("wrote eval-real outputs for %d images to %s", result["num_images"], out)
     return result
 
@@ -330,7 +292,7 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
         batch.clear()
 
     batch: list = []
-    with progress_bar("eval-real", transient=True) as bar:
+    with progress_bar("eval-real", cfg.runtime.progress, transient=True) as bar:
         task = bar.add_task("eval-real", total=len(images))
         for path in images:
             item = load(path)

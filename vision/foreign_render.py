@@ -38,14 +38,14 @@ TinyRenderer facts that shaped this code (pybullet 3.2.x):
   homography of a random placement: scale, rotation, offset, mirrored tiling) on a fine mesh whose
   texture coordinates stay inside [0, 1] (TinyRenderer leaves seams where coordinates wrap).
 
-Command line::
+Command line (``graspsim render-transfer``, :class:`RenderTransferConfig`)::
 
-    python -m graspsim.vision.foreign_render --split val --n 1024 --seed 11 --out data/transfer/val
-    python -m graspsim.vision.foreign_render --split test --n 1024 --seed 23 --out data/transfer/test
+    graspsim render-transfer --split val --n 1024 --seed 11 --out data/transfer/val
+    graspsim render-transfer --split test --n 1024 --seed 23 --out data/transfer/test
 
 For a target of another colour give its hue band, e.g. a blue one (the distractors' excluded band follows)::
 
-    python -m graspsim.vision.foreign_render --split val --n 1024 --seed 11 --target-hue 0.58 0.66 --out blue/val
+    graspsim render-transfer --split val --n 1024 --seed 11 --target-hue 0.58 0.66 --out blue/val
 
 The hue band is the only setting that differs from the shipped sets' command; with the default band the
 frames are exactly the shipped ones. Match the band to ``--sim.randomization.target-hue`` of training.
@@ -53,20 +53,25 @@ frames are exactly the shipped ones. Match the band to ``--sim.randomization.tar
 
 from __future__ import annotations
 
-import argparse
-import csv
+import json
+import logging
 import math
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Optional, Tuple
 
 import numpy as np
 
-from .io import atomic_write_bytes, list_images, read_image
+from graspsim.seeds import frame_rng
+from graspsim.validate import positive_int
+
+from .image_set import ImageSetWriter, list_images, read_image
+
+log = logging.getLogger(__name__)
 
 IMAGE_SIZE = 64
 SUPERSAMPLE = 4
@@ -94,6 +99,7 @@ MAX_LIGHT_DISTANCE = 0.6  # farther lights make shadow texels too coarse: such f
 SHADOW_BIAS_MAX = 0.008
 FAR = 100.0
 TARGET_FREE_EVERY = 4  # index % 4 == 3 is target-free: exactly 25%
+CAMERA_EFFECTS_DRAW = 1_000_003  # the draw tag of a frame's noise and blur stream (scene draws are 0, 1, ... < 50)
 META_FIELDS = (
     "name", "photo", "has_target", "diameter_px", "target_u", "target_v", "visible_px", "truncated", "occluded",
     "fingers", "n_distractors", "glossiness", "shadows",
@@ -215,14 +221,14 @@ class ForeignRenderer:
         has_target = index % TARGET_FREE_EVERY != TARGET_FREE_EVERY - 1
         free_with_distractors = (index // TARGET_FREE_EVERY) % 2 == 0
         for attempt in range(50):
-            rng = np.random.default_rng([self.seed, index, attempt])
+            rng = frame_rng(self.seed, index, attempt)
             out = self._render(rng, index, has_target, free_with_distractors)
             if out is not None:
                 break
         else:  # pragma: no cover - 50 failed draws would be a bug in the sampler
             raise RuntimeError(f"frame {index}: no frame with a visible target after 50 draws")
         rgb, mask, meta = out
-        return self._camera_effects(rgb, np.random.default_rng([self.seed, index, 1_000_003])), mask, meta
+        return self._camera_effects(rgb, frame_rng(self.seed, index, CAMERA_EFFECTS_DRAW)), mask, meta
 
     def _camera_effects(self, rgb: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         import cv2
@@ -520,47 +526,21 @@ def generate(photo_dir: str | os.PathLike, n: int, seed: int, start: int = 0,
     return np.stack(rgbs), np.stack(masks), metas
 
 
-def _write_png(path: Path, img: np.ndarray) -> None:
-    """Atomic PNG at the strongest zlib setting (the shipped sets are in git: every kilobyte counts)."""
-    import cv2
-
-    if img.dtype == bool:
-        img = img.astype(np.uint8) * 255
-    if img.ndim == 3:
-        img = img[..., ::-1]
-    params = [cv2.IMWRITE_PNG_COMPRESSION, 9, cv2.IMWRITE_PNG_STRATEGY, cv2.IMWRITE_PNG_STRATEGY_FILTERED]
-    ok, buf = cv2.imencode(".png", np.ascontiguousarray(img), params)
-    if not ok:
-        raise ValueError(f"could not encode PNG for {path}")
-    atomic_write_bytes(path, buf.tobytes())
-
-
 def write_set(out: Path, photo_dir: Path, n: int, seed: int, overwrite: bool = False,
               target_hue: tuple[float, float] = TARGET_HUE) -> dict:
-    """Write ``n`` frames in the eval-real folder format plus ``meta.csv``; returns summary statistics."""
-    out = Path(out)
+    """Write frames ``0 .. n-1`` as an image set (:class:`graspsim.vision.image_set.ImageSetWriter`: ``images/`` and
+    ``masks/`` as compact PNGs named ``frame_00000.png`` ..., plus ``meta.csv`` with :data:`META_FIELDS`) and return
+    summary statistics. The set replaces an earlier one in ``out`` as a whole, and only with ``overwrite``."""
     gap = distractor_hue_gap(target_hue)  # a bad band fails before anything is written
-    if out.exists() and any(out.iterdir()):
-        if not overwrite:
-            raise FileExistsError(f"{out} is not empty; pass --overwrite to replace it")
-        for sub in ("images", "masks"):
-            shutil.rmtree(out / sub, ignore_errors=True)
-    (out / "images").mkdir(parents=True, exist_ok=True)
-    (out / "masks").mkdir(parents=True, exist_ok=True)
     metas = []
     t0 = time.perf_counter()
-    with ForeignRenderer(photo_dir, seed, target_hue=target_hue) as r:
+    with ImageSetWriter(out, overwrite=overwrite, masks=True, digits=5, compact=True, meta_fields=META_FIELDS) as w, \
+            ForeignRenderer(photo_dir, seed, target_hue=target_hue) as r:
         for k in range(n):
             rgb, mask, meta = r.frame(k)
-            _write_png(out / "images" / f"{meta.name}.png", rgb)
-            _write_png(out / "masks" / f"{meta.name}.png", mask)
+            w.add(rgb, mask, asdict(meta), stem=meta.name)
             metas.append(meta)
     seconds = time.perf_counter() - t0
-    with open(out / "meta.csv", "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=META_FIELDS)
-        w.writeheader()
-        for m in metas:
-            w.writerow({k: (int(v) if isinstance(v, bool) else v) for k, v in asdict(m).items()})
     return summarize(metas) | {
         "target_hue": [float(x) for x in target_hue], "distractor_hue_gap": [round(x, 6) for x in gap],
         "seconds": round(seconds, 1), "frames_per_second": round(n / seconds, 1),
@@ -587,37 +567,45 @@ def summarize(metas: list[FrameMeta]) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .backgrounds import DEFAULT_BACKGROUNDS
+@dataclass(frozen=True)
+class RenderTransferConfig:
+    """Draw a foreign-render transfer set (pybullet TinyRenderer over real photos) in the eval-real folder format."""
 
-    ap = argparse.ArgumentParser(
-        description="Write a foreign-render (pybullet TinyRenderer) transfer set in the eval-real folder format."
-    )
-    ap.add_argument("--split", default="test", help="photo split under data/backgrounds (val or test)")
-    ap.add_argument("--photos", type=Path, default=None, help="photo folder (overrides --split)")
-    ap.add_argument("--n", type=int, default=1024)
-    ap.add_argument("--seed", type=int, default=23)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--overwrite", action="store_true")
-    ap.add_argument(
-        "--target-hue", type=float, nargs=2, metavar=("LO", "HI"), default=list(TARGET_HUE),
-        help="HSV hue band of the target (1.0 = full circle, negative wraps; default: the red-orange "
-        f"{TARGET_HUE[0]} {TARGET_HUE[1]}, as the shipped sets). Distractors avoid the band widened by "
-        f"{DISTRACTOR_HUE_MARGIN} on each side. Use the same band as --sim.randomization.target-hue in training.",
-    )
-    args = ap.parse_args(argv)
-    try:
-        distractor_hue_gap(args.target_hue)
-    except ValueError as e:
-        ap.error(str(e))
-    photos = args.photos if args.photos is not None else DEFAULT_BACKGROUNDS / args.split
-    stats = write_set(args.out, photos, args.n, args.seed, overwrite=args.overwrite,
-                      target_hue=tuple(args.target_hue))
-    import json
+    out: Path
+    """Output folder: images/, masks/ and meta.csv. A non-empty folder is refused unless --overwrite is given."""
+    split: str = "test"
+    """Photo split under the shipped backgrounds, data/backgrounds (val or test; the shipped sets: val with seed 11,
+    test with seed 23)."""
+    photos: Optional[Path] = None
+    """Folder of photos to texture the table with (overrides --split)."""
+    n: int = 1024
+    """Frames to draw (every 4th one is target-free)."""
+    seed: int = 23
+    """Seed of the set: frame k depends only on (seed, k), so a set of N frames is the first N of any longer one."""
+    target_hue: Tuple[float, float] = TARGET_HUE
+    """HSV hue band of the target (1.0 = full circle, negative wraps around red; default the red-orange of the
+    shipped sets). Distractors avoid the band widened by 0.08 on each side. Use the band of
+    --sim.randomization.target-hue in training."""
+    overwrite: bool = False
+    """Replace the set (images/, masks/, meta.csv) of a non-empty --out as a whole when the new one is complete."""
 
-    print(json.dumps(stats, indent=1))
-    return 0
+    def __post_init__(self) -> None:
+        positive_int("RenderTransferConfig", "n", self.n)
+        try:
+            distractor_hue_gap(tuple(self.target_hue))
+        except ValueError as e:
+            raise ValueError(f"RenderTransferConfig.{e}") from None
+
+    def photo_dir(self) -> Path:
+        """The folder of photos the tables are textured with."""
+        from .backgrounds import DEFAULT_BACKGROUNDS
+
+        return Path(self.photos) if self.photos is not None else DEFAULT_BACKGROUNDS / self.split
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def render_transfer_set(cfg: RenderTransferConfig) -> dict:
+    """``graspsim render-transfer``: write the set of ``cfg`` (:func:`write_set`); returns and logs its statistics."""
+    stats = write_set(cfg.out, cfg.photo_dir(), cfg.n, cfg.seed, overwrite=cfg.overwrite,
+                      target_hue=(float(cfg.target_hue[0]), float(cfg.target_hue[1])))
+    log.info("wrote %d foreign-render frames to %s: %s", cfg.n, cfg.out, json.dumps(stats))
+    return stats

@@ -168,7 +168,8 @@ def to_frame_size(prob, h: int, w: int):
 
 def throughput(seg: Segmenter, batch: int = 256, iters: int = 5, seed: int = 0) -> dict:
     """Measure ``predict_mask`` speed on random ``batch,3,S,S`` uint8 frames: dict with ``img_per_s``,
-    ``batch``, ``dtype`` and ``threads``. One warm-up call is not timed."""
+    ``batch``, ``dtype``, ``mirror_tta`` and ``threads``. One warm-up call is not timed. The benchmark script
+    ``benchmarks/vision_throughput.py`` compares precisions and mirror averaging with it."""
     import time
 
     g = torch.Generator().manual_seed(seed)
@@ -180,18 +181,3 @@ def throughput(seg: Segmenter, batch: int = 256, iters: int = 5, seed: int = 0) 
     dt = time.perf_counter() - t
     return {"img_per_s": batch * iters / dt, "batch": batch, "dtype": "bfloat16" if seg.bf16 else "float32",
             "mirror_tta": seg.mirror_tta, "threads": torch.get_num_threads()}
-
-
-if __name__ == "__main__":  # python -m graspsim.vision.infer CKPT [batch]: inference throughput (also without mirror averaging)
-    import json
-    import sys
-
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: python -m graspsim.vision.infer CHECKPOINT [BATCH]")
-    s = Segmenter.from_checkpoint(sys.argv[1])
-    res = throughput(s, int(sys.argv[2]) if len(sys.argv) > 2 else 256)
-    seg32 = Segmenter.from_checkpoint(sys.argv[1], precision="fp32")
-    fp32 = throughput(seg32, res["batch"])
-    seg32.mirror_tta = False  # one pass per frame, for comparison with the checkpoint's mirror averaging
-    print(json.dumps({"auto": res, "fp32": fp32, "fp32_no_mirror": throughput(seg32, res["batch"]),
-                      "bf16_disagreement": s.bf16_disagreement}, indent=2))

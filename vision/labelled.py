@@ -1,5 +1,5 @@
-"""A user's labelled frames (the eval-real folder format: ``images/`` plus ``masks/`` with the same stems), read whole
-into tensors for ``graspsim calibrate`` and for fine-tuning (``train-vision --real``).
+"""A user's labelled frames (an image set, :mod:`graspsim.vision.image_set`: ``images/`` plus ``masks/`` with the same
+stems), read whole into tensors for ``graspsim calibrate`` and for fine-tuning (``train-vision --real``).
 
 Every image needs a mask of the same width and height (all zero on a target-free frame), and all frames of one folder
 must share one size, so that they stack into one batch and a mask pixel means the same at every frame.
@@ -16,8 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .evaluate import find_masks
-from .io import MASK_MAX_LEVELS, list_images, load_mask, read_image
+from .image_set import IMAGES, MASK_MAX_LEVELS, MASKS, find_masks, list_images, load_mask, mask_folder_of, read_image
 
 
 @dataclass
@@ -55,11 +54,6 @@ class LabelledFrames:
         rgb = F.interpolate(self.rgb.float(), size=(size, size), mode=mode).round().clamp(0, 255).to(torch.uint8)
         mask = F.interpolate(self.mask[:, None].float(), size=(size, size), mode=mode)[:, 0] >= 0.5
         return LabelledFrames(rgb, mask, self.names, self.folder)
-
-
-def mask_folder_of(images: str | os.PathLike) -> Path:
-    """The ``masks/`` folder beside an ``images/`` folder."""
-    return Path(images).parent / "masks"
 
 
 def load_labelled(images: str | os.PathLike, masks: str | os.PathLike | None = None, square: bool = False) -> LabelledFrames:
@@ -106,10 +100,10 @@ class RealFrames:
         sets = []
         for folder in folders:
             folder = Path(folder)
-            if not (folder / "images").is_dir():
+            if not (folder / IMAGES).is_dir():
                 raise FileNotFoundError(f"--real {folder} has no images/ folder (it should hold images/ and masks/, the "
                                         "eval-real format)")
-            frames = load_labelled(folder / "images", folder / "masks", square=True)
+            frames = load_labelled(folder / IMAGES, folder / MASKS, square=True)
             if sets and frames.rgb.shape[-2:] != sets[0].rgb.shape[-2:]:
                 raise ValueError(f"--real frames of {folder} are {frames.rgb.shape[-1]}x{frames.rgb.shape[-2]} but those of "
                                  f"{sets[0].folder.parent} are {sets[0].rgb.shape[-1]}x{sets[0].rgb.shape[-2]}; give "

@@ -28,7 +28,7 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,7 @@ from torch import Tensor
 from graspsim import distributed, runs
 from graspsim.fileio import check_out_dir
 from graspsim.progress import progress_bar
+from graspsim.seeds import data_seed, net_init_seed
 from graspsim.torch_util import count_parameters
 
 from .backgrounds import BackgroundBank, resolve_split
@@ -153,16 +154,16 @@ def load_teacher(path: Path, device: torch.device, patch: int) -> Callable[[Tens
 
 
 def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Optimizer, torch.Generator, bool]:
-    """A freshly initialised model (seeded by ``cfg.seed``; channels-last on CPU), its AdamW optimizer, the data
-    generator (seeded by ``cfg.seed``) on ``cfg.runtime.device``, and whether to train under bf16 autocast (only on CPUs with
+    """A freshly initialised model (seeded by :func:`graspsim.seeds.net_init_seed`; channels-last on CPU), its AdamW
+    optimizer, the data generator (seeded by :func:`graspsim.seeds.data_seed`) on ``cfg.runtime.device``, and whether to train under bf16 autocast (only on CPUs with
     native bf16, :func:`graspsim.vision.model.cpu_has_fast_bf16`)."""
     dev = torch.device(cfg.runtime.device)
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(net_init_seed(cfg.seed))
     model = SegNet(cfg.model).to(dev)
     if dev.type == "cpu":
         model = model.to(memory_format=torch.channels_last)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+    gen = torch.Generator(device=dev).manual_seed(data_seed(cfg.seed))
     return model, opt, gen, cfg.bf16 and dev.type == "cpu" and cpu_has_fast_bf16()
 
 
@@ -250,170 +251,292 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
 
 
 def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
-    from torch.utils.tensorboard import SummaryWriter
-
+    """The run of the module docstring: inputs, the net, the training steps, then the operating point and the tests."""
     dev = distributed.local_device(cfg.runtime.device)
     out = check_out_dir(cfg.out, resume=cfg.resume)  # a non-empty folder needs --resume
     ckpt_path = out / CHECKPOINT_NAME
     if cfg.resume and not ckpt_path.is_file():
         raise FileNotFoundError(f"--resume: no checkpoint at {ckpt_path}")
-    transfer = load_transfer_sets(cfg.transfer, cfg.sim.image_size)
-
-    size = cfg.sim.image_size
-    composer, val_composer = build_composers(cfg)
-    train_bank, val_bank = composer.bank, val_composer.bank
-    hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
-    teacher = load_teacher(cfg.teacher, dev, cfg.patch if 0 < cfg.patch < size else 0) if cfg.teacher is not None else None
-    real = load_real_frames(cfg, transfer)
+    inputs = _load_inputs(cfg, dev)
     distributed.barrier()  # every rank has checked the inputs before rank 0 writes into out/
     if ctx.is_main:
         out.mkdir(parents=True, exist_ok=True)  # only once the inputs are known to be good
-    n_hdf5 = _hdf5_share(cfg, hdf5)
-    n_other = n_hdf5 + _real_share(cfg, real)  # frames of a batch that are not composites
+    run = _start_training(cfg, inputs.real, ckpt_path, dev, ctx)
+    validator = None
+    if ctx.is_main:  # rank 0 writes, validates and logs; the others only train
+        runs.write_config(out, cfg.to_dict())
+        validator = _Validator(cfg, inputs.val_composer, inputs.transfer, out)
+    log.info("training precision: %s", "bf16 autocast" if run.bf16 else "float32")
+    net = _data_parallel(run.model, cfg, dev, ctx)
+    nparams = count_parameters(run.model)
+    log.info("SegNet %s: %d parameters", dataclasses.asdict(cfg.model), nparams)
 
+    val_summary, train_seconds = _train_loop(cfg, run, net, inputs, validator, ckpt_path, ctx)
+    steps_done = max(run.start, cfg.steps)
+    final_states = _generator_states(run, steps_done)
+    if not ctx.is_main:
+        return distributed.broadcast_object(None)  # rank 0's final metrics
+
+    result, by_background = _final_evaluation(cfg, run, inputs, validator, val_summary, steps_done)
+    result.update({"train_seconds": train_seconds, "num_parameters": nparams, "batch_size": cfg.batch_size,
+                   "train_backgrounds": inputs.composer.bank.names, "val_backgrounds": inputs.val_composer.bank.names,
+                   "history": run.history, "test_by_background": by_background,
+                   **({"fine_tune": run.fine_tune} if run.fine_tune else {})})
+    result["world_size"] = ctx.world_size
+    _save(ckpt_path, cfg, run, validator.probe, steps_done, result["threshold"], result, train_seconds, final_states,
+          ctx, result["peak_threshold"])
+    atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
+    _log_tests(result)
+    return distributed.broadcast_object(result)
+
+
+class _Inputs(NamedTuple):
+    """What a run trains and validates on besides the net (every rank loads them)."""
+
+    composer: Composer
+    """Training composites (training photos, appearance randomization)."""
+    val_composer: Composer
+    """Validation and test composites (held-out photos, real colours)."""
+    transfer: dict
+    """Transfer sets by split (``val``, ``test``; empty without ``--transfer``)."""
+    hdf5: HDF5Frames | None
+    """Frames of ``--hdf5`` mixed into every batch, or None."""
+    teacher: Callable[[Tensor, bool], Tensor] | None
+    """The distillation teacher of ``--teacher`` (:func:`load_teacher`), or None."""
+    real: RealFrames | None
+    """The labelled real frames of ``--real``, or None."""
+
+
+def _load_inputs(cfg: TrainVisionConfig, dev: torch.device) -> _Inputs:
+    """Load and check every input of the run (nothing is written): transfer sets, composers, ``--hdf5`` frames,
+    teacher, ``--real`` frames."""
+    transfer = load_transfer_sets(cfg.transfer, cfg.sim.image_size)
+    size = cfg.sim.image_size
+    composer, val_composer = build_composers(cfg)
+    hdf5 = HDF5Frames(cfg.hdf5, size, cfg.hdf5_max_frames) if cfg.hdf5 is not None else None
+    teacher = load_teacher(cfg.teacher, dev, cfg.patch if 0 < cfg.patch < size else 0) if cfg.teacher is not None else None
+    real = load_real_frames(cfg, transfer)
+    return _Inputs(composer, val_composer, transfer, hdf5, teacher, real)
+
+
+@dataclasses.dataclass
+class _Training:
+    """What a run carries from step to step and into its checkpoints."""
+
+    model: SegNet
+    opt: torch.optim.Optimizer
+    gen: torch.Generator
+    """This rank's data stream (composites, patches, frame draws)."""
+    bf16: bool
+    """Train under bf16 autocast."""
+    start: int
+    """Steps finished before this invocation (0 for a fresh run)."""
+    train_seconds: float
+    """Training seconds of earlier invocations."""
+    fine_tune: dict | None
+    """The ``fine_tune`` record (``--init`` / ``--real``), or None."""
+    history: list[dict]
+    """Validation rows (step, loss, iou, precision, recall) so far."""
+
+
+def _start_training(cfg: TrainVisionConfig, real: RealFrames | None, ckpt_path: Path, dev: torch.device,
+                    ctx: distributed.Context) -> _Training:
+    """The net, optimizer and this rank's data stream: fresh (:func:`new_training_state`, then the ``--init`` weights)
+    or, with ``--resume``, as ``ckpt_path`` left them (after the one resume rule and the world-size check)."""
     model, opt, gen, bf16 = new_training_state(cfg)
     model.to(dev)
     fine_tune = None if cfg.resume else _start_from_init(model, cfg, real)
-    gen.manual_seed(distributed.rank_seed(cfg.seed, ctx.rank))
-    start, train_seconds = 0, 0.0
-    if cfg.resume:
-        ckpt = load_checkpoint(ckpt_path, map_location=dev)
-        if "optimizer" not in ckpt or "generator_state" not in ckpt:
-            raise ValueError(f"--resume: {ckpt_path} is a deployable checkpoint without optimizer and data-RNG state "
-                             "(e.g. a shipped net); it can be used for inference but not resumed")
-        runs.check_resume(ckpt["config"], cfg.to_dict(), RESUMABLE_KEYS, ckpt_path, ADDED_SETTINGS)  # the one resume rule
-        stored_world = int(ckpt.get("world_size", 1))
-        if stored_world != ctx.world_size:
-            raise ValueError(f"--resume: {ckpt_path} was written by {stored_world} process(es), this run has "
-                             f"{ctx.world_size}; each process continues its own data stream, so resume with "
-                             f"--nproc-per-node {stored_world} (or start a new run folder)")
-        model.load_state_dict(ckpt["model"])
-        fine_tune = ckpt.get("fine_tune")
-        opt.load_state_dict(ckpt["optimizer"])
-        gen.set_state(ckpt.get("generator_states", [ckpt["generator_state"]])[ctx.rank])
-        start = int(ckpt["step"])
-        train_seconds = float(ckpt.get("train_seconds", 0.0))
-        log.info("resumed %s at step %d", ckpt_path, start)
-        if start >= cfg.steps:
-            log.info("checkpoint already at step %d >= --steps %d; only re-evaluating", start, cfg.steps)
-    if ctx.is_main:  # rank 0 writes, validates and logs; the others only train
-        runs.write_config(out, cfg.to_dict())
+    gen.manual_seed(distributed.rank_seed(data_seed(cfg.seed), ctx.rank))
+    run = _Training(model, opt, gen, bf16, start=0, train_seconds=0.0, fine_tune=fine_tune, history=[])
+    if not cfg.resume:
+        return run
+    ckpt = load_checkpoint(ckpt_path, map_location=dev)
+    if "optimizer" not in ckpt or "generator_state" not in ckpt:
+        raise ValueError(f"--resume: {ckpt_path} is a deployable checkpoint without optimizer and data-RNG state "
+                         "(e.g. a shipped net); it can be used for inference but not resumed")
+    runs.check_resume(ckpt["config"], cfg.to_dict(), RESUMABLE_KEYS, ckpt_path, ADDED_SETTINGS)  # the one resume rule
+    stored_world = int(ckpt.get("world_size", 1))
+    if stored_world != ctx.world_size:
+        raise ValueError(f"--resume: {ckpt_path} was written by {stored_world} process(es), this run has "
+                         f"{ctx.world_size}; each process continues its own data stream, so resume with "
+                         f"--nproc-per-node {stored_world} (or start a new run folder)")
+    model.load_state_dict(ckpt["model"])
+    run.fine_tune = ckpt.get("fine_tune")
+    opt.load_state_dict(ckpt["optimizer"])
+    gen.set_state(ckpt.get("generator_states", [ckpt["generator_state"]])[ctx.rank])
+    run.start = int(ckpt["step"])
+    run.train_seconds = float(ckpt.get("train_seconds", 0.0))
+    run.history = list(ckpt.get("history", []))
+    log.info("resumed %s at step %d", ckpt_path, run.start)
+    if run.start >= cfg.steps:
+        log.info("checkpoint already at step %d >= --steps %d; only re-evaluating", run.start, cfg.steps)
+    return run
+
+
+def _data_parallel(model: SegNet, cfg: TrainVisionConfig, dev: torch.device, ctx: distributed.Context) -> torch.nn.Module:
+    """What :func:`train_step` calls: ``model`` itself, or under torchrun its data-parallel wrapper (DDP's defaults:
+    parameters broadcast from rank 0 at construction, buffers such as BatchNorm running statistics from rank 0
+    before every forward pass)."""
+    if not ctx.distributed:
+        return model
+    net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    log.info("data-parallel training on %d processes: %d composites per step (%d per process)", ctx.world_size,
+             ctx.world_size * cfg.batch_size, cfg.batch_size)
+    return net
+
+
+class _Validator:
+    """Rank 0's validation: the fixed validation composites (``cfg.n_val`` at ``cfg.val_seed``) and the transfer
+    ``val/`` set scored at a step and logged to TensorBoard (``out/tb``). Keeps each set's latest probabilities
+    (``last_probs``: ``composite`` / ``transfer`` -> N,H,W float) for the final choice of the operating point."""
+
+    def __init__(self, cfg: TrainVisionConfig, val_composer: Composer, transfer: dict, out: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
         log.info("rendering %d validation composites", cfg.n_val)
-        val_rgb, val_mask = make_set(val_composer, cfg.n_val, cfg.val_seed)
-        probe = val_rgb[val_mask.flatten(1).any(1)][:24].clone()  # clone: a slice would save the whole storage
-        writer = SummaryWriter(str(out / "tb"))
-    log.info("training precision: %s", "bf16 autocast" if bf16 else "float32")
-    net = model  # what train_step calls: the model itself, or its data-parallel wrapper under torchrun
-    if ctx.distributed:
-        # DDP's defaults: parameters broadcast from rank 0 at construction, buffers (BatchNorm running statistics)
-        # from rank 0 before every forward pass
-        net = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
-        log.info("data-parallel training on %d processes: %d composites per step (%d per process)", ctx.world_size,
-                 ctx.world_size * cfg.batch_size, cfg.batch_size)
-    nparams = count_parameters(model)
-    log.info("SegNet %s: %d parameters", dataclasses.asdict(cfg.model), nparams)
+        self.cfg, self.transfer = cfg, transfer
+        self.rgb, self.mask = make_set(val_composer, cfg.n_val, cfg.val_seed)  # N,3,H,W uint8 / N,H,W bool
+        self.probe = self.rgb[self.mask.flatten(1).any(1)][:24].clone()  # clone: a slice would save the whole storage
+        self.writer = SummaryWriter(str(out / "tb"))
+        self.last_probs: dict[str, Tensor] = {}
 
-    last_val_probs: dict[str, Tensor] = {}  # the latest validation pass, reused for the final threshold choice
-
-    def validate(step: int) -> dict:
-        probs = predict_probs(model, val_rgb, bf16, mirror=cfg.mirror_tta)
-        last_val_probs["composite"] = probs
+    def __call__(self, model: SegNet, step: int, bf16: bool) -> dict:
+        """Validation metrics of ``model`` at ``step`` (loss, IoU, precision, recall, false-positive image rate at
+        0.5, ``best_threshold``; ``window_coverage`` for cropped nets; ``transfer_iou`` when a transfer val/ set is
+        given and ``step`` > 0)."""
+        cfg, writer = self.cfg, self.writer
+        probs = predict_probs(model, self.rgb, bf16, mirror=cfg.mirror_tta)
+        self.last_probs["composite"] = probs
         with torch.no_grad():
-            vloss = float(seg_loss(torch.logit(probs.clamp(1e-6, 1 - 1e-6)), val_mask, cfg.dice_weight,
+            vloss = float(seg_loss(torch.logit(probs.clamp(1e-6, 1 - 1e-6)), self.mask, cfg.dice_weight,
                                   cfg.pos_weight, cfg.tversky_beta))
-        summ, curve = evaluate_set(probs, val_mask, 0.5, cfg.min_pixels)
+        summ, curve = evaluate_set(probs, self.mask, 0.5, cfg.min_pixels)
         summ["loss"] = vloss
         summ["best_threshold"] = best_threshold(curve, cfg.max_fp_image_rate, cfg.min_precision)
         if cfg.model.crop:  # share of the target pixels that fall inside the cascade's windows
-            summ["window_coverage"] = locator_coverage(model, val_rgb, val_mask)
+            summ["window_coverage"] = locator_coverage(model, self.rgb, self.mask)
         for k in ("loss", "iou", "precision", "recall", "false_positive_image_rate", "window_coverage"):
             if math.isfinite(summ.get(k, math.nan)):
                 writer.add_scalar(f"val/{k}", summ[k], step)
-        if "val" in transfer and step > 0:  # (the untrained net's score on it says nothing)
-            tv = transfer["val"]
-            last_val_probs["transfer"] = predict_probs(model, tv.rgb, bf16, mirror=cfg.mirror_tta)
-            tsum, _ = evaluate_set(last_val_probs["transfer"], tv.mask, 0.5, cfg.min_pixels)
+        if "val" in self.transfer and step > 0:  # (the untrained net's score on it says nothing)
+            tv = self.transfer["val"]
+            self.last_probs["transfer"] = predict_probs(model, tv.rgb, bf16, mirror=cfg.mirror_tta)
+            tsum, _ = evaluate_set(self.last_probs["transfer"], tv.mask, 0.5, cfg.min_pixels)
             summ["transfer_iou"] = tsum["iou"]
             for k in ("iou", "precision", "recall", "false_positive_image_rate"):
                 if math.isfinite(tsum[k]):
                     writer.add_scalar(f"transfer_val/{k}", tsum[k], step)
         return summ
 
-    def elapsed() -> float:
-        return train_seconds + time.perf_counter() - t_start
 
-    def generator_states() -> list[Tensor]:
-        """Every rank's data-RNG state (a collective: every rank calls it at the same steps)."""
-        distributed.check_identical(model, f"train-vision step {step + 1}")
-        return distributed.all_gather_object(gen.get_state())
+def _history_row(step: int, summ: dict) -> dict:
+    return {"step": step, **{k: summ[k] for k in ("loss", "iou", "precision", "recall")}}
 
-    def checkpoint(step: int, threshold: float, metrics: dict, seconds: float, states: list[Tensor],
-                   peak: float = 0.0) -> None:
-        if not ctx.is_main:
-            return
-        extra = {"world_size": ctx.world_size, "generator_states": states} if ctx.distributed else {}
-        save_checkpoint(ckpt_path, {**extra,
-            "model": model.state_dict(), "optimizer": opt.state_dict(), "model_config": dataclasses.asdict(cfg.model),
-            "config": cfg.to_dict(), "step": step, "threshold": threshold, "peak_threshold": peak, "image_size": size,
-            "mirror_tta": cfg.mirror_tta, **({"fine_tune": fine_tune} if fine_tune else {}),
-            "metrics": metrics,
-            "probe_rgb": probe, "generator_state": gen.get_state(), "train_seconds": seconds, "history": history,
-        })
 
+def _train_loop(cfg: TrainVisionConfig, run: _Training, net: torch.nn.Module, inputs: _Inputs,
+                validator: _Validator | None, ckpt_path: Path, ctx: distributed.Context) -> tuple[dict, float]:
+    """Steps ``run.start`` .. ``cfg.steps - 1``: rank 0 also logs, validates every ``val_every`` steps and checkpoints
+    every ``ckpt_every`` steps (``validator`` None on the other ranks, which only train and join the checkpoints'
+    collectives). Returns (the last validation summary, {} if none ran; the training seconds of every invocation)."""
+    n_other = _hdf5_share(cfg, inputs.hdf5) + _real_share(cfg, inputs.real)  # frames of a batch that are not composites
     val_summary: dict = {}
     threshold = 0.5
-    history: list[dict] = list(ckpt.get("history", [])) if cfg.resume else []
-    if start == 0 and ctx.is_main:
-        v0 = validate(0)
-        history.append({"step": 0, **{k: v0[k] for k in ("loss", "iou", "precision", "recall")}})
-    model.train()
+    if run.start == 0 and validator is not None:
+        run.history.append(_history_row(0, validator(run.model, 0, run.bf16)))
+    run.model.train()
     layers = None
     t_start = time.perf_counter()
     with progress_bar("train-vision", cfg.runtime.progress and ctx.is_main, fields=("{task.fields[info]}",)) as bar:
-        task = bar.add_task("train", total=cfg.steps, completed=start, info="")
-        for step in range(start, cfg.steps):
-            for grp in opt.param_groups:
-                grp["lr"] = lr_at(step, cfg)
-            if cfg.layer_reuse > 1 and (layers is None or (step - start) % cfg.layer_reuse == 0):
-                layers = composer.render_layers(cfg.batch_size - n_other, gen)
-            x, mask, *frames = training_batch(composer, cfg, gen, hdf5, layers, real, with_frames=bool(cfg.model.crop))
-            soft = teacher(x, bf16) if teacher is not None else None
-            loss = train_step(net, opt, x, mask, cfg, bf16, step, soft, tuple(frames) or None)
+        task = bar.add_task("train", total=cfg.steps, completed=run.start, info="")
+        for step in range(run.start, cfg.steps):
+            loss, layers = _step(cfg, run, net, inputs, step, layers, n_other)
             done = step + 1
-            if not ctx.is_main:
-                if done % cfg.ckpt_every == 0 or done == cfg.steps:
-                    generator_states()
+            checkpoint_now = done % cfg.ckpt_every == 0 or done == cfg.steps
+            if validator is None:
+                if checkpoint_now:
+                    _generator_states(run, done)
                 continue
             if done % 10 == 0 or done == cfg.steps:
-                writer.add_scalar("loss/train", float(loss), done)
-                writer.add_scalar("charts/lr", opt.param_groups[0]["lr"], done)
+                validator.writer.add_scalar("loss/train", float(loss), done)
+                validator.writer.add_scalar("charts/lr", run.opt.param_groups[0]["lr"], done)
             if done % cfg.val_every == 0 or done == cfg.steps:
-                val_summary = validate(done)
+                val_summary = validator(run.model, done, run.bf16)
                 threshold = val_summary["best_threshold"]
-                history.append({"step": done, **{k: val_summary[k] for k in ("loss", "iou", "precision", "recall")}})
+                run.history.append(_history_row(done, val_summary))
                 bar.update(task, info=f"loss {float(loss):.3f} val iou@0.5 {val_summary['iou']:.3f}")
-                log.info("step %d: val loss %.4f iou@0.5 %.3f precision %.3f recall %.3f fp-images %.3f%s", done,
-                         val_summary["loss"], val_summary["iou"], val_summary["precision"], val_summary["recall"],
-                         val_summary["false_positive_image_rate"],
-                         f" window coverage {val_summary['window_coverage']:.4f}" if cfg.model.crop else "")
-            if done % cfg.ckpt_every == 0 or done == cfg.steps:
-                writer.add_scalar("charts/train_seconds", elapsed(), done)
-                checkpoint(done, threshold, val_summary, elapsed(), generator_states())
+                _log_validation(done, val_summary, bool(cfg.model.crop))
+            if checkpoint_now:
+                seconds = run.train_seconds + time.perf_counter() - t_start
+                validator.writer.add_scalar("charts/train_seconds", seconds, done)
+                _save(ckpt_path, cfg, run, validator.probe, done, threshold, val_summary, seconds,
+                      _generator_states(run, done), ctx)
             bar.update(task, advance=1)
-    train_seconds = elapsed()
-    steps_done = max(start, cfg.steps)
-    step = steps_done - 1
-    final_states = generator_states()
-    if not ctx.is_main:
-        return distributed.broadcast_object(None)  # rank 0's final metrics
+    return val_summary, run.train_seconds + time.perf_counter() - t_start
 
-    # final: thresholds (pixel and frame-level peak) from validation, metrics on the separate test draws
-    if not val_summary or "composite" not in last_val_probs:
-        val_summary = validate(steps_done)
+
+def _step(cfg: TrainVisionConfig, run: _Training, net: torch.nn.Module, inputs: _Inputs, step: int,
+          layers, n_other: int) -> tuple[Tensor, object]:
+    """Training step ``step`` (0-based): the learning rate of the schedule, the batch (rendering new composite layers
+    every ``layer_reuse`` steps), the teacher's probabilities, one optimizer step. ``layers``: the reused composite
+    layers (None until first rendered); ``n_other``: frames of a batch that are not composites. Returns (the
+    detached loss, the layers for the next step)."""
+    composer = inputs.composer
+    for grp in run.opt.param_groups:
+        grp["lr"] = lr_at(step, cfg)
+    if cfg.layer_reuse > 1 and (layers is None or (step - run.start) % cfg.layer_reuse == 0):
+        layers = composer.render_layers(cfg.batch_size - n_other, run.gen)
+    x, mask, *frames = training_batch(composer, cfg, run.gen, inputs.hdf5, layers, inputs.real,
+                                      with_frames=bool(cfg.model.crop))
+    soft = inputs.teacher(x, run.bf16) if inputs.teacher is not None else None
+    loss = train_step(net, run.opt, x, mask, cfg, run.bf16, step, soft, tuple(frames) or None)
+    return loss, layers
+
+
+def _log_validation(step: int, summ: dict, cropped: bool) -> None:
+    log.info("step %d: val loss %.4f iou@0.5 %.3f precision %.3f recall %.3f fp-images %.3f%s", step,
+             summ["loss"], summ["iou"], summ["precision"], summ["recall"], summ["false_positive_image_rate"],
+             f" window coverage {summ['window_coverage']:.4f}" if cropped else "")
+
+
+def _generator_states(run: _Training, done: int) -> list[Tensor]:
+    """Every rank's data-RNG state after ``done`` steps, in rank order (a collective: every rank calls it at the same
+    steps; it first checks that every rank holds the same weights)."""
+    distributed.check_identical(run.model, f"train-vision step {done}")
+    return distributed.all_gather_object(run.gen.get_state())
+
+
+def _save(path: Path, cfg: TrainVisionConfig, run: _Training, probe: Tensor, step: int, threshold: float,
+          metrics: dict, seconds: float, states: list[Tensor], ctx: distributed.Context, peak: float = 0.0) -> None:
+    """Rank 0 writes the resumable checkpoint at ``step`` (:mod:`graspsim.vision.checkpoint`): weights, optimizer,
+    configs, operating point (``threshold``, frame gate ``peak``), ``metrics``, ``probe`` images N,3,H,W uint8, the
+    data-RNG ``states`` of every rank, ``seconds`` of training and the validation history."""
+    if not ctx.is_main:
+        return
+    extra = {"world_size": ctx.world_size, "generator_states": states} if ctx.distributed else {}
+    save_checkpoint(path, {**extra,
+        "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "model_config": dataclasses.asdict(cfg.model),
+        "config": cfg.to_dict(), "step": step, "threshold": threshold, "peak_threshold": peak,
+        "image_size": cfg.sim.image_size, "mirror_tta": cfg.mirror_tta,
+        **({"fine_tune": run.fine_tune} if run.fine_tune else {}),
+        "metrics": metrics,
+        "probe_rgb": probe, "generator_state": run.gen.get_state(), "train_seconds": seconds, "history": run.history,
+    })
+
+
+def _final_evaluation(cfg: TrainVisionConfig, run: _Training, inputs: _Inputs, validator: _Validator,
+                      val_summary: dict, steps_done: int) -> tuple[dict, dict]:
+    """Rank 0's end of the run: the pixel threshold and frame gate chosen on validation (``--operating-point``), what
+    validation promises there, and the metrics at that point on the test composites (``cfg.n_test`` at
+    ``cfg.test_seed``) and the transfer ``test/`` set. Returns (the first part of the metrics dict: ``test``, ``val``,
+    ``threshold``, ``peak_threshold``, ``operating_point``, transfer results, ``mirror_tta``, ``steps``; the test
+    metrics per background photo); closes the TensorBoard writer."""
+    model, bf16, transfer, writer = run.model, run.bf16, inputs.transfer, validator.writer
+    if not val_summary or "composite" not in validator.last_probs:
+        val_summary = validator(model, steps_done, bf16)
     chooser = {"composite": ["composite"], "transfer": ["transfer"], "both": ["composite", "transfer"]}[cfg.operating_point]
-    val_sets = {"composite": (last_val_probs["composite"], val_mask, cfg.max_fp_image_rate, cfg.min_precision)}
+    val_sets = {"composite": (validator.last_probs["composite"], validator.mask, cfg.max_fp_image_rate, cfg.min_precision)}
     if "val" in transfer:
-        val_sets["transfer"] = (last_val_probs["transfer"], transfer["val"].mask, cfg.transfer_max_fp_image_rate,
+        val_sets["transfer"] = (validator.last_probs["transfer"], transfer["val"].mask, cfg.transfer_max_fp_image_rate,
                                 cfg.transfer_min_precision)
     threshold, peak = choose_thresholds_on([val_sets[k] for k in chooser], min_pixels=cfg.min_pixels,
                                            peaks=PEAKS if cfg.frame_gate else (0.0,))
@@ -422,11 +545,12 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
     # what validation promises at the chosen point, to compare with the tests
     promised = {k: evaluate_set(gate_frames(v[0], peak), v[1], threshold, cfg.min_pixels)[0] for k, v in val_sets.items()}
     log.info("rendering test composites")
-    test_rgb, test_mask, test_bg = make_set(val_composer, cfg.n_test, cfg.test_seed, with_background=True)
+    test_rgb, test_mask, test_bg = make_set(inputs.val_composer, cfg.n_test, cfg.test_seed, with_background=True)
     test_probs = gate_frames(predict_probs(model, test_rgb, bf16, mirror=cfg.mirror_tta), peak)
     test_summary, _ = evaluate_set(test_probs, test_mask, threshold, cfg.min_pixels)
     test_summary["peak_threshold"] = peak
-    by_background = per_background(test_probs, test_mask, test_bg, val_bank.names, threshold, cfg.min_pixels)
+    by_background = per_background(test_probs, test_mask, test_bg, inputs.val_composer.bank.names, threshold,
+                                   cfg.min_pixels)
     tests = {"test": test_summary}
     transfer_result: dict = {}
     if "test" in transfer:
@@ -441,7 +565,7 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
             if math.isfinite(summ[k]):
                 writer.add_scalar(f"{name}/{k}", summ[k], steps_done)
     writer.close()
-    result = {
+    return {
         "test": test_summary, "val": val_summary, "threshold": threshold, "peak_threshold": peak,
         "operating_point": {"chosen_on": chooser, "max_fp_image_rate": cfg.max_fp_image_rate,
                             "min_precision": cfg.min_precision, "transfer_max_fp_image_rate": cfg.transfer_max_fp_image_rate,
@@ -449,22 +573,19 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
                             "gap": operating_point_gap(promised, tests)},
         **transfer_result,
         "mirror_tta": cfg.mirror_tta, "steps": steps_done,
-        "train_seconds": train_seconds, "num_parameters": nparams, "batch_size": cfg.batch_size,
-        "train_backgrounds": train_bank.names, "val_backgrounds": val_bank.names, "history": history,
-        "test_by_background": by_background, **({"fine_tune": fine_tune} if fine_tune else {}),
-    }
-    result["world_size"] = ctx.world_size
-    checkpoint(steps_done, threshold, result, train_seconds, final_states, peak)
-    atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
+    }, by_background
+
+
+def _log_tests(result: dict) -> None:
+    """Log the final test metrics (composites, transfer test, per background)."""
+    t = result["test"]
     log.info("test (held-out backgrounds, %d frames): iou %.3f precision %.3f recall %.3f fp-images %.3f",
-             test_summary["num_images"], test_summary["iou"], test_summary["precision"], test_summary["recall"],
-             test_summary["false_positive_image_rate"])
-    if "transfer_test" in tests:
-        t = tests["transfer_test"]
+             t["num_images"], t["iou"], t["precision"], t["recall"], t["false_positive_image_rate"])
+    if "transfer_test" in result:
+        t = result["transfer_test"]
         log.info("transfer test (another renderer on unseen photos, %d frames): iou %.3f precision %.3f recall %.3f "
                  "fp-images %.3f", t["num_images"], t["iou"], t["precision"], t["recall"], t["false_positive_image_rate"])
-    for name, m in by_background.items():
+    for name, m in result["test_by_background"].items():
         log.info("  test on %-28s iou %.3f precision %.3f recall %.3f fp-images %.3f (%d target / %d empty frames)",
                  name, m["iou"], m["precision"], m["recall"], m["false_positive_image_rate"], m["num_target_images"],
                  m["num_empty_images"])
-    return distributed.broadcast_object(result)

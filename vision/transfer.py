@@ -1,15 +1,15 @@
 """Loading the shipped foreign-render transfer sets (``data/transfer/{val,test}``).
 
-The sets are made by :mod:`graspsim.vision.foreign_render` (pybullet's TinyRenderer over the ``val`` and ``test``
-background photos) and stored in the eval-real folder format: ``images/*.png``, ``masks/*.png`` with the
-same stems (all-zero mask = target-free frame) and a ``meta.csv`` of per-frame metadata. ``val`` may be
-used to choose an operating point; ``test`` is for final reporting only (see ``data/transfer/README.md``).
+The sets are made by :mod:`graspsim.vision.foreign_render` (``graspsim render-transfer``: pybullet's TinyRenderer over
+the ``val`` and ``test`` background photos) and stored as image sets (:mod:`graspsim.vision.image_set`):
+``images/*.png``, ``masks/*.png`` with the same stems (all-zero mask = target-free frame) and a ``meta.csv`` of
+per-frame metadata. ``val`` may be used to choose an operating point; ``test`` is for final reporting only (see
+``data/transfer/README.md``).
 Nothing here is imported by the training code.
 """
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .backgrounds import DEFAULT_TRANSFER
-from .io import list_images, read_image, read_mask
+from .image_set import IMAGES, MASKS, META, list_images, read_image, read_mask, read_meta
 
 TRANSFER_DIR = DEFAULT_TRANSFER
 FRAME_SIZE = 64
@@ -63,8 +63,8 @@ def load_transfer_set(split: str = "test", root: Path | None = None) -> Transfer
     """
     folder = (Path(root) if root is not None else TRANSFER_DIR) / split
     if not folder.is_dir():
-        raise FileNotFoundError(f"transfer set {folder} does not exist (make it with python -m graspsim.vision.foreign_render)")
-    img_dir, mask_dir = folder / "images", folder / "masks"
+        raise FileNotFoundError(f"transfer set {folder} does not exist (make it with graspsim render-transfer)")
+    img_dir, mask_dir = folder / IMAGES, folder / MASKS
     for d in (img_dir, mask_dir):
         if not d.is_dir():
             raise FileNotFoundError(f"transfer set {folder} has no {d.name}/ folder")
@@ -92,10 +92,9 @@ def load_transfer_set(split: str = "test", root: Path | None = None) -> Transfer
         rgb[i] = img
         mask[i] = m
     meta: list[dict] = [{} for _ in names]
-    meta_path = folder / "meta.csv"
+    meta_path = folder / META
     if meta_path.is_file():
-        with open(meta_path, newline="") as fh:
-            rows = {r["name"]: _parse_meta_row(r) for r in csv.DictReader(fh)}
+        rows = {name: _parse_meta_row(r) for name, r in read_meta(meta_path).items()}
         if set(rows) != set(names):
             raise ValueError(
                 f"{meta_path} lists {len(rows)} frames that do not match the {len(names)} images in {img_dir}"

@@ -21,7 +21,8 @@ after their last finished iteration. Presets (``PRESETS``): ``small`` (default; 
 2 CPU cores), ``medium`` and ``full`` for real runs. Any budget can be overridden with the
 ``--collect-episodes``, ``--vision-steps``, ``--iterations``, ``--episodes-per-iter``, ``--train-steps``,
 ``--dagger-eval-episodes`` and ``--eval-episodes`` flags. The vision stage trains the cropped cascade
-(``graspsim.vision.train_config.CROPPED_MODEL``); ``--vision-model unet`` trains the whole-frame U-Net instead.
+(``graspsim.vision.train_config.CROPPED_MODEL``); ``--vision-model unet`` trains the whole-frame U-Net instead, and
+``--vision CKPT`` skips the stage and uses a trained net.
 
 Under ``torchrun`` every stage runs on all processes (:mod:`graspsim.distributed`; each verb splits its own work)
 and rank 0 writes the run folder's own files (config, summary, curves, report). Every decision that looks at the
@@ -44,12 +45,12 @@ from typing import Literal, Optional
 
 from graspsim import SimConfig, distributed
 from graspsim import runs as run_folder
-from graspsim.fileio import check_folder_path, check_in_file, check_out_dir
+from graspsim.fileio import atomic_write_text, check_folder_path, check_in_file, check_out_dir
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import non_negative_int, positive_int
 from graspsim.vision.backgrounds import DEFAULT_TRANSFER
 
-from graspsim.dagger.train import DaggerConfig, atomic_write_text, plot_learning_curve, run_dagger
+from .train import DaggerConfig, plot_learning_curve, run_dagger
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,9 @@ VISION_MODELS = {"cropped": "the cropped cascade", "unet": "the whole-frame U-Ne
 as the report names them."""
 RENAMED_VISION_MODELS = {"default": "unet"}
 """``vision_model`` values of run folders written before issue 40, under today's names."""
+RENAMED_SETTINGS = {"vision_checkpoint": "vision"}
+"""Settings renamed after run folders were written (old key -> new key; the flag ``--vision-checkpoint`` became
+``--vision``): a stored config with the old key compares as if it held the new one."""
 OVERRIDES = ("collect_episodes", "vision_steps", "iterations", "episodes_per_iter", "train_steps",
              "dagger_eval_episodes", "eval_episodes", "num_envs")
 
@@ -112,7 +116,7 @@ class PipelineConfig:
     uses. ``unet``: the whole-frame U-Net (192 MFLOP a 64x64 frame; the preset decides mirror averaging, off in
     ``small``), 0.011 composite IoU better over five seeds and level on the transfer test; the small preset's stages
     after vision take 1.7x as long with it (docs/vision.md, "Choosing a net")."""
-    vision_checkpoint: Optional[Path] = None
+    vision: Optional[Path] = None
     """Use this trained segmentation checkpoint (e.g. the shipped ``vision/assets/segnet.pt``) instead of training
     a vision net; the report then shows the metrics stored with it."""
     collect_episodes: Optional[int] = None
@@ -153,12 +157,12 @@ class PipelineConfig:
         non_negative_int("PipelineConfig", "seed", self.seed)
         if self.vision_model not in VISION_MODELS:
             raise ValueError(f"PipelineConfig.vision_model must be one of {list(VISION_MODELS)}; got {self.vision_model!r}")
-        if self.vision_checkpoint is not None and self.vision_model != "cropped":
+        if self.vision is not None and self.vision_model != "cropped":
             raise ValueError("PipelineConfig: --vision-model chooses the net the vision stage trains, and "
-                             "--vision-checkpoint skips that stage; give one of them")
-        if self.vision_checkpoint is not None:
-            object.__setattr__(self, "vision_checkpoint", check_in_file(self.vision_checkpoint, "PipelineConfig.vision_checkpoint",
-                                                                        "vision checkpoint", inside="checkpoint.pt"))
+                             "--vision skips that stage; give one of them")
+        if self.vision is not None:
+            object.__setattr__(self, "vision", check_in_file(self.vision, "PipelineConfig.vision", "vision checkpoint",
+                                                             inside="checkpoint.pt"))
         non_negative_int("PipelineConfig", "gifs", self.gifs)
 
     def budgets(self) -> dict[str, int]:
@@ -189,11 +193,12 @@ def _json(path: Path) -> dict | None:
 def _resumed_config(cfg: PipelineConfig, out: Path) -> PipelineConfig:
     """The one resume rule for a pipeline run folder, after giving ``cfg`` the vision net the folder trained where it
     was written before the default net changed (:data:`CHANGED_DEFAULTS`; old names in
-    :data:`RENAMED_VISION_MODELS`) and ``cfg`` asks for today's default. Raises ValueError naming every other
-    difference."""
+    :data:`RENAMED_VISION_MODELS`) and ``cfg`` asks for today's default. Settings stored under an old name
+    (:data:`RENAMED_SETTINGS`) compare under the new one. Raises ValueError naming every other difference."""
     stored = run_folder.read_config(out)
     if stored is None:
         return cfg
+    stored = {RENAMED_SETTINGS.get(k, k): v for k, v in stored.items()}
     if stored.get("vision_model") in RENAMED_VISION_MODELS:
         stored = {**stored, "vision_model": RENAMED_VISION_MODELS[stored["vision_model"]]}
     adopted = run_folder.resume_old_defaults(stored, cfg.to_dict(), CHANGED_DEFAULTS, ADDED_SETTINGS)
@@ -212,14 +217,7 @@ def run_pipeline(cfg: PipelineConfig) -> dict:
 
 
 def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
-    import torch
-
-    from graspsim.expert.collect import CollectConfig, collect
-    from graspsim.vision.train import CHECKPOINT_NAME, TrainVisionConfig, train_vision
-    from graspsim.vision.train_config import UNET_MODEL
-
-    from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim
-
+    """The stages of the module docstring, each skipped when ``summary.json`` already holds it."""
     t_start = time.perf_counter()
     # one name for all ranks (their clocks may disagree on the second)
     name = distributed.broadcast_object(
@@ -237,81 +235,10 @@ def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
         summary = _json(out / "summary.json")
     summary = distributed.broadcast_object(summary) or {"name": name, "preset": cfg.preset, "budgets": b,
                                                         "seconds": {}}
-    common = dict(runtime=cfg.runtime)
-
-    def main_sees(path: Path) -> bool:
-        """Whether ``path`` exists, as rank 0 sees it (the same answer on every rank)."""
-        return distributed.broadcast_object(path.exists() if ctx.is_main else None)
-
-    # 1. expert demonstrations (frames for the vision net; also the expert's own success rate)
-    demos = out / "demos.h5"
-    if "collect" not in summary:
-        ccfg = CollectConfig(out=demos, episodes=b["collect_episodes"], seed=cfg.seed, num_envs=b["num_envs"],
-                             resume=main_sees(demos), sim=cfg.sim, **common)
-        res = _stage(summary, "collect", lambda: collect(ccfg), out)
-        summary["collect"] = {k: res[k] for k in ("episodes", "steps", "success_rate", "failures", "seconds")}
-
-    # 2. vision
-    vdir = out / "vision"
-    vckpt = vdir / CHECKPOINT_NAME
-    if cfg.vision_checkpoint is not None:
-        vckpt = cfg.vision_checkpoint
-        if "vision" not in summary:
-            from graspsim.vision.checkpoint import load_checkpoint
-
-            stored = load_checkpoint(vckpt).get("metrics") or {}
-            summary["vision"] = {"checkpoint": str(vckpt), **_vision_summary(stored)}
-    elif "vision" not in summary:
-        if ctx.is_main and vdir.is_dir() and not vckpt.exists():  # stopped before its first checkpoint: nothing to keep
-            log.info("pipeline: %s holds no checkpoint yet; starting the vision stage afresh", vdir)
-            shutil.rmtree(vdir)
-        vision_resume = main_sees(vckpt)
-        cropped = cfg.vision_model == "cropped"
-        net = {} if cropped else {"model": UNET_MODEL}
-        vcfg = TrainVisionConfig(out=vdir, steps=b["vision_steps"], batch_size=b["vision_batch"], seed=cfg.seed,
-                                 val_every=max(1, b["vision_steps"] // 3), ckpt_every=max(1, b["vision_steps"] // 3),
-                                 n_val=(1024 if b["vision_steps"] >= 1000 else 512) if b["vision_steps"] >= 100 else 32,
-                                 n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vision_resume, sim=cfg.sim,
-                                 mirror_tta=cropped or bool(b["vision_mirror"]), transfer=cfg.transfer,
-                                 operating_point="both" if cfg.transfer is not None else "composite", **net, **common)
-        res = _stage(summary, "vision", lambda: train_vision(vcfg), out)
-        summary["vision"] = {"model": cfg.vision_model, **_vision_summary(res)}
-
-    # 3. DAgger and the BC baseline (same loop and budget, beta = 1 throughout)
-    runs = {"dagger": {}, "bc": dict(schedule="constant", beta_start=1.0)} if cfg.bc_baseline else {"dagger": {}}
-    for key, extra in runs.items():
-        if key in summary:
-            continue
-        rdir = out / key
-        dcfg = DaggerConfig(
-            out=rdir, iterations=b["iterations"], episodes_per_iter=b["episodes_per_iter"],
-            eval_episodes=b["dagger_eval_episodes"], num_envs=b["num_envs"], train_steps=b["train_steps"],
-            masks=cfg.masks, vision=vckpt if cfg.masks == "predicted" else None, seed=cfg.seed,
-            resume=main_sees(rdir), sim=cfg.sim, **common, **extra,
-        )
-        res = _stage(summary, key, lambda: run_dagger(dcfg), out)
-        summary[key] = {k: res[k] for k in ("final_eval_success", "samples", "iterations", "checkpoint",
-                                            "best_checkpoint", "best_iteration")}
-        summary[key]["rows"] = res["rows"]
-    curves = {{"dagger": "DAgger", "bc": "BC baseline"}[k]: summary[k]["rows"] for k in runs}
-    if ctx.is_main:
-        plot_learning_curve(out / "learning_curves.png", curves)
-
-    # 4. closed-loop evaluation on test scenes
-    evals = {"eval_dagger_predicted": ("dagger", "predicted", False), "eval_dagger_gt": ("dagger", "gt", False)}
-    if cfg.moving_target:
-        evals["eval_dagger_moving"] = ("dagger", cfg.masks, True)
-    if cfg.bc_baseline:
-        evals["eval_bc"] = ("bc", cfg.masks, False)
-    for key, (run, masks, moving) in evals.items():
-        if key in summary:
-            continue
-        ecfg = EvalSimConfig(policy=out / run / "best.pt", out=out / key, vision=vckpt if masks == "predicted" else None,
-                             masks=masks, episodes=b["eval_episodes"], seed=cfg.seed, num_envs=b["num_envs"],
-                             moving_target=moving, gifs=cfg.gifs, sim=cfg.sim, overwrite=True, **common)
-        res = _stage(summary, key, lambda: evaluate_sim(ecfg), out)
-        summary[key] = {k: res[k] for k in ("success_rate", "num_episodes", "success_ci95", "failures", "masks",
-                                            "moving_target", "target_speed", "gifs")}
+    demos = _collect_stage(cfg, b, out, summary, ctx)
+    vckpt = _vision_stage(cfg, b, out, demos, summary, ctx)
+    _control_stages(cfg, b, out, vckpt, summary, ctx)
+    _evaluation_stages(cfg, b, out, vckpt, summary)
     summary["total_seconds"] = sum(summary["seconds"].values())
     summary["wall_seconds_this_invocation"] = time.perf_counter() - t_start
     summary["world_size"] = ctx.world_size
@@ -323,6 +250,107 @@ def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
     summary["out"] = str(out)
     summary["report"] = str(out / "report.html")
     return distributed.broadcast_object(summary)
+
+
+def _main_sees(path: Path, ctx: distributed.Context) -> bool:
+    """Whether ``path`` exists, as rank 0 sees it (the same answer on every rank)."""
+    return distributed.broadcast_object(path.exists() if ctx.is_main else None)
+
+
+def _collect_stage(cfg: PipelineConfig, b: dict[str, int], out: Path, summary: dict, ctx: distributed.Context) -> Path:
+    """Stage 1, expert demonstrations (frames for the vision net; also the expert's own success rate) into
+    ``out/demos.h5``, with budgets ``b``; adds ``summary["collect"]``. Returns the file's path."""
+    from graspsim.expert.collect import CollectConfig, collect
+
+    demos = out / "demos.h5"
+    if "collect" not in summary:
+        ccfg = CollectConfig(out=demos, episodes=b["collect_episodes"], seed=cfg.seed, num_envs=b["num_envs"],
+                             resume=_main_sees(demos, ctx), sim=cfg.sim, runtime=cfg.runtime)
+        res = _stage(summary, "collect", lambda: collect(ccfg), out)
+        summary["collect"] = {k: res[k] for k in ("episodes", "steps", "success_rate", "failures", "seconds")}
+    return demos
+
+
+def _vision_stage(cfg: PipelineConfig, b: dict[str, int], out: Path, demos: Path, summary: dict,
+                  ctx: distributed.Context) -> Path:
+    """Stage 2, the vision net: ``cfg.vision`` when given (its stored metrics go to the summary), else trained into
+    ``out/vision/`` on composites and the frames of ``demos``; adds ``summary["vision"]``. Returns the checkpoint the
+    later stages use."""
+    from graspsim.vision.train import CHECKPOINT_NAME, TrainVisionConfig, train_vision
+    from graspsim.vision.train_config import UNET_MODEL
+
+    vdir = out / "vision"
+    vckpt = vdir / CHECKPOINT_NAME
+    if cfg.vision is not None:
+        vckpt = cfg.vision
+        if "vision" not in summary:
+            from graspsim.vision.checkpoint import load_checkpoint
+
+            stored = load_checkpoint(vckpt).get("metrics") or {}
+            summary["vision"] = {"checkpoint": str(vckpt), **_vision_summary(stored)}
+    elif "vision" not in summary:
+        if ctx.is_main and vdir.is_dir() and not vckpt.exists():  # stopped before its first checkpoint: nothing to keep
+            log.info("pipeline: %s holds no checkpoint yet; starting the vision stage afresh", vdir)
+            shutil.rmtree(vdir)
+        vision_resume = _main_sees(vckpt, ctx)
+        cropped = cfg.vision_model == "cropped"
+        net = {} if cropped else {"model": UNET_MODEL}
+        vcfg = TrainVisionConfig(out=vdir, steps=b["vision_steps"], batch_size=b["vision_batch"], seed=cfg.seed,
+                                 val_every=max(1, b["vision_steps"] // 3), ckpt_every=max(1, b["vision_steps"] // 3),
+                                 n_val=(1024 if b["vision_steps"] >= 1000 else 512) if b["vision_steps"] >= 100 else 32,
+                                 n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vision_resume, sim=cfg.sim,
+                                 mirror_tta=cropped or bool(b["vision_mirror"]), transfer=cfg.transfer,
+                                 operating_point="both" if cfg.transfer is not None else "composite", **net,
+                                 runtime=cfg.runtime)
+        res = _stage(summary, "vision", lambda: train_vision(vcfg), out)
+        summary["vision"] = {"model": cfg.vision_model, **_vision_summary(res)}
+    return vckpt
+
+
+def _control_stages(cfg: PipelineConfig, b: dict[str, int], out: Path, vckpt: Path, summary: dict,
+                    ctx: distributed.Context) -> None:
+    """Stage 3, DAgger into ``out/dagger/`` and the BC baseline (same loop and budget, beta = 1 throughout) into
+    ``out/bc/``, on the masks of ``cfg.masks`` (predicted by ``vckpt``); adds ``summary["dagger"]`` / ``["bc"]`` and
+    (rank 0) writes ``learning_curves.png``."""
+    runs = {"dagger": {}, "bc": dict(schedule="constant", beta_start=1.0)} if cfg.bc_baseline else {"dagger": {}}
+    for key, extra in runs.items():
+        if key in summary:
+            continue
+        rdir = out / key
+        dcfg = DaggerConfig(
+            out=rdir, iterations=b["iterations"], episodes_per_iter=b["episodes_per_iter"],
+            eval_episodes=b["dagger_eval_episodes"], num_envs=b["num_envs"], train_steps=b["train_steps"],
+            masks=cfg.masks, vision=vckpt if cfg.masks == "predicted" else None, seed=cfg.seed,
+            resume=_main_sees(rdir, ctx), sim=cfg.sim, runtime=cfg.runtime, **extra,
+        )
+        res = _stage(summary, key, lambda: run_dagger(dcfg), out)
+        summary[key] = {k: res[k] for k in ("final_eval_success", "samples", "iterations", "checkpoint",
+                                            "best_checkpoint", "best_iteration")}
+        summary[key]["rows"] = res["rows"]
+    curves = {{"dagger": "DAgger", "bc": "BC baseline"}[k]: summary[k]["rows"] for k in runs}
+    if ctx.is_main:
+        plot_learning_curve(out / "learning_curves.png", curves)
+
+
+def _evaluation_stages(cfg: PipelineConfig, b: dict[str, int], out: Path, vckpt: Path, summary: dict) -> None:
+    """Stage 4, closed-loop evaluation of each run's ``best.pt`` on test scenes (``out/eval_*/``): DAgger with
+    predicted masks, ground-truth masks and (``moving_target``) a drifting target, and BC; adds ``summary["eval_*"]``."""
+    from .evaluate import EvalSimConfig, evaluate_sim
+
+    evals = {"eval_dagger_predicted": ("dagger", "predicted", False), "eval_dagger_gt": ("dagger", "gt", False)}
+    if cfg.moving_target:
+        evals["eval_dagger_moving"] = ("dagger", cfg.masks, True)
+    if cfg.bc_baseline:
+        evals["eval_bc"] = ("bc", cfg.masks, False)
+    for key, (run, masks, moving) in evals.items():
+        if key in summary:
+            continue
+        ecfg = EvalSimConfig(policy=out / run / "best.pt", out=out / key, vision=vckpt if masks == "predicted" else None,
+                             masks=masks, episodes=b["eval_episodes"], seed=cfg.seed, num_envs=b["num_envs"],
+                             moving_target=moving, gifs=cfg.gifs, sim=cfg.sim, overwrite=True, runtime=cfg.runtime)
+        res = _stage(summary, key, lambda: evaluate_sim(ecfg), out)
+        summary[key] = {k: res[k] for k in ("success_rate", "num_episodes", "success_ci95", "failures", "masks",
+                                            "moving_target", "target_speed", "gifs")}
 
 
 def _vision_summary(res: dict) -> dict:

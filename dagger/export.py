@@ -1,4 +1,5 @@
-"""``graspsim export``: the vision and control nets as ONNX graphs (float32, opset >= 17) plus their contract.
+"""The ``graspsim export`` verb's library: the vision and control nets as ONNX graphs (float32, opset >= 17) plus
+their contract (:mod:`graspsim.dagger.onnx_contract`).
 
 >>> graspsim export --vision vision/assets/segnet.pt --policy runs/dg/policy.pt --out runs/onnx
 
@@ -19,8 +20,6 @@ autocast on CPUs with native bf16), so the parity check compares like with like.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import warnings
 from dataclasses import dataclass
@@ -31,15 +30,15 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from graspsim.dagger.controller import (CONTRACT_FILE, CONTRACT_KIND, CONTRACT_VERSION, CONTROL_ONNX, VISION_ONNX,
-                               action_from_raw, mask_from_logits)
 from graspsim.extras import require
-from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
+from graspsim.fileio import check_in_file, check_out_dir, staged_dir
 from graspsim.validate import int_in, non_negative_int, positive_int
+
+from .controller import OnnxNets, action_from_raw, mask_from_logits
+from .onnx_contract import CONTROL_ONNX, OUTPUTS, VISION_ONNX, build_contract, load_nets, write_contract
 
 log = logging.getLogger(__name__)
 
-OUTPUTS = (VISION_ONNX, CONTROL_ONNX, CONTRACT_FILE)
 PARITY_TOLERANCE = 1e-4
 """Largest allowed abs difference between ONNX and torch float32 outputs (logits and raw control outputs)."""
 
@@ -92,29 +91,12 @@ class _VisionGraph(nn.Module):
         return self.model.mirror_averaged(x) if self.mirror else self.model(x)
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 def _onnx_export(module: nn.Module, args: tuple, path: Path, inputs: list[str], outputs: list[str], opset: int) -> None:
     axes = {n: {0: "batch"} for n in inputs + outputs}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module.eval(), args, str(path), opset_version=opset, dynamo=False, input_names=inputs,
                           output_names=outputs, dynamic_axes=axes)
-
-
-def load_nets(vision: Path, policy: Path):
-    """(Segmenter at float32, MaskPolicy) from the checkpoints (kinds checked)."""
-    from graspsim.dagger.policy import MaskPolicy
-    from graspsim.vision.infer import Segmenter
-
-    seg = Segmenter.from_checkpoint(vision, precision="fp32")
-    pol = MaskPolicy.from_checkpoint(policy)
-    if pol.cfg.image_size != seg.image_size:
-        raise ValueError(f"the vision net works at {seg.image_size} px but the control net at "
-                         f"{pol.cfg.image_size} px; use checkpoints trained at one image size")
-    return seg, pol
 
 
 def parity_inputs(image_size: int, n: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -140,8 +122,6 @@ def parity_inputs(image_size: int, n: int, seed: int) -> tuple[Tensor, Tensor]:
 
 def check_parity(folder: Path, seg, pol, frames: int = 256, seed: int = 0) -> dict:
     """Compare the ONNX graphs in ``folder`` with torch float32 on ``frames`` simulator frames; returns the numbers."""
-    from graspsim.dagger.controller import OnnxNets
-
     nets = OnnxNets(folder)
     rgb, grip = parity_inputs(seg.image_size, frames, seed)
     with torch.no_grad():
@@ -179,41 +159,15 @@ def export(cfg: ExportConfig) -> dict:
                      stage / VISION_ONNX, ["rgb"], ["logits"], cfg.opset)
         _onnx_export(pol.model, (torch.zeros(1, S, S), torch.zeros(1, 3)), stage / CONTROL_ONNX,
                      ["mask", "gripper"], ["raw"], cfg.opset)
-        contract = {
-            "kind": CONTRACT_KIND,
-            "format_version": CONTRACT_VERSION,
-            "opset": cfg.opset,
-            "sources": {"vision": {"path": str(cfg.vision), "sha256": _sha256(cfg.vision)},
-                        "policy": {"path": str(cfg.policy), "sha256": _sha256(cfg.policy),
-                                   "iteration": pol.iteration}},
-            "vision": {
-                "file": VISION_ONNX,
-                "inputs": [{"name": "rgb", "shape": ["batch", 3, S, S], "dtype": "uint8",
-                            "meaning": "RGB wrist frames resized to SxS (INTER_AREA when shrinking), channels first"}],
-                "outputs": [{"name": "logits", "shape": ["batch", S, S], "dtype": "float32",
-                             "meaning": "target logit per pixel"}],
-                "image_size": S, "threshold": seg.threshold, "peak_threshold": seg.peak_threshold,
-                "mirror_tta": bool(seg.mirror_tta),
-                "mask_rule": "target = logit >= logit(threshold), in frames whose largest logit >= logit(peak_threshold) "
-                             "(peak_threshold 0: no frame gate)",
-            },
-            "control": {
-                "file": CONTROL_ONNX,
-                "inputs": [{"name": "mask", "shape": ["batch", S, S], "dtype": "float32", "meaning": "target mask 0/1"},
-                           {"name": "gripper", "shape": ["batch", 3], "dtype": "float32",
-                            "meaning": "finger gap / open gap, last close command 0/1, table contact 0/1"}],
-                "outputs": [{"name": "raw", "shape": ["batch", 4], "dtype": "float32",
-                             "meaning": "pre-tanh velocity (3) and grip logit (1)"}],
-                "max_speed": float(pol.cfg.max_speed),
-                "action_rule": "velocity m/s = tanh(raw[:3]) * max_speed (gripper-aligned base frame); raw[3] > 0 "
-                               "asks to close (graspsim.dagger.controller adds hysteresis)",
-            },
-        }
-        atomic_write_text(stage / CONTRACT_FILE, json.dumps(contract, indent=2))
+        contract = build_contract(opset=cfg.opset, vision_path=cfg.vision, policy_path=cfg.policy,
+                                  policy_iteration=pol.iteration, image_size=S, threshold=seg.threshold,
+                                  peak_threshold=seg.peak_threshold, mirror_tta=seg.mirror_tta,
+                                  max_speed=pol.cfg.max_speed)
+        write_contract(stage, contract)
         if cfg.check:
             par = check_parity(stage, seg, pol, cfg.frames, cfg.seed)
             contract["parity"] = par
-            atomic_write_text(stage / CONTRACT_FILE, json.dumps(contract, indent=2))
+            write_contract(stage, contract)
             worst = max(par["vision_logits_max_abs_diff"], par["control_raw_max_abs_diff"])
             (log.info if worst <= PARITY_TOLERANCE else log.warning)(
                 "export parity on %d frames: logits max diff %.2g, control raw max diff %.2g, %d mask pixels and %d "
@@ -224,4 +178,4 @@ def export(cfg: ExportConfig) -> dict:
     return contract
 
 
-__all__ = ["ExportConfig", "PARITY_TOLERANCE", "check_parity", "export", "load_nets", "parity_inputs"]
+__all__ = ["ExportConfig", "PARITY_TOLERANCE", "check_parity", "export", "parity_inputs"]

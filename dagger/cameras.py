@@ -1,4 +1,5 @@
-"""Camera sources for ``graspsim deploy`` and ``graspsim record``: one small interface, several sources.
+"""Camera sources of the robot loop (``graspsim deploy``) and of ``graspsim record``: one small interface, several
+sources. Write your own camera against :class:`Camera` here (``from graspsim.dagger.cameras import Camera, Frame``).
 
 A camera gives the **latest frame with its capture time**:
 
@@ -14,7 +15,7 @@ A camera gives the **latest frame with its capture time**:
 ========================= =====================================================================================
 an integer (``0``)         OpenCV capture device; a background thread keeps only the newest frame
 a video file               frames in order, one per ``read`` (capture time = time of the read)
-a folder of images         replay in name order (``DIR`` or ``DIR/images``, the eval-real layout)
+a folder of images         replay in name order (``DIR`` or ``DIR/images``: :mod:`graspsim.vision.image_set`)
 ``sim`` / ``bullet``       the wrist camera of the simulated world that the robot ``sim`` / ``bullet`` moves
 ``module:Class``           a user's class: ``Class()`` with ``read(timeout) -> Frame`` and ``close()``
 ========================= =====================================================================================
@@ -83,14 +84,13 @@ def _bgr_to_rgb(img: np.ndarray) -> np.ndarray:
 
 
 class ImageFolderCamera(Camera):
-    """Replays a folder of PNG/JPEG frames in name order (``folder`` or ``folder/images``)."""
+    """Replays a folder of PNG/JPEG frames in name order (``folder`` or ``folder/images``), read by the image-set
+    module (:mod:`graspsim.vision.image_set`)."""
 
     def __init__(self, folder: str | Path):
-        from graspsim.vision.io import list_images
+        from graspsim.vision.image_set import images_folder, list_images
 
-        folder = Path(folder)
-        if (folder / "images").is_dir():
-            folder = folder / "images"
+        folder = images_folder(folder)
         try:
             self.files = list_images(folder)
         except (OSError, ValueError) as e:
@@ -99,7 +99,7 @@ class ImageFolderCamera(Camera):
         self.k = 0
 
     def read(self, timeout: float) -> Frame:
-        from graspsim.vision.io import read_image
+        from graspsim.vision.image_set import read_image
 
         if self.k >= len(self.files):
             raise EndOfStream(f"{self.name}: all {len(self.files)} frames replayed")
@@ -185,7 +185,7 @@ class DeviceCamera(Camera):
 
 
 class SimCamera(Camera):
-    """The wrist camera of a simulated world (:class:`graspsim.cli.robots.SimWorld`): renders its current scene."""
+    """The wrist camera of a simulated world (:class:`graspsim.dagger.robots.SimWorld`): renders its current scene."""
 
     def __init__(self, world):
         self.world = world

@@ -1,15 +1,8 @@
-"""``graspsim record`` (capture a real image set) and ``graspsim propose-masks`` (a labelling aid).
+"""Colour-range mask proposals, a labelling aid (``graspsim propose-masks``).
 
->>> graspsim record --camera 0 --out my_set --frames 200 --hz 5          # my_set/images/frame_0000.png ...
 >>> graspsim propose-masks --images my_set/images --out my_set/proposed  # masks/ + contact_sheet.png
 
-``record`` writes frames in the eval-real folder format (``images/``), plus ``frames.csv`` (file, capture time
-relative to the first frame, frame age at the write). A source that ends before ``--frames`` (a video, an image
-folder) gives fewer frames, with a warning that says how many. Ctrl-C or a camera failure keeps the frames captured
-until then (and ends with exit 130 or the camera's error). ``--overwrite`` replaces the earlier ``images/`` and
-``frames.csv`` as a whole, so no frame of a longer earlier recording is left among the new ones.
-
-``propose-masks`` **proposes** masks: a pixel is proposed as target when its colour lies in an HSV range (by
+It **proposes** masks: a pixel is proposed as target when its colour lies in an HSV range (by
 default the red-orange of the shipped target, hue -0.04..0.06 of the circle, saturation and value >= 0.35),
 and only the largest connected blob of at least ``--min-pixels`` is kept. It knows nothing about the scene: a red
 cup, a skin tone or a reflection is proposed as happily as the sphere, and a shadowed sphere may be missed.
@@ -17,109 +10,26 @@ Check every frame on the contact sheet (each frame beside its proposal outlined 
 the masks before using them with ``eval-real --masks``. Frames with at most 8 distinct values look like masks
 rather than camera frames (``--images`` pointing at a ``masks/`` folder); they are counted in the summary and
 warned about, as is a run that proposes a target in no frame at all.
+
+The masks follow the image-set format (:mod:`graspsim.vision.image_set`): ``masks/<stem>.png`` with the stem of each
+image, 0/255 8-bit PNG, all zero where nothing is proposed.
 """
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Tuple
 
 import numpy as np
 
-from graspsim.fileio import atomic_write_text, check_out_dir, staged_dir
-from graspsim.validate import finite_non_negative, positive_int
-from graspsim.vision.io import MASK_MAX_LEVELS
+from graspsim.fileio import check_out_dir, staged_dir
+from graspsim.validate import positive_int
+
+from .image_set import MASK_MAX_LEVELS, MASKS, PNG, list_images, read_image, write_png
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RecordConfig:
-    """Capture frames from a camera into an eval-real image folder."""
-
-    camera: str
-    """Camera: an OpenCV device index, a video file, an image folder, or module:Class."""
-    out: Path
-    """Output folder: images/ and frames.csv."""
-    frames: int = 100
-    """Frames to capture (fewer if a finite source ends first)."""
-    hz: float = 5.0
-    """Capture rate (Hz); 0 = as fast as the camera gives frames."""
-    frame_timeout: float = 2.0
-    """Seconds to wait for a frame before giving up with an error."""
-    overwrite: bool = False
-    """Write into a non-empty --out."""
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "out", Path(self.out))
-        positive_int("RecordConfig", "frames", self.frames)
-        finite_non_negative("RecordConfig", "hz", self.hz, unit="Hz")
-        if self.camera.strip() in ("sim", "bullet"):
-            raise ValueError("RecordConfig: record a real camera; simulated frames come from 'graspsim deploy --record'")
-
-
-RECORD_OUTPUTS = ("images", "frames.csv")
-"""What ``record`` writes into --out (and replaces as a whole with --overwrite)."""
-
-
-def record(cfg: RecordConfig) -> dict:
-    """Capture up to ``cfg.frames`` frames; returns ``{"frames": n, "asked": cfg.frames, "ended": why, "folder": ...}``
-    with ``ended`` one of ``done``, ``camera_ended`` (a finite source ran out), ``interrupted`` or ``camera_failed``.
-    Ctrl-C and a camera error are raised again once the frames captured before them are in place."""
-    from graspsim.vision.io import write_png
-
-    from .cameras import CameraError, EndOfStream, open_camera
-
-    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
-    cam = open_camera(cfg.camera)
-    rows, t_first, ended, stopped_by = [], None, "done", None
-    try:
-        with staged_dir(out, lambda name: name in RECORD_OUTPUTS) as stage:
-            (stage / "images").mkdir()
-            period = 1.0 / cfg.hz if cfg.hz > 0 else 0.0
-            next_t = time.monotonic()
-            for k in range(cfg.frames):
-                try:
-                    if period:
-                        time.sleep(max(0.0, next_t - time.monotonic()))
-                        next_t += period
-                    f = cam.read(cfg.frame_timeout)
-                except EndOfStream:
-                    ended = "camera_ended"
-                    break
-                except (KeyboardInterrupt, CameraError) as e:
-                    ended, stopped_by = ("interrupted" if isinstance(e, KeyboardInterrupt) else "camera_failed"), e
-                    break
-                t_first = f.t if t_first is None else t_first
-                name = f"frame_{k:04d}.png"
-                write_png(stage / "images" / name, f.rgb)
-                rows.append({"image": name, "t_s": f"{f.t - t_first:.4f}",
-                             "age_ms": f"{1e3 * (time.monotonic() - f.t):.2f}"})
-            if not rows:  # nothing captured: leave --out as it was
-                raise stopped_by or CameraError(f"camera {cfg.camera!r} gave no frame")
-            buf = io.StringIO()
-            w = csv.DictWriter(buf, ["image", "t_s", "age_ms"])
-            w.writeheader()
-            w.writerows(rows)
-            atomic_write_text(stage / "frames.csv", buf.getvalue())
-    finally:
-        if hasattr(cam, "close"):  # a user's camera class may have none
-            cam.close()
-    if ended == "done":
-        log.info("record: %d frames into %s", len(rows), out / "images")
-    else:
-        why = {"camera_ended": "the camera's source ended", "interrupted": "interrupted",
-               "camera_failed": f"the camera failed ({stopped_by})"}[ended]
-        log.warning("record: %s after %d of the %d frames asked for (--frames); they are in %s", why, len(rows),
-                    cfg.frames, out / "images")
-    if stopped_by is not None:
-        raise stopped_by
-    return {"frames": len(rows), "asked": cfg.frames, "ended": ended, "folder": str(out)}
 
 
 @dataclass(frozen=True)
@@ -175,15 +85,13 @@ def colour_mask(rgb: np.ndarray, hue: Tuple[float, float], min_s: float, min_v: 
     return labels == best
 
 
-PROPOSE_OUTPUTS = ("masks", "contact_sheet.png")
+PROPOSE_OUTPUTS = (MASKS, "contact_sheet.png")
 """What ``propose-masks`` writes into --out (and replaces as a whole with --overwrite)."""
 
 
 def propose_masks(cfg: ProposeMasksConfig) -> dict:
     """Write one proposed mask per image and the contact sheet; returns counts (``frames``, ``with_target``,
     ``mask_like``: frames with at most ``MASK_MAX_LEVELS`` distinct values)."""
-    from graspsim.vision.io import list_images
-
     files = list_images(cfg.images)
     out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     with staged_dir(out, lambda name: name in PROPOSE_OUTPUTS) as stage:
@@ -203,16 +111,14 @@ def _propose(cfg: ProposeMasksConfig, files: list[Path], stage: Path) -> tuple[i
     """Write the masks and the contact sheet into ``stage``; returns (frames with a proposal, mask-like frames)."""
     import cv2
 
-    from graspsim.vision.io import read_image, write_png
-
-    (stage / "masks").mkdir()
+    (stage / MASKS).mkdir()
     tiles, found, mask_like = [], 0, 0
     for p in files:
         img = read_image(p)
         mask_like += int(np.unique(img).size <= MASK_MAX_LEVELS)
         m = colour_mask(img, cfg.hue, cfg.min_saturation, cfg.min_value, cfg.min_pixels)
         found += bool(m.any())
-        write_png(stage / "masks" / f"{p.stem}.png", m)
+        write_png(stage / MASKS / f"{p.stem}{PNG}", m)
         t = cfg.thumb
         a = cv2.resize(img, (t, t), interpolation=cv2.INTER_AREA)
         b = a.copy()
@@ -230,4 +136,4 @@ def _propose(cfg: ProposeMasksConfig, files: list[Path], stage: Path) -> tuple[i
     return found, mask_like
 
 
-__all__ = ["ProposeMasksConfig", "RecordConfig", "colour_mask", "propose_masks", "record"]
+__all__ = ["PROPOSE_OUTPUTS", "ProposeMasksConfig", "colour_mask", "propose_masks"]

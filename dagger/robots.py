@@ -1,6 +1,7 @@
-"""Robot adapters for ``graspsim deploy``: one small interface between the deploy loop and an arm.
+"""Robot adapters of the robot loop (``graspsim deploy``): one small interface between the loop and an arm.
 
-An adapter is any object with these methods (subclass :class:`Robot` or write the methods yourself):
+An adapter is any object with these methods (subclass :class:`Robot`, ``from graspsim.dagger.robots import Robot``,
+or write the methods yourself):
 
 ============================== =====================================================================================
 ``start_episode(seed)``         get ready for an episode (home pose, gripper open); ``seed`` names the scene where
@@ -87,11 +88,12 @@ class Robot:
 class SimWorld:
     """One simulated scene shared by the ``sim``/``bullet`` camera and robot: the robot steps it, the camera renders it."""
 
-    def __init__(self, backend: str, cfg, seed: int = 0):
+    def __init__(self, backend: str, cfg):
         from graspsim import make_env
 
         self.backend, self.cfg = backend, cfg
-        self.env = make_env({"sim": "torch"}.get(backend, backend), cfg, 1, "cpu", seed)
+        # every episode's scene comes from its seed (reset), so the env's own generator is never drawn from
+        self.env = make_env({"sim": "torch"}.get(backend, backend), cfg, 1, "cpu")
         self.gripper = np.zeros(3, np.float32)
         self.done, self.success, self.reason = False, False, ""
 

@@ -1,0 +1,349 @@
+"""The ``graspsim deploy`` verb's library: the closed loop outside our simulator, camera -> controller -> robot at a
+fixed rate. The tick itself is :mod:`graspsim.dagger.robot_loop`.
+
+>>> graspsim deploy --vision vision/assets/segnet.pt --policy runs/dg/policy.pt --camera bullet --robot bullet \\
+...     --out runs/deploy --episodes 50 --hz 0
+
+Each tick (one control period, ``1/hz`` s):
+
+1. **capture**: the camera's latest frame and its capture time (:mod:`graspsim.dagger.cameras`); the robot's senses;
+2. **stale frame**: a frame older than two periods is not acted on: the robot gets zero velocity
+   (gripper unchanged), ``stop=stale_frame``;
+3. **vision + control**: :class:`graspsim.dagger.controller.Controller` (segmentation, control net, velocity clip to the
+   trained range, gripper hysteresis, lost-target stop);
+4. **workspace**: where the adapter reports the fingertip position and a workspace box, velocity components that
+   would leave the box within one period are cut to reach its face (zero at the face), ``stop=workspace``;
+5. **send**: the adapter executes the command and returns what it actually sent (:mod:`graspsim.dagger.robots`).
+
+Before the first tick the nets are warmed up on a blank frame (``--warmup`` decisions, not timed). The loop
+sleeps to the next tick; a tick whose work takes longer than the period counts as an **overrun** (warned).
+An episode ends when the robot says so (a simulated robot: success or failure) or at the time limit
+(``--time-limit`` seconds of control time), and every episode end sends ``stop()``. On Ctrl-C or any error
+the robot is stopped **first**, then the error is reported (no traceback for a camera or adapter fault).
+
+Episodes run through the one rollout driver (:func:`graspsim.rollout.run_episodes`) with the ``test`` seeds of
+``--seed``, so against the simulated ``bullet`` robot the scenes are those of
+``graspsim eval-sim --backend bullet --seed S``.
+
+Outputs: ``OUT/summary.json`` (episodes, success_rate where the robot can tell, achieved_hz, overruns,
+latency_ms p50/p99 per stage and end to end, stop counts, per-episode outcomes), ``OUT/ticks.csv`` (one row per
+tick: senses, the net's action, the command, what was sent, stop reason, stage times). ``--record DIR`` writes the
+frames as an image set (:mod:`graspsim.vision.image_set`: ``images/``, and ``masks/`` with the exact masks where the
+camera is simulated) plus the same per-tick CSV, written as the run goes into a hidden staging folder beside DIR and
+moved into DIR when the run ends, also after Ctrl-C or an adapter error, so an interrupted real run keeps what it
+recorded (after a hard kill it is in ``.DIR.*.staging``). With ``--overwrite`` the new recording replaces an earlier
+one as a whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional
+
+import numpy as np
+import torch
+import tyro
+
+from graspsim import SimConfig
+from graspsim.extras import require
+from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir
+from graspsim.rollout import run_episodes
+from graspsim.runtime import Runtime, RuntimeConfig
+from graspsim.seeds import episode_seeds
+from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
+
+from .cameras import SIM_CAMERAS, Camera, EndOfStream, open_camera
+from .controller import Controller, SafetyConfig
+from .robot_loop import (CSV_FIELDS, STAGES, STALE_PERIODS, TICKS_CSV, DeployError, RobotEnv, TickHooks, TickLog,
+                         guarded, latency_stats, stop_first, workspace_guard)
+from .robots import SIM_ROBOTS, Robot, SimWorld, open_robot
+from .stats import wilson
+
+log = logging.getLogger(__name__)
+
+RECORD_OUTPUTS = ("images", "masks", TICKS_CSV)
+"""What ``--record`` writes into its folder (and replaces as a whole with --overwrite)."""
+LEGACY_RUNTIME_KEYS = ("threads", "progress")
+"""Settings that were DeployConfig's own fields before they moved into ``run`` (a RuntimeConfig); a stored config
+or a caller that still gives them at the top level is read as if they were grouped."""
+
+
+def _deploy_runtime() -> RuntimeConfig:
+    """Deploy's runtime defaults: one thread, because a batch of one frame gains little from more, and on a shared
+    CPU two OpenMP threads measured p99 latencies 10-100x worse (benchmarks/bench_latency.py)."""
+    return RuntimeConfig(threads=1)
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """Run the vision and control nets closed-loop on a camera and a robot at a fixed rate."""
+
+    vision: Path
+    """Vision checkpoint (graspsim train-vision; e.g. vision/assets/segnet.pt)."""
+    policy: Path
+    """Control checkpoint (graspsim dagger: policy.pt or best.pt)."""
+    camera: str
+    """Camera: an OpenCV device index, a video file, an image folder (replay), 'sim', 'bullet', or module:Class."""
+    robot: str
+    """Robot adapter: 'bullet' (Franka Panda in pybullet), 'sim' (torch simulator), 'dry-run', or module:Class."""
+    out: Path
+    """Output folder: summary.json and ticks.csv. A non-empty folder is refused unless --overwrite is given."""
+    hz: float = 10.0
+    """Control rate (Hz). 0 = as fast as possible (simulated and dry-run robots only; no stale-frame check)."""
+    episodes: int = 1
+    """Episodes to run."""
+    time_limit: float = 12.0
+    """Episode time limit in seconds of control time (ticks = time_limit x rate; at --hz 0 the simulator's rate)."""
+    record: Optional[Path] = None
+    """Also record the run into this folder: images/ (+ masks/ for simulated cameras) and ticks.csv."""
+    runtime: Literal["torch", "onnx"] = "torch"
+    """Inference runtime: torch, or onnxruntime on graphs exported from the same checkpoints."""
+    onnx: Optional[Path] = None
+    """With --runtime onnx: a 'graspsim export' folder to use (default: export the checkpoints into OUT/onnx)."""
+    precision: Literal["auto", "fp32"] = "auto"
+    """Torch vision precision: auto (bf16 where the CPU has native bf16 and the checkpoint's probe agrees) or fp32."""
+    seed: int = 0
+    """Seed of the scenes of a simulated robot (test stream, as eval-sim) and of its dynamics noise."""
+    frame_timeout: float = 2.0
+    """Seconds to wait for a camera frame before giving up with an error."""
+    warmup: int = 5
+    """Untimed decisions on a blank frame before the first tick."""
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+    """The controller's safety rules (gripper hysteresis, lost-target stop)."""
+    run: Runtime = field(default_factory=_deploy_runtime)
+    """Device of the torch runtime (--runtime onnx runs on the CPU), torch and onnxruntime intra-op threads (one by
+    default: see benchmarks/bench_latency.py), and --progress (one log line per finished episode)."""
+    overwrite: bool = False
+    """Replace the outputs of an earlier run in --out (and --record)."""
+    sim: SimConfig = field(default_factory=SimConfig)
+    """Simulator configuration of the sim/bullet world (and the control rate used at --hz 0)."""
+    threads: tyro.conf.Suppress[Optional[int]] = None
+    """Older spelling of run.threads (no flag): given, it replaces run.threads."""
+    progress: tyro.conf.Suppress[Optional[bool]] = None
+    """Older spelling of run.progress (no flag): given, it replaces run.progress."""
+
+    def __post_init__(self) -> None:
+        self._group_legacy_runtime()
+        for name in ("vision", "policy", "out"):
+            object.__setattr__(self, name, Path(getattr(self, name)))
+        for name in ("record", "onnx"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        check_in_file(self.vision, "DeployConfig.vision", "vision checkpoint", inside="checkpoint.pt")
+        check_in_file(self.policy, "DeployConfig.policy", "control checkpoint", inside="policy.pt")
+        finite_non_negative("DeployConfig", "hz", self.hz, unit="Hz")
+        positive_int("DeployConfig", "episodes", self.episodes)
+        finite_positive("DeployConfig", "time_limit", self.time_limit, unit="s")
+        finite_positive("DeployConfig", "frame_timeout", self.frame_timeout, unit="s")
+        non_negative_int("DeployConfig", "warmup", self.warmup)
+        non_negative_int("DeployConfig", "seed", self.seed)
+        self._check_runtime()
+        cam, rob = str(self.camera).strip(), str(self.robot).strip()
+        if cam in SIM_CAMERAS and rob != cam:
+            raise ValueError(f"DeployConfig: --camera {cam} shows the simulated world of --robot {cam}; got --robot {rob}")
+        if self.hz == 0 and rob not in (*SIM_ROBOTS, "dry-run"):
+            raise ValueError(f"DeployConfig: --hz 0 (as fast as possible) is for simulated and dry-run robots; "
+                             f"give robot {rob!r} a real rate such as --hz 10")
+        if self.record is not None and self.record.resolve() == self.out.resolve():
+            raise ValueError("DeployConfig: --record must be another folder than --out")
+
+    def _group_legacy_runtime(self) -> None:
+        """Move top-level ``threads``/``progress`` (the settings' place before ``run``) into ``run``."""
+        run = self.run if isinstance(self.run, RuntimeConfig) else RuntimeConfig(**dict(self.run))
+        old = {k: getattr(self, k) for k in LEGACY_RUNTIME_KEYS if getattr(self, k) is not None}
+        if old:
+            run = dataclasses.replace(run, **old)
+        object.__setattr__(self, "run", run)
+        for k in LEGACY_RUNTIME_KEYS:
+            object.__setattr__(self, k, None)
+
+    def _check_runtime(self) -> None:
+        if self.runtime not in ("torch", "onnx"):
+            raise ValueError(f"DeployConfig.runtime must be 'torch' or 'onnx'; got {self.runtime!r}")
+        if self.onnx is not None and self.runtime != "onnx":
+            raise ValueError("DeployConfig: --onnx DIR needs --runtime onnx")
+        if self.runtime == "onnx":
+            if self.run.device != "cpu":
+                raise ValueError(f"DeployConfig: --runtime onnx runs on the CPU; got --device {self.run.device}")
+            require("onnxruntime", "deploy", "deploy --runtime onnx")
+            if self.onnx is None:  # the checkpoints are exported first
+                require("onnx", "deploy", "deploy --runtime onnx (without --onnx DIR, which exports the checkpoints)")
+        if self.precision not in ("auto", "fp32"):
+            raise ValueError(f"DeployConfig.precision must be 'auto' or 'fp32'; got {self.precision!r}")
+
+    @property
+    def period(self) -> float:
+        """Seconds per tick (0 at --hz 0)."""
+        return 1.0 / self.hz if self.hz > 0 else 0.0
+
+    @property
+    def max_ticks(self) -> int:
+        return max(1, int(round(self.time_limit * (self.hz if self.hz > 0 else self.sim.control_hz))))
+
+    def to_dict(self) -> dict:
+        d = json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        for k in LEGACY_RUNTIME_KEYS:  # always None after construction: their values are in "run"
+            d.pop(k, None)
+        return d
+
+
+# ------------------------------------------------------------------------------------------ the run
+def build_controller(cfg: DeployConfig, out: Path) -> Controller:
+    """The controller ``cfg`` asks for: torch on the checkpoints, or onnxruntime on ``cfg.onnx`` (default: the
+    checkpoints exported into ``out/onnx`` first)."""
+    if cfg.runtime == "torch":
+        return Controller.from_checkpoints(cfg.vision, cfg.policy, precision=cfg.precision, device=cfg.run.device,
+                                           safety=cfg.safety)
+    folder = cfg.onnx
+    if folder is None:
+        from .export import ExportConfig, export
+
+        folder = out / "onnx"
+        export(ExportConfig(vision=cfg.vision, policy=cfg.policy, out=folder, overwrite=True, check=False))
+    return Controller.from_export(folder, threads=cfg.run.threads, safety=cfg.safety)
+
+
+def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | None = None,
+           controller: Controller | None = None) -> dict:
+    """Run ``cfg.episodes`` episodes and write the outputs; returns the summary (also ``OUT/summary.json``).
+
+    ``camera``, ``robot`` and ``controller`` replace the ones ``cfg`` names (for tests and for callers that build
+    their own)."""
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
+    recording = None
+    if cfg.record is not None:  # checked now (nothing written until the run starts)
+        from graspsim.vision.image_set import ImageSetWriter
+
+        recording = ImageSetWriter(cfg.record, overwrite=cfg.overwrite, masks=cfg.camera.strip() in SIM_CAMERAS,
+                                   meta_file=TICKS_CSV, meta_key=None, flag="--record")
+    ctl = controller
+    if ctl is None:
+        ctl = build_controller(cfg, out)  # checkpoints first: a wrong kind is an error before any hardware moves
+    world = None
+    cam_name, rob_name = str(cfg.camera).strip(), str(cfg.robot).strip()
+    opened: list = []
+    try:
+        if robot is None and rob_name in SIM_ROBOTS:
+            world = SimWorld(rob_name, cfg.sim)
+        if robot is None:
+            robot = open_robot(rob_name, world)
+            opened.append(robot)
+        if camera is None:
+            camera = open_camera(cam_name, world)
+            opened.append(camera)
+        if recording is None:
+            summary, error = _run(cfg, out, camera, robot, ctl, TickLog())
+        else:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
+            with recording:
+                summary, error = _run(cfg, out, camera, robot, ctl, TickLog(recording))
+        if error is not None:
+            raise error
+        return summary
+    finally:
+        for part in reversed(opened):
+            with contextlib.suppress(Exception):
+                part.close()
+        if world is not None:  # closing twice is harmless
+            world.close()
+
+
+def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller,
+         tick_log: TickLog) -> tuple[dict, BaseException | None]:
+    """Run the episodes; returns the summary (written to ``out``) and the error or Ctrl-C that ended the run early,
+    for the caller to raise once the recording is in place."""
+    guard = guarded(robot)
+    env = RobotEnv(robot, cfg.max_ticks, guard)
+    hooks = TickHooks(camera, robot, ctl, env, guard, tick_log, period=cfg.period,
+                      fallback_period=1.0 / cfg.sim.control_hz, frame_timeout=cfg.frame_timeout, warmup=cfg.warmup,
+                      progress=cfg.run.progress)
+    seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
+    t0 = time.perf_counter()
+    try:
+        ended, error = _run_episodes(env, seeds, hooks, robot)
+    finally:
+        tick_log.close()
+    seconds = time.perf_counter() - t0
+    for ep, seed in zip(hooks.episodes, seeds):
+        ep["seed"] = seed
+    summary = _summary(cfg, hooks, ctl, camera, robot, seconds, ended)
+    with contextlib.suppress(OSError):
+        out.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(out / TICKS_CSV, tick_log.text())
+    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+    if error is not None:
+        return summary, error
+    sr = summary["success_rate"]
+    log.info("deploy: %d episodes, success %s, %.1f Hz achieved (target %s), decision p99 %.1f ms, %d overruns",
+             summary["episodes"], "n/a" if sr is None else f"{100 * sr:.1f}%", summary["achieved_hz"] or 0.0,
+             cfg.hz or "max", summary["latency_ms"]["decision"]["p99"] or 0.0, summary["overruns"])
+    return summary, None
+
+
+def _run_episodes(env: RobotEnv, seeds: list[int], hooks: TickHooks, robot) -> tuple[str, BaseException | None]:
+    """The episodes through the rollout driver; returns how the run ended early ("" = it did not: camera_ended,
+    interrupted, error) and the error to raise once the outputs are written. Every early end stops the robot first."""
+    try:
+        run_episodes(env, seeds, hooks)
+    except EndOfStream as e:
+        log.info("%s; %s", e, stop_first(robot))
+        hooks.close_episode("camera_ended", False, env.ticks)
+        return "camera_ended", None
+    except KeyboardInterrupt:
+        log.warning("interrupted: %s", stop_first(robot))
+        hooks.close_episode("interrupted", False, env.ticks)
+        return "interrupted", KeyboardInterrupt()
+    except DeployError as e:
+        note = stop_first(robot)
+        hooks.close_episode("error", False, env.ticks)
+        return "error", DeployError(f"{e}; {note}")
+    except BaseException:  # our own bug: stop the arm before anything else, then let it surface
+        stop_first(robot)
+        raise
+    return "", None
+
+
+def _summary(cfg: DeployConfig, hooks: TickHooks, ctl: Controller, camera, robot, seconds: float,
+             ended: str) -> dict:
+    """``summary.json``: outcomes (success rate with its 95% Wilson interval where the robot can tell), rate,
+    latencies (ms) per stage, stops, and what ran (see the module docstring)."""
+    eps = hooks.episodes
+    known = [e for e in eps if e["success"] is not None]
+    k = sum(bool(e["success"]) for e in known)
+    rate = k / len(known) if known else None
+    iv = np.asarray(hooks.pacer.intervals)
+    return {
+        "episodes": len(eps),
+        "success_rate": rate,
+        "num_success": k if known else None,
+        "success_ci95": list(wilson(k, len(known))) if known else None,
+        "achieved_hz": float(1.0 / iv.mean()) if iv.size else None,
+        "target_hz": cfg.hz,
+        "overruns": hooks.stats.overruns,
+        "ticks": sum(e["ticks"] for e in eps),
+        "latency_ms": {s: latency_stats(v) for s, v in hooks.stats.times.items()},
+        "stops": dict(hooks.stats.stops),
+        "ended": ended or "completed",
+        "per_episode": eps,
+        "runtime": ctl.runtime,
+        "vision_precision": getattr(ctl.nets, "precision", None),
+        "mirror_tta": getattr(ctl.nets, "mirror_tta", None),
+        "camera": getattr(camera, "name", str(cfg.camera)),
+        "robot": getattr(robot, "name", str(cfg.robot)),
+        "seconds": seconds,
+        "torch_threads": torch.get_num_threads(),
+        "load_average": list(os.getloadavg()),
+        "config": cfg.to_dict(),
+    }
+
+
+__all__ = ["CSV_FIELDS", "DeployConfig", "DeployError", "RECORD_OUTPUTS", "STAGES", "STALE_PERIODS", "build_controller",
+           "deploy", "workspace_guard"]

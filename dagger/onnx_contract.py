@@ -1,0 +1,132 @@
+"""The ONNX contract: the one module that writes and reads a ``graspsim export`` folder's ``contract.json``.
+
+An export folder holds::
+
+    vision.onnx     rgb B,3,S,S uint8            -> logits B,S,S float32
+    control.onnx    mask B,S,S float32 (0/1), gripper B,3 float32 -> raw B,4 float32
+    contract.json   kind, format_version, opset, the sources' sha256, the two graphs' inputs and outputs, the
+                    constants that turn outputs into decisions (image_size S, threshold, peak_threshold,
+                    mirror_tta, max_speed) and, after the parity check, ``parity``
+
+Writers call :func:`build_contract` and :func:`write_contract`; readers call :func:`read_contract`, which checks the
+kind, the format version and that both graphs are present. :func:`load_nets` loads the two checkpoints behind a
+contract and checks that they work at one image size (the contract has one ``S``); the export and the torch runtime
+of :mod:`graspsim.dagger.controller` both load through it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from graspsim.fileio import atomic_write_text
+
+CONTRACT_FILE = "contract.json"
+"""Name of the JSON beside the ONNX graphs (their inputs, outputs, constants)."""
+VISION_ONNX = "vision.onnx"
+CONTROL_ONNX = "control.onnx"
+CONTRACT_KIND = "graspsim-onnx-contract"
+CONTRACT_VERSION = 1
+"""Format version written, and the only one read."""
+OUTPUTS = (VISION_ONNX, CONTROL_ONNX, CONTRACT_FILE)
+"""Everything an export writes into its folder (and replaces as a whole with --overwrite)."""
+
+
+# ------------------------------------------------------------------------------------------ the checkpoints behind it
+def check_image_sizes(vision_size: int, control_size: int) -> None:
+    """ValueError unless the vision net (``vision_size`` px) and the control net (``control_size`` px) work at one
+    image size, as a contract (and the controller) needs."""
+    if int(control_size) != int(vision_size):
+        raise ValueError(f"the vision net works at {vision_size} px but the control net at "
+                         f"{control_size} px; use checkpoints trained at one image size")
+
+
+def load_nets(vision: str | os.PathLike, policy: str | os.PathLike, precision: str = "fp32", device: str = "cpu"):
+    """``(Segmenter, MaskPolicy)`` from the two checkpoints (kinds checked by their loaders, image sizes by
+    :func:`check_image_sizes`). ``precision``: the Segmenter's (``fp32`` for export, ``auto`` for deploy)."""
+    from graspsim.vision.infer import Segmenter
+
+    from .policy import MaskPolicy
+
+    seg = Segmenter.from_checkpoint(vision, device=device, precision=precision)
+    pol = MaskPolicy.from_checkpoint(policy, device=device)
+    check_image_sizes(seg.image_size, pol.cfg.image_size)
+    return seg, pol
+
+
+def sha256(path: str | os.PathLike) -> str:
+    """Hex sha256 of a file (the contract's record of its source checkpoints)."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------ writing
+def build_contract(*, opset: int, vision_path: str | os.PathLike, policy_path: str | os.PathLike,
+                   policy_iteration: int, image_size: int, threshold: float, peak_threshold: float, mirror_tta: bool,
+                   max_speed: float) -> dict:
+    """The contract of one export (format version :data:`CONTRACT_VERSION`). ``image_size`` S in px,
+    ``threshold``/``peak_threshold`` probabilities of the vision net's mask rule, ``max_speed`` m/s."""
+    S = int(image_size)
+    return {
+        "kind": CONTRACT_KIND,
+        "format_version": CONTRACT_VERSION,
+        "opset": opset,
+        "sources": {"vision": {"path": str(vision_path), "sha256": sha256(vision_path)},
+                    "policy": {"path": str(policy_path), "sha256": sha256(policy_path),
+                               "iteration": policy_iteration}},
+        "vision": {
+            "file": VISION_ONNX,
+            "inputs": [{"name": "rgb", "shape": ["batch", 3, S, S], "dtype": "uint8",
+                        "meaning": "RGB wrist frames resized to SxS (INTER_AREA when shrinking), channels first"}],
+            "outputs": [{"name": "logits", "shape": ["batch", S, S], "dtype": "float32",
+                         "meaning": "target logit per pixel"}],
+            "image_size": S, "threshold": threshold, "peak_threshold": peak_threshold,
+            "mirror_tta": bool(mirror_tta),
+            "mask_rule": "target = logit >= logit(threshold), in frames whose largest logit >= logit(peak_threshold) "
+                         "(peak_threshold 0: no frame gate)",
+        },
+        "control": {
+            "file": CONTROL_ONNX,
+            "inputs": [{"name": "mask", "shape": ["batch", S, S], "dtype": "float32", "meaning": "target mask 0/1"},
+                       {"name": "gripper", "shape": ["batch", 3], "dtype": "float32",
+                        "meaning": "finger gap / open gap, last close command 0/1, table contact 0/1"}],
+            "outputs": [{"name": "raw", "shape": ["batch", 4], "dtype": "float32",
+                         "meaning": "pre-tanh velocity (3) and grip logit (1)"}],
+            "max_speed": float(max_speed),
+            "action_rule": "velocity m/s = tanh(raw[:3]) * max_speed (gripper-aligned base frame); raw[3] > 0 "
+                           "asks to close (graspsim.dagger.controller adds hysteresis)",
+        },
+    }
+
+
+def write_contract(folder: str | os.PathLike, contract: dict) -> None:
+    """Write ``contract`` atomically as ``folder/contract.json``."""
+    atomic_write_text(Path(folder) / CONTRACT_FILE, json.dumps(contract, indent=2))
+
+
+# ------------------------------------------------------------------------------------------ reading
+def read_contract(folder: str | os.PathLike) -> dict:
+    """The contract of an export folder; ValueError naming what is missing, of the wrong kind or version."""
+    folder = Path(folder)
+    path = folder / CONTRACT_FILE
+    if not path.is_file():
+        raise ValueError(f"{folder} is not a 'graspsim export' folder: {CONTRACT_FILE} is missing")
+    try:
+        contract = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(contract, dict) or contract.get("kind") != CONTRACT_KIND:
+        kind = contract.get("kind") if isinstance(contract, dict) else None
+        raise ValueError(f"{path} is not a graspsim ONNX contract (kind {kind!r})")
+    if contract.get("format_version") != CONTRACT_VERSION:
+        raise ValueError(f"{path}: contract format_version {contract.get('format_version')!r}; this version reads "
+                         f"{CONTRACT_VERSION}; export again with 'graspsim export'")
+    for name in (VISION_ONNX, CONTROL_ONNX):
+        if not (folder / name).is_file():
+            raise ValueError(f"{folder}: {name} is missing; export again with 'graspsim export'")
+    return contract
+
+
+__all__ = ["CONTRACT_FILE", "CONTRACT_KIND", "CONTRACT_VERSION", "CONTROL_ONNX", "OUTPUTS", "VISION_ONNX",
+           "build_contract", "check_image_sizes", "load_nets", "read_contract", "sha256", "write_contract"]
