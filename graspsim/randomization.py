@@ -148,17 +148,7 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
 
     zeros_b = torch.zeros((n,), **f32)
     false_b = torch.zeros((n,), dtype=torch.bool, device=dev)
-    target_kind = torch.full((n,), KIND_SPHERE, dtype=torch.long, device=dev)
-    half_height = radius.clone()
-    target_yaw = zeros_b.clone()
-    if cfg.target.wrist:
-        target_kind, radius, half_height, target_yaw = _draw_kinds(cfg, n, g, dev, radius)
-        sphere_pos = torch.cat([sxy, half_height[:, None]], dim=1)
-        if K > 0:  # empty the slots that the target's footprint (cube: half diagonal) now reaches
-            foot = torch.where(target_kind == KIND_BOX, radius * math.sqrt(2.0), radius)
-            crowded = (dist_pos[..., :2] - sxy[:, None, :]).norm(dim=-1) <= dist_reach + foot[:, None]
-            kind = torch.where(crowded, torch.full_like(kind, KIND_NONE), kind)
-    return State(
+    state = State(
         tcp_pos=tcp,
         tcp_vel=torch.zeros((n, 3), **f32),
         finger_width=torch.full((n,), cfg.open_width, **f32),
@@ -169,9 +159,9 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         prev_wz=zeros_b.clone(),
         sphere_pos=sphere_pos,
         sphere_radius=radius,
-        target_kind=target_kind,
-        target_half_height=half_height,
-        target_yaw=target_yaw,
+        target_kind=torch.full((n,), KIND_SPHERE, dtype=torch.long, device=dev),
+        target_half_height=radius.clone(),
+        target_yaw=zeros_b.clone(),
         sphere_vel=sphere_vel,
         held=false_b.clone(),
         held_offset=torch.zeros((n, 3), **f32),
@@ -210,6 +200,16 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         # the episode's random key: a hash of the scene's own draws (no extra draw from the generator)
         key=key_from_floats(torch.cat([sphere_pos, tex_offset, azim[:, None], cam_offset], 1)),
     )
+    if not cfg.target.wrist:
+        return state
+    # a mix beyond spheres: the target's kind and shape, drawn after every other draw
+    target_kind, half_w, half_h, target_yaw = _draw_kinds(cfg, n, g, dev, radius)
+    if K > 0:  # empty the distractor slots that the target's footprint (a cube's half diagonal) now reaches
+        foot = torch.where(target_kind == KIND_BOX, half_w * math.sqrt(2.0), half_w)
+        crowded = (dist_pos[..., :2] - sxy[:, None, :]).norm(dim=-1) <= dist_reach + foot[:, None]
+        state.dist_kind = torch.where(crowded, torch.full_like(kind, KIND_NONE), kind)
+    return state.replace(target_kind=target_kind, sphere_radius=half_w, target_half_height=half_h,
+                         target_yaw=target_yaw, sphere_pos=torch.cat([sxy, half_h[:, None]], dim=1))
 
 
 def _draw_kinds(cfg: SimConfig, n: int, g: torch.Generator, dev: torch.device, sphere_radius: Tensor
