@@ -57,6 +57,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0)
     a = ap.parse_args()
+    for name in ("batch", "rounds"):
+        if getattr(a, name) <= 0:
+            ap.error(f"--{name} must be positive; got {getattr(a, name)}")
+    if not a.seconds > 0:
+        ap.error(f"--seconds must be positive; got {a.seconds}")
+    if not (Path(a.base) / "graspsim").is_dir():
+        ap.error(f"--base {a.base}: no graspsim package folder there")
     # this tree, importable the same way as the base: a temporary folder holding graspsim/ with expert/ inside
     src = Path(__file__).resolve().parents[1]
     tmp = tempfile.mkdtemp(prefix="sphere_fps_")
