@@ -450,3 +450,16 @@ def test_bullet_expert_grasps_each_kind(kind):
         env.observe = lambda: {}
         out = run_episodes(env, episode_seeds(0, "test", 0, 8), ExpertHooks(env, FSMExpert(cfg, num_envs=4)))
     assert out.success.mean() >= 7 / 8, out.failure_counts()
+
+
+def test_run_folders_written_before_kinds_still_resume_and_a_changed_mix_is_named():
+    from graspsim.runs import check_resume
+
+    new = {"sim": SimConfig().to_dict(), "episodes": 10}
+    old = json.loads(json.dumps(new))
+    for k in ("target", "max_yaw_rate", "max_yaw_accel", "max_wrist_yaw", "pad_friction"):
+        del old["sim"][k]  # as stored before kinds and the wrist existed
+    check_resume(old, new, may_change=(), where="run/config.json")
+    mixed = {"sim": SimConfig(target=MIX).to_dict(), "episodes": 10}
+    with pytest.raises(ValueError, match=r"sim\.target\.kinds"):
+        check_resume(old, mixed, may_change=(), where="run/config.json")
