@@ -15,6 +15,14 @@ correctly from *any* state a learner may have driven the scene into (DAgger need
                  the pads): close, hold position (tracking drift).
 * ``LIFT``     - the sphere is held: keep closed and go up.
 
+Cubes and cylinders (``SimConfig.target.kinds`` beyond spheres, ``cfg.wrist``): the action gains the wrist's
+yaw rate, ``(vx, vy, vz, wz, grip)``. For a cube the expert turns the wrist during the approach to the
+nearest face pair (a cube repeats every quarter turn, so the turn is the target's yaw relative to the pads
+folded to [-45, 45) degrees, the smallest rotation), waits near the table until that is within
+``YAW_TOL``, and closes only then; spheres and cylinders are yaw-free (wz = 0). The geometry (clearance
+of the open fingers, footprint, height) uses the target's width across the pads and its height, all in
+the gripper frame. Without the wrist the actions are the 4-D ones of the sphere-only expert, unchanged.
+
 The grasp trigger uses only what a mask-driven learner can also perceive: contact is in
 ``obs["gripper"]``, and the centring tolerance is loose enough (a few millimetres, well inside the pads'
 capture window) that the learner's view of it (the target blob near the image centre) suffices.
@@ -30,6 +38,8 @@ from torch import Tensor
 from graspsim import rng
 from graspsim.config import SimConfig
 from graspsim.env import table_contact
+from graspsim.physics import fold_quarter_turn, grasp_window
+from graspsim.state import KIND_BOX, KIND_SPHERE
 from graspsim.validate import finite_non_negative
 
 PHASES = ("RESET", "APPROACH", "GRASP", "LIFT")
@@ -46,24 +56,21 @@ GAP_MARGIN = 0.002
 DESCEND_TO = -0.004
 """Height (m) the descent aims at: just below the table, so the fingertips reach contact instead of
 creeping towards it."""
-
-
-def _window(rel: Tensor, r: Tensor, width: Tensor, cfg: SimConfig, margin: float = 0.0) -> Tensor:
-    """B bool: sphere centre (relative to the TCP, ``rel`` B,3) lies in the grasp window."""
-    return (
-        (rel[:, 0].abs() <= cfg.pad_width / 2 - margin)
-        & (rel[:, 2] >= 0.2 * r)
-        & (rel[:, 2] <= cfg.finger_length - r)
-        & (rel[:, 1].abs() < width / 2)
-    )
+YAW_TOL = 0.05
+"""Largest yaw (rad) of a cube relative to the pads at which the expert descends the last centimetres and
+closes; far inside the physics' tolerance (about 0.32 rad, :func:`graspsim.physics.cube_yaw_tolerance`)."""
+YAW_GAIN = 0.5
+"""Fraction of the remaining wrist turn commanded per control step (as the xy servo does with position)."""
 
 
 def expert_phase_and_action(priv: dict[str, Tensor], cfg: SimConfig) -> tuple[Tensor, Tensor]:
     """Expert decision for every scene.
 
     ``priv``: the privileged dict of :func:`graspsim.privileged` (tcp_pos B,3; sphere_pos B,3;
-    sphere_radius B; sphere_vel B,2; finger_width B; held B; close_cmd B).
-    Returns ``(phase B int64, action B,4 float32)`` with action = (vx, vy, vz) m/s and grip (+1 close, -1 open).
+    sphere_radius B; sphere_vel B,2; finger_width B; held B; close_cmd B; with the wrist also target_kind B,
+    target_half B,3, target_yaw B and wrist_yaw B; missing ones mean a sphere and an unturned wrist).
+    Returns ``(phase B int64, action B,cfg.action_dim float32)`` with action = (vx, vy, vz) m/s, with the wrist
+    wz rad/s, and grip (+1 close, -1 open).
     """
     tcp, sph = priv["tcp_pos"], priv["sphere_pos"]
     r, width = priv["sphere_radius"], priv["finger_width"]
@@ -71,13 +78,31 @@ def expert_phase_and_action(priv: dict[str, Tensor], cfg: SimConfig) -> tuple[Te
     drift = priv.get("sphere_vel", torch.zeros_like(sph[:, :2]))
     vmax, dt = cfg.max_speed, cfg.dt
     B, dev = tcp.shape[0], tcp.device
+    kind = priv.get("target_kind", torch.full((B,), KIND_SPHERE, dtype=torch.long, device=dev))
+    hz = priv["target_half"][:, 2] if "target_half" in priv else r
+    wrist = priv.get("wrist_yaw", torch.zeros_like(r))
+    turned = wrist != 0
+    cw, sw = torch.cos(wrist), torch.sin(wrist)
+
+    def to_grip(v: Tensor) -> Tensor:  # B,2 or B,3 world vector -> gripper axes (unchanged where not turned)
+        x = torch.where(turned, cw * v[:, 0] + sw * v[:, 1], v[:, 0])
+        y = torch.where(turned, -sw * v[:, 0] + cw * v[:, 1], v[:, 1])
+        return torch.cat([torch.stack([x, y], 1), v[:, 2:]], 1)
+
+    # a cube: the turn to the nearest face pair, and its width across the pads at the present yaw
+    is_cube = kind == KIND_BOX
+    yaw_err = torch.where(is_cube, fold_quarter_turn(priv.get("target_yaw", torch.zeros_like(r)) - wrist),
+                          torch.zeros_like(r))
+    aligned = yaw_err.abs() <= YAW_TOL
+    across = torch.where(is_cube, r * (torch.cos(yaw_err) + torch.sin(yaw_err).abs()), r)
 
     # aim one step ahead of a drifting sphere
     aim_xy = sph[:, :2] + drift * dt
     e_xy = aim_xy - tcp[:, :2]
     dist_xy = e_xy.norm(dim=1)
+    e_g = to_grip(e_xy)  # the same error along the pads (x) and across them (y)
     h = tcp[:, 2]
-    rel = sph - tcp
+    rel = to_grip(sph - tcp)
     contact = table_contact(tcp, cfg)
 
     # xy servo: close half the error per step, plus drift feed-forward
@@ -87,21 +112,22 @@ def expert_phase_and_action(priv: dict[str, Tensor], cfg: SimConfig) -> tuple[Te
     hc = h.clamp_min(0.0)
     inner, outer = CONE_INNER[0] + CONE_INNER[1] * hc, CONE_OUTER[0] + CONE_OUTER[1] * hc
     ramp = ((outer - dist_xy) / (outer - inner)).clamp(0.0, 1.0)
-    centred = (e_xy[:, 0].abs() <= CLOSE_TOL[0]) & (e_xy[:, 1].abs() <= CLOSE_TOL[1])
-    low = h < (2 * r + 0.012)
+    centred = (e_g[:, 0].abs() <= CLOSE_TOL[0]) & (e_g[:, 1].abs() <= CLOSE_TOL[1])
+    low = h < (2 * hz + 0.012)
     fully_open = width >= 0.95 * cfg.open_width
     vz_descend = (0.5 * (DESCEND_TO - h) / dt).clamp(-vmax, 0.0) * ramp
-    # near the table, wait for the fingers to be fully open before going lower
-    vz_descend = torch.where(~fully_open & low, torch.zeros_like(vz_descend), vz_descend)
+    # near the table, wait for the fingers to be fully open (and a cube's faces to be turned) before going lower
+    wait = ~fully_open | ~aligned
+    vz_descend = torch.where(wait & low, torch.zeros_like(vz_descend), vz_descend)
     # rise only where a finger could come down on the sphere: low, and the sphere not inside the open gap
-    gap_half = width / 2 - r - GAP_MARGIN
+    gap_half = width / 2 - across - GAP_MARGIN
     # (the footprint grown by one step of travel, so a finger cannot sweep into the sphere sideways)
-    reach = cfg.pad_width / 2 + r + GAP_MARGIN + vmax * dt
-    under_finger = low & (e_xy[:, 1].abs() > gap_half) & (e_xy[:, 0].abs() < reach)
+    reach = cfg.pad_width / 2 + across + GAP_MARGIN + vmax * dt
+    under_finger = low & (e_g[:, 1].abs() > gap_half) & (e_g[:, 0].abs() < reach)
     vz = torch.where(under_finger, torch.full_like(h, 0.5 * vmax), vz_descend)
 
-    ready = fully_open & contact & centred
-    closing_on_target = close_cmd & ~held & _window(rel, r, width, cfg) & (width > 2 * r - 1e-6)
+    ready = fully_open & contact & centred & aligned
+    closing_on_target = close_cmd & ~held & grasp_window(rel, r, hz, kind, width, cfg) & (width > 2 * across - 1e-6)
     closed_on_nothing = close_cmd & ~held & ~closing_on_target
 
     phase = torch.full((B,), APPROACH, dtype=torch.long, device=dev)
@@ -131,18 +157,24 @@ def expert_phase_and_action(priv: dict[str, Tensor], cfg: SimConfig) -> tuple[Te
     action[:, 0:2] = torch.where(lf[:, None], torch.zeros_like(v_xy), action[:, 0:2])
     action[:, 2] = torch.where(lf, up, action[:, 2])
     action[:, 3] = torch.where(lf, torch.ones_like(h), action[:, 3])
-    return phase, action
+    if not cfg.wrist:
+        return phase, action
+    # the wrist: turn to the nearest face pair while approaching or recovering; hold still while the pads close
+    # and while lifting (the cube then turns with the wrist)
+    wz = (YAW_GAIN * yaw_err / dt).clamp(-cfg.max_yaw_rate, cfg.max_yaw_rate)
+    wz = torch.where(g | lf, zero, wz)
+    return phase, torch.cat([action[:, :3], wz[:, None], action[:, 3:]], 1)
 
 
 def expert_action(priv: dict[str, Tensor], cfg: SimConfig) -> Tensor:
-    """The expert's action ``B,4`` for the given privileged state (see ``expert_phase_and_action``)."""
+    """The expert's action ``B,cfg.action_dim`` for the given privileged state (see ``expert_phase_and_action``)."""
     return expert_phase_and_action(priv, cfg)[1]
 
 
 class FSMExpert:
     """Batched expert with a per-scene phase tensor and optional exploration noise.
 
-    ``act(priv)`` returns the clean expert label ``B,4`` (store this as the training label);
+    ``act(priv)`` returns the clean expert label ``B,cfg.action_dim`` (store this as the training label);
     ``perturb(action)`` adds Gaussian velocity noise for diverse demonstrations: std ``noise_std`` (m/s)
     while approaching high above the sphere, tapering linearly to zero when the fingertips are within
     ``NOISE_TAPER`` (m) of it, and none while grasping, lifting or recovering, so the noise diversifies

@@ -1,6 +1,6 @@
 """graspsim: batched wrist-camera grasping scenes as torch tensors (see ``graspsim.env``)."""
 
-from .config import RandomizationConfig, SimConfig
+from .config import RandomizationConfig, SimConfig, TargetConfig
 from .env import GRIPPER_DIM, OBS_KEYS, GraspEnv, observe, privileged
 from .physics import FAILURE_NAMES, failure_cause, step
 from .randomization import sample_scenes
@@ -9,7 +9,7 @@ from .state import State
 
 __all__ = [
     "FAILURE_NAMES", "GRIPPER_DIM", "OBS_KEYS", "GraspEnv", "RandomizationConfig", "RenderOutput", "SimConfig", "State",
-    "failure_cause", "observe", "privileged", "render", "sample_scenes", "step",
+    "TargetConfig", "failure_cause", "observe", "privileged", "render", "sample_scenes", "step",
 ]
 __version__ = "0.1.0"
 

@@ -136,6 +136,52 @@ class RandomizationConfig:
             action_noise=(0.0, 0.0), slip_rate=(0.0, 0.0),
         )
 
+TARGET_KINDS = ("sphere", "cube", "cylinder")
+"""Target kinds the simulator knows, in the order of their codes in ``State.target_kind`` (see
+:data:`graspsim.state.TARGET_KIND_CODES`)."""
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """What the robot grasps: the mix of target kinds and their size ranges (drawn per scene at reset).
+
+    A sphere is grasped from any side; a cube only with the fingers across two opposite faces, so any kind
+    other than the sphere turns the wrist on (``SimConfig.wrist``): actions become ``(vx, vy, vz, wz, grip)``
+    and the gripper senses gain the wrist angle. The sphere's diameter stays in
+    ``RandomizationConfig.sphere_diameter``; its colour band (``target_hue`` ...) is every kind's.
+    """
+
+    kinds: Tuple[str, ...] = ("sphere",)
+    """Kinds drawn uniformly per scene, e.g. ``sphere`` or ``sphere cube cylinder`` (``sphere,cube,cylinder``
+    also parses); known: sphere, cube, cylinder."""
+    cube_side: Range = (0.015, 0.030)
+    """Cube edge length (m); every cube gets a uniform random yaw."""
+    cylinder_diameter: Range = (0.012, 0.025)
+    """Upright cylinder diameter (m)."""
+    cylinder_height: Range = (0.02, 0.04)
+    """Upright cylinder height (m)."""
+
+    def __post_init__(self) -> None:
+        owner = "TargetConfig"
+        kinds = (self.kinds,) if isinstance(self.kinds, str) else tuple(self.kinds)
+        split = tuple(k.strip() for item in kinds for k in str(item).split(",") if k.strip())
+        if not split:
+            raise ValueError(f"{owner}.kinds must name at least one kind of {', '.join(TARGET_KINDS)}; got {self.kinds!r}")
+        for k in split:
+            if k not in TARGET_KINDS:
+                raise ValueError(f"{owner}.kinds: unknown kind {k!r}; known kinds: {', '.join(TARGET_KINDS)}")
+        if len(set(split)) != len(split):
+            raise ValueError(f"{owner}.kinds lists a kind twice: {split!r}")
+        object.__setattr__(self, "kinds", split)
+        value_range(owner, "cube_side", self.cube_side, 0.002, 0.2)
+        value_range(owner, "cylinder_diameter", self.cylinder_diameter, 0.002, 0.2)
+        value_range(owner, "cylinder_height", self.cylinder_height, 0.004, 0.2)
+
+    @property
+    def wrist(self) -> bool:
+        """True when the mix holds more than spheres (the wrist then turns; see :class:`SimConfig`)."""
+        return self.kinds != ("sphere",)
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -174,15 +220,27 @@ class SimConfig:
     """Highest fingertip height (m)."""
     shadows: bool = True
     """Cast shadows from objects and fingers onto the scene."""
+    max_yaw_rate: float = 1.5
+    """Wrist yaw rate limit (rad/s); used when the wrist turns (``target.kinds`` beyond sphere)."""
+    max_yaw_accel: float = 15.0
+    """Wrist yaw acceleration limit (rad/s^2)."""
+    max_wrist_yaw: float = 1.6
+    """The wrist turns within +/- this angle (rad) from its start (a cube needs at most pi/4)."""
+    pad_friction: float = 0.5
+    """Friction coefficient between the finger pads and a cube: it sets the cube's yaw tolerance
+    (:func:`graspsim.physics.cube_yaw_tolerance`)."""
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     """Domain-randomization ranges."""
+    target: TargetConfig = field(default_factory=TargetConfig)
+    """Target kinds and sizes."""
 
     def __post_init__(self) -> None:
         owner = "SimConfig"
         int_in(owner, "image_size", self.image_size, 16, 512)
         positive_int(owner, "max_steps", self.max_steps)
         for name in ("control_hz", "max_speed", "max_accel", "finger_speed", "open_width", "pad_width",
-                     "finger_length", "finger_thickness", "lift_height", "workspace", "max_height", "contact_height"):
+                     "finger_length", "finger_thickness", "lift_height", "workspace", "max_height", "contact_height",
+                     "max_yaw_rate", "max_yaw_accel", "max_wrist_yaw", "pad_friction"):
             finite_positive(owner, name, getattr(self, name))
         if len(self.camera_offset) != 3 or not all(math.isfinite(v) for v in self.camera_offset):
             raise ValueError(f"SimConfig.camera_offset must be three finite numbers; got {self.camera_offset!r}")
@@ -195,6 +253,33 @@ class SimConfig:
                 f"SimConfig.open_width ({self.open_width}) must exceed the largest sphere diameter "
                 f"({self.randomization.sphere_diameter[1]})"
             )
+        t = self.target
+        if "cube" in t.kinds and t.cube_side[1] >= self.open_width:
+            raise ValueError(f"TargetConfig.cube_side {t.cube_side!r}: a cube side must be below the gripper's open "
+                             f"width SimConfig.open_width = {self.open_width} m")
+        if "cylinder" in t.kinds and t.cylinder_diameter[1] >= self.open_width:
+            raise ValueError(f"TargetConfig.cylinder_diameter {t.cylinder_diameter!r}: a cylinder diameter must be below "
+                             f"the gripper's open width SimConfig.open_width = {self.open_width} m")
+        if "cylinder" in t.kinds and t.cylinder_height[1] > 2 * self.finger_length:
+            raise ValueError(f"TargetConfig.cylinder_height {t.cylinder_height!r}: at most twice the finger length "
+                             f"({2 * self.finger_length} m) fits between the pads")
+
+    @property
+    def wrist(self) -> bool:
+        """Whether the wrist turns: the target mix holds more than spheres. Then actions are 5-D
+        ``(vx, vy, vz, wz, grip)`` and the gripper senses 5-D (the wrist angle's sine and cosine appended);
+        otherwise 4-D and 3-D as before kinds existed (4-D actions are accepted whenever no scene holds a cube)."""
+        return self.target.wrist
+
+    @property
+    def action_dim(self) -> int:
+        """Width of the actions this configuration's expert emits and its gymnasium env takes: 5 with the wrist, else 4."""
+        return 5 if self.wrist else 4
+
+    @property
+    def gripper_dim(self) -> int:
+        """Width of ``obs["gripper"]``: 5 with the wrist (plus sin and cos of the wrist angle), else 3."""
+        return 5 if self.wrist else 3
 
     @property
     def dt(self) -> float:

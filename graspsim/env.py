@@ -3,13 +3,14 @@ seeded generator for scenes drawn without episode seeds.
 
 >>> env = GraspEnv(SimConfig(), num_envs=256, device="cpu", seed=0)
 >>> obs = env.reset()                       # all scenes
->>> obs, reward, done, info = env.step(actions)  # actions: 256,4 float32 (vx, vy, vz m/s, grip)
+>>> obs, reward, done, info = env.step(actions)  # actions: 256,4 (vx, vy, vz m/s, grip) or 256,5 (.., wz rad/s, grip)
 >>> env.reset(env_ids=torch.nonzero(done).flatten())   # partial reset by index
 >>> env.privileged()                         # true poses, for the expert only
 
 Observation dict (policy-visible only):
   ``rgb``: B,3,H,W uint8; ``mask``: B,H,W bool (exact visible-target mask);
-  ``gripper``: B,3 float32 = (finger gap / open gap, last executed close command as 0/1, table contact 0/1).
+  ``gripper``: B,3 float32 = (finger gap / open gap, last executed close command as 0/1, table contact 0/1),
+  with the wrist (``cfg.wrist``, a target mix beyond spheres) B,5: then also (sin, cos) of the wrist angle.
   These are the gripper's own senses (finger encoder, its last command, a force/contact sensor that says
   the fingertips touch the table, see ``SimConfig.contact_height``); nothing about the target.
 
@@ -30,11 +31,12 @@ from .config import SimConfig
 from .keys import GRIPPER, MASK, OBS_KEYS, PRIVILEGED_KEYS, RGB  # noqa: F401 (OBS_KEYS, PRIVILEGED_KEYS re-exported)
 from .randomization import sample_scenes, scenes_from_seeds
 from .render import RenderOutput, render
-from .state import State
+from .state import State, target_half_extents
 from .validate import positive_int
 
 GRIPPER_DIM = 3
-"""Width of ``obs["gripper"]``: (finger gap / open gap, last close command 0/1, table contact 0/1)."""
+"""Width of ``obs["gripper"]`` without the wrist: (finger gap / open gap, last close command 0/1, table contact 0/1).
+With the wrist it is ``SimConfig.gripper_dim`` = 5 (sine and cosine of the wrist angle appended)."""
 
 
 def observe(state: State, cfg: SimConfig, generator: torch.Generator | None = None) -> dict[str, Tensor]:
@@ -44,13 +46,17 @@ def observe(state: State, cfg: SimConfig, generator: torch.Generator | None = No
 
 
 def gripper_obs(state: State, cfg: SimConfig) -> Tensor:
-    """B,GRIPPER_DIM float32: normalised finger gap, last executed close command, table contact (0/1).
+    """B,``cfg.gripper_dim`` float32: normalised finger gap, last executed close command, table contact (0/1),
+    and with the wrist (``cfg.wrist``) the sine and cosine of the wrist angle (the joint encoder).
 
     Contact is the fingertips at most ``cfg.contact_height`` above the table, the signal of a guarded move.
     It makes the grasp height observable: at 64x64 the target's image hardly changes over the last
     centimetre of descent, so without it a mask-only policy cannot tell when the fingers straddle the sphere."""
     contact = table_contact(state.tcp_pos, cfg).float()
-    return torch.stack([state.finger_width / cfg.open_width, state.close_cmd.float(), contact], -1)
+    senses = [state.finger_width / cfg.open_width, state.close_cmd.float(), contact]
+    if cfg.wrist:
+        senses += [torch.sin(state.wrist_yaw), torch.cos(state.wrist_yaw)]
+    return torch.stack(senses, -1)
 
 
 def table_contact(tcp_pos: Tensor, cfg: SimConfig) -> Tensor:
@@ -59,7 +65,9 @@ def table_contact(tcp_pos: Tensor, cfg: SimConfig) -> Tensor:
 
 
 def privileged(state: State) -> dict[str, Tensor]:
-    """True poses for the expert: never feed these to a policy."""
+    """True poses for the expert: never feed these to a policy. ``sphere_*`` describe the target of any kind
+    (centre, half-width across the pads, drift); ``target_kind`` B int64, ``target_half`` B,3 half-extents (m),
+    ``target_yaw`` B and ``wrist_yaw`` B (rad) complete it."""
     return {
         "tcp_pos": state.tcp_pos,
         "tcp_vel": state.tcp_vel,
@@ -71,6 +79,10 @@ def privileged(state: State) -> dict[str, Tensor]:
         "close_cmd": state.close_cmd,
         "steps": state.steps,
         "key": state.key,
+        "target_kind": state.target_kind,
+        "target_half": target_half_extents(state),
+        "target_yaw": state.target_yaw,
+        "wrist_yaw": state.wrist_yaw,
     }
 
 
@@ -166,7 +178,7 @@ class GraspEnv:
         return self._obs()
 
     def step(self, action: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
-        """Apply ``action`` (B,4) to every scene. Returns (obs, reward B float32, done B bool, info).
+        """Apply ``action`` (B,4, or B,5 with the wrist's yaw rate; see :mod:`graspsim.physics`) to every scene. Returns (obs, reward B float32, done B bool, info).
 
         ``reward`` is 1.0 on the step an episode succeeds, else 0. ``info`` holds ``success`` (B bool),
         ``timeout`` (B bool) and ``failure`` (B int64 codes, see ``physics.FAILURE_NAMES``).

@@ -3,6 +3,9 @@
 Both wrap the batched torch simulator and return numpy arrays in gymnasium's conventions:
 observation ``{"rgb": H,W,3 uint8, "mask": H,W uint8 (0/1), "gripper": 3 float32}``, action
 ``(vx, vy, vz, grip)`` float32 with velocities in m/s (clipped to ``max_speed``) and grip > 0 closing.
+With a target mix beyond spheres (``SimConfig.wrist``) the action is ``(vx, vy, vz, wz, grip)``, ``wz`` the
+wrist yaw rate in rad/s (clipped to ``max_yaw_rate``), and ``gripper`` has 5 entries (sin and cos of the
+wrist angle appended, in [-1, 1]).
 ``terminated`` = the sphere is held and lifted; ``truncated`` = the step limit was reached.
 
 The vector env follows gymnasium's default NEXT_STEP autoreset: the step after an episode ends resets
@@ -21,7 +24,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from . import physics
 from .config import SimConfig
-from .env import GRIPPER_DIM, GraspEnv
+from .env import GraspEnv
 from .keys import GRIPPER, MASK, RGB
 
 ENV_ID = "graspsim/WristGrasp-v0"
@@ -33,28 +36,44 @@ def _spaces(cfg: SimConfig) -> tuple[spaces.Dict, spaces.Box]:
         {
             RGB: spaces.Box(0, 255, (s, s, 3), np.uint8),
             MASK: spaces.Box(0, 1, (s, s), np.uint8),
-            GRIPPER: spaces.Box(0.0, 1.0, (GRIPPER_DIM,), np.float32),
+            GRIPPER: spaces.Box(_gripper_low(cfg), np.ones(cfg.gripper_dim, np.float32), dtype=np.float32),
         }
     )
     v = cfg.max_speed
-    act = spaces.Box(np.array([-v, -v, -v, -1.0], np.float32), np.array([v, v, v, 1.0], np.float32), dtype=np.float32)
+    if cfg.wrist:
+        w = cfg.max_yaw_rate
+        act = spaces.Box(np.array([-v, -v, -v, -w, -1.0], np.float32), np.array([v, v, v, w, 1.0], np.float32),
+                         dtype=np.float32)
+    else:
+        act = spaces.Box(np.array([-v, -v, -v, -1.0], np.float32), np.array([v, v, v, 1.0], np.float32), dtype=np.float32)
     return obs, act
 
 
+def _gripper_low(cfg: SimConfig) -> np.ndarray:
+    """Lower bounds of ``obs["gripper"]``: 0 for the gap, command and contact; -1 for the wrist's sin and cos."""
+    return np.array([0.0, 0.0, 0.0] + [-1.0, -1.0] * cfg.wrist, np.float32)
+
+
 def _to_numpy(obs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:
+    g = obs[GRIPPER]
+    if g.shape[1] == 3:
+        g = g.clamp(0.0, 1.0)
+    else:  # with the wrist: sin and cos lie in [-1, 1]
+        g = torch.cat([g[:, :3].clamp(0.0, 1.0), g[:, 3:].clamp(-1.0, 1.0)], 1)
     return {
         RGB: obs[RGB].permute(0, 2, 3, 1).cpu().numpy(),
         MASK: obs[MASK].to(torch.uint8).cpu().numpy(),
-        GRIPPER: obs[GRIPPER].clamp(0.0, 1.0).cpu().numpy().astype(np.float32),
+        GRIPPER: g.cpu().numpy().astype(np.float32),
     }
 
 
-def _action_tensor(action: Any, n: int, device: torch.device) -> torch.Tensor:
+def _action_tensor(action: Any, n: int, device: torch.device, dim: int = 4) -> torch.Tensor:
+    """The action as an n,``dim`` tensor (``dim`` = ``SimConfig.action_dim``)."""
     a = np.asarray(action, dtype=np.float32)
-    if a.shape == (4,) and n == 1:
+    if a.shape == (dim,) and n == 1:
         a = a[None]
-    if a.shape != (n, 4):
-        raise ValueError(f"action must have shape ({n}, 4){' or (4,)' if n == 1 else ''}; got {a.shape}")
+    if a.shape != (n, dim):
+        raise ValueError(f"action must have shape ({n}, {dim}){f' or ({dim},)' if n == 1 else ''}; got {a.shape}")
     return torch.as_tensor(a, device=device)
 
 
@@ -81,7 +100,7 @@ class WristGraspEnv(gym.Env):
         return self._last, {}
 
     def step(self, action):
-        obs, reward, done, info = self._env.step(_action_tensor(action, 1, self._env.device))
+        obs, reward, done, info = self._env.step(_action_tensor(action, 1, self._env.device, self.cfg.action_dim))
         o = _to_numpy(obs)
         self._last = {k: v[0] for k, v in o.items()}
         success = bool(info["success"][0])
@@ -122,7 +141,7 @@ class WristGraspVectorEnv(VectorEnv):
 
     def step(self, actions):
         env = self._env
-        a = _action_tensor(actions, self.num_envs, env.device)
+        a = _action_tensor(actions, self.num_envs, env.device, self.cfg.action_dim)
         ids = torch.nonzero(self._autoreset).flatten()
         before_success = env.state.success & ~self._autoreset
         with env.rendering(False):  # one render below, after the autoresets

@@ -1,9 +1,16 @@
 """Batched kinematics and grasp-contact logic: ``step(state, action, cfg) -> State``.
 
-Action (``B,4`` float32): ``(vx, vy, vz)`` commanded fingertip velocity in m/s (world frame), and a
-gripper command ``g``: ``g > 0`` closes, ``g <= 0`` opens. Executed velocity = command x per-scene gain
-+ Gaussian noise, clipped per axis to ``max_speed`` and rate-limited by ``max_accel``. With
-``state.latency`` a scene executes the previous step's command (one control step of delay).
+Action (``B,4`` or ``B,5`` float32): ``(vx, vy, vz)`` commanded fingertip velocity in m/s (world frame),
+with 5 columns then ``wz`` the wrist yaw rate in rad/s, and last a gripper command ``g``: ``g > 0`` closes,
+``g <= 0`` opens. Executed velocity = command x per-scene gain + Gaussian noise, clipped per axis to
+``max_speed`` and rate-limited by ``max_accel``; the yaw rate likewise x gain, clipped to ``max_yaw_rate``,
+rate-limited by ``max_yaw_accel``, the angle kept within ``+/- max_wrist_yaw`` (no noise on the yaw). With
+``state.latency`` a scene executes the previous step's command (one control step of delay). A 4-D action
+means ``wz = 0``; it is refused (ValueError) for a batch holding a cube, whose grasp needs the wrist.
+
+The wrist turns the fingers and the camera: the contact rules below hold in the gripper frame (x along the
+pads, y the closing axis), and ``cam_offset`` / ``cam_rot`` turn with the wrist. Where a scene's wrist
+angle is exactly 0 every quantity is computed by the same arithmetic as before the wrist existed.
 
 Contact model (all scenes at once, no loop over scenes):
 
@@ -20,41 +27,80 @@ Contact model (all scenes at once, no loop over scenes):
   centre to the pad edge.
 * Success: held with the sphere bottom at least ``lift_height`` above the table. ``done`` is success
   or ``steps >= max_steps``; both latch until reset.
+
+Cubes and cylinders follow the same rules with their own shapes: they rest on the table at their half
+height, the fingers push them out by their exact footprint (an upright cylinder's disc; a cube's yawed
+square, by separating axes), the grasp window asks the fingertips to be below their centre, and the pads
+capture them at their width across the pads. An upright cylinder is yaw-free like the sphere. A **cube** is
+captured only when the pads close across two opposite faces: its yaw relative to the gripper, folded to
+[-45, 45) degrees, must lie within :func:`cube_yaw_tolerance`; the squeeze then turns it flat against the
+pads. Closer to its edge, the pads catch two corners, the cube spins past the edge and is squeezed out
+along the pads (a missed grasp, like an off-centre sphere). A held target turns with the wrist.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
 
 from . import rng
 from .config import SimConfig
-from .state import State
+from .state import KIND_BOX, KIND_CYLINDER, KIND_NAMES, KIND_SPHERE, State, target_half_height
 
 ACTION_DIM = 4
+"""Width of an action without the wrist: (vx, vy, vz, grip)."""
+WRIST_ACTION_DIM = 5
+"""Width of an action with the wrist: (vx, vy, vz, wz, grip)."""
 
 
-def validate_action(action: Tensor, batch_size: int) -> Tensor:
-    """Check an action batch and return it as float32; raise ValueError with the reason otherwise."""
+def validate_action(action: Tensor, batch_size: int, target_kind: Tensor | None = None) -> Tensor:
+    """Check an action batch (B,4 or B,5) and return it as float32; raise ValueError with the reason otherwise.
+
+    ``target_kind`` (B int64, ``State.target_kind``): a 4-D action is refused when a scene holds a cube (a cube
+    is grasped across two faces, which needs the wrist's yaw rate ``wz``)."""
     if not isinstance(action, torch.Tensor):
         raise ValueError(f"action must be a torch.Tensor of shape ({batch_size}, {ACTION_DIM}); got {type(action).__name__}")
-    if action.shape != (batch_size, ACTION_DIM):
-        raise ValueError(f"action must have shape ({batch_size}, {ACTION_DIM}); got {tuple(action.shape)}")
+    if action.dim() != 2 or action.shape[0] != batch_size or action.shape[1] not in (ACTION_DIM, WRIST_ACTION_DIM):
+        raise ValueError(f"action must have shape ({batch_size}, {ACTION_DIM}) or ({batch_size}, {WRIST_ACTION_DIM}); "
+                         f"got {tuple(action.shape)}")
     if not action.dtype.is_floating_point:
         raise ValueError(f"action must be a floating-point tensor; got dtype {action.dtype}")
     finite = torch.isfinite(action).all(dim=1)
     if not bool(finite.all()):
         bad = torch.nonzero(~finite).flatten()[:8].tolist()
         raise ValueError(f"action has NaN or inf entries in scenes {bad}")
+    if action.shape[1] == ACTION_DIM and target_kind is not None:
+        needs = target_kind.to(action.device) == KIND_BOX
+        if bool(needs.any()):
+            i = int(torch.nonzero(needs)[0])
+            raise ValueError(f"a 4-D action (vx, vy, vz, grip) cannot grasp a {KIND_NAMES[KIND_BOX]} (scene {i}): "
+                             f"it needs the wrist; give 5-D actions (vx, vy, vz, wz, grip) with wz in rad/s")
     return action.float()
 
 
-def finger_boxes(tcp: Tensor, width: Tensor, cfg: SimConfig) -> tuple[Tensor, Tensor]:
-    """Axis-aligned finger boxes as (centres ``B,2,3``, half-extents ``B,2,3``); finger 0 on +y."""
+def split_action(action: Tensor) -> tuple[Tensor, Tensor | None]:
+    """(B,4 action without the wrist: vx, vy, vz, grip; B wrist yaw rate wz in rad/s, or None for a 4-D action)."""
+    if action.shape[1] == ACTION_DIM:
+        return action, None
+    return torch.cat([action[:, :3], action[:, 4:5]], 1), action[:, 3]
+
+
+def finger_boxes(tcp: Tensor, width: Tensor, cfg: SimConfig, yaw: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Finger boxes as (centres ``B,2,3``, half-extents ``B,2,3`` in the gripper frame); finger 0 on the gripper's
+    +y side. ``yaw`` (B rad, the wrist angle) turns the centres about the TCP; the boxes themselves carry the
+    same yaw (the renderer draws them so). Without ``yaw`` the boxes are axis-aligned."""
     half_w = width / 2 + cfg.finger_thickness / 2
     offs = torch.stack([half_w, -half_w], dim=1)  # B,2
     centre = tcp[:, None, :].repeat(1, 2, 1)
-    centre[..., 1] = centre[..., 1] + offs
+    if yaw is not None:
+        turned = (yaw != 0)[:, None]
+        c, s = torch.cos(yaw)[:, None], torch.sin(yaw)[:, None]
+        centre[..., 0] = torch.where(turned, centre[..., 0] - s * offs, centre[..., 0])
+        centre[..., 1] = centre[..., 1] + torch.where(turned, c * offs, offs)
+    else:
+        centre[..., 1] = centre[..., 1] + offs
     centre[..., 2] = centre[..., 2] + cfg.finger_length / 2
     half = torch.tensor(
         [cfg.pad_width / 2, cfg.finger_thickness / 2, cfg.finger_length / 2], dtype=tcp.dtype, device=tcp.device
@@ -71,6 +117,20 @@ def push_out_of_box(c: Tensor, r: Tensor, box_c: Tensor, box_h: Tensor) -> Tenso
     dz = torch.clamp(torch.maximum(lo[:, 2] - c[:, 2], c[:, 2] - hi[:, 2]), min=0.0)
     touching_z = dz < r
     r_eff = torch.sqrt(torch.clamp(r * r - dz * dz, min=0.0))
+    return _push_disc(c, r_eff, touching_z, lo, hi)
+
+
+def push_disc_out_of_box(c: Tensor, r: Tensor, hz: Tensor, box_c: Tensor, box_h: Tensor) -> Tensor:
+    """Horizontal displacement ``B,2`` that moves upright cylinders (centre ``B,3``, radius ``B``, half height
+    ``B``) clear of axis-aligned boxes (centre, half-extents ``B,3``); zero where they do not overlap."""
+    lo, hi = box_c - box_h, box_c + box_h
+    touching_z = (c[:, 2] - hz < hi[:, 2]) & (c[:, 2] + hz > lo[:, 2])
+    return _push_disc(c, r, touching_z, lo, hi)
+
+
+def _push_disc(c: Tensor, r_eff: Tensor, touching_z: Tensor, lo: Tensor, hi: Tensor) -> Tensor:
+    """Shortest horizontal move ``B,2`` of discs (centre ``c`` B,3, radius ``r_eff`` B) out of the footprints
+    ``lo``..``hi`` (B,3 corners) where ``touching_z``; zero elsewhere."""
     q = torch.maximum(torch.minimum(c[:, :2], hi[:, :2]), lo[:, :2])
     d = c[:, :2] - q
     dist = d.norm(dim=1)
@@ -87,6 +147,97 @@ def push_out_of_box(c: Tensor, r: Tensor, box_c: Tensor, box_h: Tensor) -> Tenso
     push = torch.where(outside[:, None], push_out, push_in)
     overlap = touching_z & (dist < r_eff)
     return torch.where(overlap[:, None], push, torch.zeros_like(push))
+
+
+def push_square_out_of_box(c: Tensor, a: Tensor, hz: Tensor, yaw: Tensor, box_c: Tensor, box_h: Tensor) -> Tensor:
+    """Horizontal displacement ``B,2`` that moves cubes (centre ``c`` B,3, half side ``a`` B, half height ``hz``
+    B, yaw ``yaw`` B rad relative to the box axes) clear of axis-aligned boxes (``box_c``, ``box_h`` B,3).
+
+    Separating axes in the table plane (the box's two axes and the cube's two): where every axis shows an
+    overlap, the cube moves along the axis of least overlap, away from the box. Zero where they do not touch.
+    """
+    d = c[:, :2] - box_c[:, :2]
+    cu, su = torch.cos(yaw), torch.sin(yaw)
+    acu, asu = cu.abs(), su.abs()
+    hx, hy = box_h[:, 0], box_h[:, 1]
+    du = d[:, 0] * cu + d[:, 1] * su
+    dv = -d[:, 0] * su + d[:, 1] * cu
+    ext = a * (acu + asu)
+    over = torch.stack([hx + ext - d[:, 0].abs(), hy + ext - d[:, 1].abs(),
+                        hx * acu + hy * asu + a - du.abs(), hx * asu + hy * acu + a - dv.abs()], 1)  # B,4
+    proj = torch.stack([d[:, 0], d[:, 1], du, dv], 1)
+    one, zero = torch.ones_like(cu), torch.zeros_like(cu)
+    normals = torch.stack([torch.stack([one, zero], -1), torch.stack([zero, one], -1),
+                           torch.stack([cu, su], -1), torch.stack([-su, cu], -1)], 1)  # B,4,2
+    k = over.argmin(dim=1)
+    amount = over.gather(1, k[:, None]).squeeze(1)
+    sign = torch.where(proj.gather(1, k[:, None]).squeeze(1) >= 0, one, -one)
+    push = normals[torch.arange(c.shape[0], device=c.device), k] * (sign * amount)[:, None]
+    touching = (over > 0).all(dim=1) & (c[:, 2] - hz < box_c[:, 2] + box_h[:, 2]) & (c[:, 2] + hz > box_c[:, 2] - box_h[:, 2])
+    return torch.where(touching[:, None], push, torch.zeros_like(push))
+
+
+def cube_yaw_tolerance(half_side: Tensor, cfg: SimConfig) -> Tensor:
+    """Largest yaw (rad, B) of a cube relative to the pads, folded to [0, 45] degrees, at which closing the
+    pads on it (centred) ends with two opposite faces flat against the pads.
+
+    Derivation (cube half side ``a``, pad half length ``p = pad_width / 2``, pad friction ``mu =
+    pad_friction``; yaw ``d`` in [0, pi/4]). The corner of the cube that reaches furthest across the pads sits
+    at ``x = a (cos d - sin d)`` along the pad and ``y = a (cos d + sin d)`` across it.
+
+    * If that corner lies beyond the pad's end (``a (cos d - sin d) > p``), the pad's end meets the cube's
+      face; the face's normal force acts off the cube's centre and turns the face flat. Held for every such
+      ``d``: ``d < acos(p / (sqrt(2) a)) - pi/4`` (only cubes wider than the pad, ``a > p``, get here).
+    * Otherwise each pad presses on a corner. The pad's normal force ``f`` turns the cube towards the nearer
+      face pair with lever arm ``x``; friction ``mu f`` on the sliding corner resists with arm ``y``. The
+      cube turns flat while ``x > mu y``, i.e. ``tan d < (1 - mu) / (1 + mu)``: ``d < pi/4 - atan(mu)``.
+      Beyond it the corners jam, and the pads spin the cube over its edge and squeeze it out.
+
+    So the tolerance is ``max(pi/4 - atan(mu), acos(min(1, p / (sqrt(2) a))) - pi/4)``: with the defaults
+    (``mu`` = 0.5, ``p`` = 9 mm) 18.4 degrees for cubes up to 25.4 mm, growing to 19.9 degrees at 30 mm.
+    """
+    p = cfg.pad_width / 2
+    friction = math.pi / 4 - math.atan(cfg.pad_friction)
+    face = torch.acos((p / (math.sqrt(2.0) * half_side.clamp_min(1e-9))).clamp(max=1.0)) - math.pi / 4
+    return face.clamp_min(friction)
+
+
+def fold_quarter_turn(yaw: Tensor) -> Tensor:
+    """Angles (rad) folded into [-pi/4, pi/4): a cube looks the same every quarter turn."""
+    q = math.pi / 2
+    return torch.remainder(yaw + q / 2, q) - q / 2
+
+
+def _rotate_xy(v: Tensor, c: Tensor, s: Tensor) -> Tensor:
+    """``v`` (B,2 or B,3) with its x, y turned by the angle whose cos, sin are ``c``, ``s`` (B); z kept."""
+    x = c * v[:, 0] - s * v[:, 1]
+    y = s * v[:, 0] + c * v[:, 1]
+    return torch.cat([torch.stack([x, y], 1), v[:, 2:]], 1)
+
+
+def _where(mask: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """Per scene (``mask`` B bool) ``a`` else ``b`` for B,k tensors."""
+    return torch.where(mask[:, None], a, b)
+
+
+def wrist_command(state: State, wz: Tensor, cfg: SimConfig) -> tuple[Tensor, Tensor]:
+    """The wrist's action model shared by both backends: (new wrist angle B rad, executed yaw rate B rad/s) for
+    the commanded yaw rate ``wz`` (B rad/s). Latency as for the velocities (``state.prev_wz`` where
+    ``state.latency``), times the scene's action gain, clipped to ``max_yaw_rate``, rate-limited by
+    ``max_yaw_accel``; the angle stays within ``+/- max_wrist_yaw``."""
+    dt = cfg.dt
+    w = torch.where(state.latency, state.prev_wz, wz)
+    w = (w * state.action_gain).clamp(-cfg.max_yaw_rate, cfg.max_yaw_rate)
+    dw = (w - state.wrist_rate).clamp(-cfg.max_yaw_accel * dt, cfg.max_yaw_accel * dt)
+    yaw = (state.wrist_yaw + (state.wrist_rate + dw) * dt).clamp(-cfg.max_wrist_yaw, cfg.max_wrist_yaw)
+    return yaw, (yaw - state.wrist_yaw) / dt
+
+
+def rotation_z(angle: Tensor) -> Tensor:
+    """B,3,3 rotations about z by ``angle`` (B rad)."""
+    c, s = torch.cos(angle), torch.sin(angle)
+    zero, one = torch.zeros_like(c), torch.ones_like(c)
+    return torch.stack([c, -s, zero, s, c, zero, zero, zero, one], -1).view(-1, 3, 3)
 
 
 def command(state: State, action: Tensor, cfg: SimConfig) -> tuple[Tensor, Tensor]:
@@ -119,11 +270,15 @@ def move_toward(pos: Tensor, vel: Tensor, v_cmd: Tensor, cfg: SimConfig) -> Tens
 def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     """Advance every scene by one control step. Pure: returns a new State, ``state`` is not modified.
 
+    ``action`` is B,4 ``(vx, vy, vz, grip)`` or B,5 ``(vx, vy, vz, wz, grip)`` (see the module docstring).
     Action noise and slip are drawn per episode from ``state.key`` and ``state.steps`` (:mod:`graspsim.rng`),
     so a scene evolves the same whatever other scenes share the batch.
     """
     B = state.batch_size
-    action = validate_action(action, B).to(state.device)
+    action = validate_action(action, B, state.target_kind).to(state.device)
+    action, wz = split_action(action)
+    if wz is None and bool((state.wrist_rate != 0).any()):  # 4-D means wz = 0: a turning wrist slows down
+        wz = torch.zeros_like(action[:, 0])
     dt = cfg.dt
     dev = state.device
 
@@ -137,11 +292,38 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     width = state.finger_width + (target_w - state.finger_width).clamp(-step_w, step_w)
 
     r = state.sphere_radius
+    hz = target_half_height(state)
+    kind = state.target_kind
     sphere = state.sphere_pos.clone()
     held = state.held.clone()
     dropped = state.dropped.clone()
     missed = state.missed.clone()
     pushed = state.pushed.clone()
+    held_offset = state.held_offset
+    target_yaw = state.target_yaw
+
+    # --- the wrist: turns the camera mount, the fingers and a held target
+    yaw, rate, prev_wz = state.wrist_yaw, state.wrist_rate, state.prev_wz
+    cam_offset, cam_rot = state.cam_offset, state.cam_rot
+    if wz is not None:
+        yaw, rate = wrist_command(state, wz, cfg)
+        prev_wz = wz
+        dpsi = yaw - state.wrist_yaw
+        moved = dpsi != 0
+        cd, sd = torch.cos(dpsi), torch.sin(dpsi)
+        cam_offset = _where(moved, _rotate_xy(cam_offset, cd, sd), cam_offset)
+        cam_rot = torch.where(moved[:, None, None], rotation_z(dpsi) @ cam_rot, cam_rot)
+        carry = moved & held
+        held_offset = _where(carry, _rotate_xy(held_offset, cd, sd), held_offset)
+        target_yaw = torch.where(carry, target_yaw + dpsi, target_yaw)
+    turned = yaw != 0
+    cw, sw = torch.cos(yaw), torch.sin(yaw)
+
+    def to_grip(v: Tensor) -> Tensor:  # world vector/position -> gripper axes (about the world origin)
+        return _where(turned, _rotate_xy(v, cw, -sw), v)
+
+    def to_world(v: Tensor) -> Tensor:
+        return _where(turned, _rotate_xy(v, cw, sw), v)
 
     # --- free sphere: drift (moving-target mode), bouncing off the workspace edge
     free = ~held
@@ -151,33 +333,57 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     sphere_vel = torch.where(out & free[:, None], -sphere_vel, sphere_vel)
     sphere[:, :2] = torch.where(free[:, None], drifted.clamp(-cfg.workspace + 0.02, cfg.workspace - 0.02), sphere[:, :2])
 
-    # --- grasp window and capture
-    rel = sphere - tcp
-    in_window = (
-        free
-        & (rel[:, 0].abs() <= cfg.pad_width / 2)
-        & (rel[:, 2] >= 0.2 * r)
-        & (rel[:, 2] <= cfg.finger_length - r)
-        & (rel[:, 1].abs() < state.finger_width / 2)
-    )
+    # --- grasp window and capture (gripper frame)
+    is_cube = kind == KIND_BOX
+    rel = to_grip(sphere - tcp)
+    delta = fold_quarter_turn(target_yaw - yaw)  # a cube's yaw relative to the pads
+    across = torch.where(is_cube, r * (torch.cos(delta) + torch.sin(delta).abs()), r)  # half-width across the pads
+    in_window = free & grasp_window(rel, r, hz, kind, state.finger_width, cfg)
     closing = width < state.finger_width
-    capture = in_window & closing & (width <= 2 * r)
-    # closing but not yet tight: the pads herd the sphere towards the centre
-    herd_lim = (width / 2 - r).clamp_min(0.0)
-    herded_y = tcp[:, 1] + rel[:, 1].clamp(-1.0, 1.0).clamp(min=-herd_lim).clamp(max=herd_lim)
-    sphere[:, 1] = torch.where(in_window & closing & ~capture, herded_y, sphere[:, 1])
-    sphere[:, 1] = torch.where(capture, tcp[:, 1], sphere[:, 1])
+    tight = in_window & closing & (width <= 2 * across)
+    flat_ok = ~is_cube | (delta.abs() <= cube_yaw_tolerance(r, cfg))
+    capture = tight & flat_ok
+    # closing but not yet tight: the pads herd the target towards the centre
+    herd_lim = (width / 2 - across).clamp_min(0.0)
+    herd = in_window & closing & ~capture
+    herd_y = rel[:, 1].clamp(-1.0, 1.0).clamp(min=-herd_lim).clamp(max=herd_lim)
+    new_y = torch.where(capture, torch.zeros_like(r), torch.where(herd, herd_y, rel[:, 1]))
+    moved_y = herd | capture
+    plain_y = torch.where(moved_y, tcp[:, 1] + new_y, sphere[:, 1])
+    turned_xy = tcp[:, :2] + _rotate_xy(torch.stack([rel[:, 0], new_y], 1), cw, sw)
+    sphere[:, :2] = torch.where((moved_y & turned)[:, None], turned_xy, sphere[:, :2])
+    sphere[:, 1] = torch.where(turned, sphere[:, 1], plain_y)
+    # a cube caught on two corners spins over its edge and is squeezed out along the pads
+    edge_on = tight & ~flat_ok
+    if bool(edge_on.any()):
+        sgn = torch.where(rel[:, 0] >= 0, torch.ones_like(r), -torch.ones_like(r))
+        out_x = sgn * (cfg.pad_width / 2 + across + 1e-3)
+        ejected = tcp[:, :2] + _rotate_xy(torch.stack([out_x, rel[:, 1]], 1), cw, sw)
+        sphere[:, :2] = torch.where(edge_on[:, None], ejected, sphere[:, :2])
+        spin = torch.where(delta >= 0, torch.ones_like(r), -torch.ones_like(r)) * (math.pi / 2) - 2 * delta
+        target_yaw = torch.where(edge_on, target_yaw + spin, target_yaw)
+        pushed = pushed | edge_on
     held = held | capture
-    held_offset = torch.where(capture[:, None], sphere - tcp, state.held_offset)
-    held_offset[:, 1] = torch.where(capture, torch.zeros_like(r), held_offset[:, 1])
+    plain_offset = sphere - tcp
+    plain_offset[:, 1] = torch.where(capture, torch.zeros_like(r), plain_offset[:, 1])
+    turned_offset = torch.stack([cw * rel[:, 0], sw * rel[:, 0], rel[:, 2]], 1)
+    held_offset = _where(capture, _where(turned, turned_offset, plain_offset), held_offset)
+    target_yaw = torch.where(capture & is_cube, target_yaw - delta, target_yaw)  # squeezed flat against the pads
 
-    # --- finger contact pushes the free sphere aside
+    # --- finger contact pushes the free target aside (gripper frame: the finger boxes are axis-aligned there)
     free = ~held
-    centres, halves = finger_boxes(tcp, width, cfg)
+    centres, halves = finger_boxes(to_grip(tcp), width, cfg)
+    has_cyl, has_cube = bool((kind == KIND_CYLINDER).any()), bool(is_cube.any())
     total_push = torch.zeros((B, 2), device=dev)
     for f in range(2):  # two fingers, not a loop over scenes
-        p = push_out_of_box(sphere, r, centres[:, f], halves[:, f])
+        c_g = to_grip(sphere)
+        p = push_out_of_box(c_g, r, centres[:, f], halves[:, f])
+        if has_cyl:
+            p = _where(kind == KIND_CYLINDER, push_disc_out_of_box(c_g, r, hz, centres[:, f], halves[:, f]), p)
+        if has_cube:
+            p = _where(is_cube, push_square_out_of_box(c_g, r, hz, target_yaw - yaw, centres[:, f], halves[:, f]), p)
         p = torch.where(free[:, None], p, torch.zeros_like(p))
+        p = to_world(p)
         sphere[:, :2] = sphere[:, :2] + p
         total_push = total_push + p
     pushed = pushed | (total_push.norm(dim=1) > 1e-5)
@@ -187,9 +393,10 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     just_shut = closing & (width <= 1e-6) & (state.finger_width > 1e-6) & ~held
     missed = missed + just_shut.long()
 
-    # --- held sphere: release on open, random slip, otherwise rigid with the TCP
+    # --- held target: release on open, random slip, otherwise rigid with the TCP
     opening = ~close & held
-    edge = ((held_offset[:, 0].abs() / (cfg.pad_width / 2) - 0.5) / 0.5).clamp(0.0, 1.0)
+    along = torch.where(turned, cw * held_offset[:, 0] + sw * held_offset[:, 1], held_offset[:, 0])  # along the pads
+    edge = ((along.abs() / (cfg.pad_width / 2) - 0.5) / 0.5).clamp(0.0, 1.0)
     slip_draw = rng.uniform(state.key, state.steps, rng.TAG_SLIP, 1)[:, 0]
     slip = held & ~opening & (slip_draw < state.slip_rate * edge * edge)
     release = opening | slip
@@ -197,11 +404,11 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     held = held & ~release
     carried = tcp + held_offset
     sphere = torch.where((held | release)[:, None], carried, sphere)
-    sphere[:, 2] = torch.where(release | ~held, r, sphere[:, 2])  # a free sphere rests on the table
+    sphere[:, 2] = torch.where(release | ~held, hz, sphere[:, 2])  # a free target rests on the table
     width = torch.where(held, torch.maximum(width, 2 * r), width)
 
     steps = state.steps + 1
-    lifted = (sphere[:, 2] - r) >= cfg.lift_height
+    lifted = (sphere[:, 2] - hz) >= cfg.lift_height
     success = state.success | (held & lifted)
     done = state.done | success | (steps >= cfg.max_steps)
 
@@ -211,8 +418,14 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
         finger_width=width,
         close_cmd=close,
         prev_action=action,
+        wrist_yaw=yaw,
+        wrist_rate=rate,
+        prev_wz=prev_wz,
+        cam_offset=cam_offset,
+        cam_rot=cam_rot,
         sphere_pos=sphere,
         sphere_vel=sphere_vel,
+        target_yaw=target_yaw,
         held=held,
         held_offset=held_offset,
         steps=steps,
@@ -221,6 +434,21 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
         pushed=pushed,
         dropped=dropped,
         missed=missed,
+    )
+
+
+def grasp_window(rel: Tensor, r: Tensor, hz: Tensor, kind: Tensor, width: Tensor, cfg: SimConfig,
+                 margin: float = 0.0) -> Tensor:
+    """B bool: the target centre, ``rel`` (B,3 m) from the TCP in the gripper frame, lies where closing pads
+    of gap ``width`` (B m) catch it: along the pads within their half length (less ``margin``), across them
+    inside the gap, and in height above the fingertips by a fifth of its half height (``hz``, B m) and, for a
+    sphere, below the finger top by its radius ``r`` (B m)."""
+    top = torch.where(kind == KIND_SPHERE, cfg.finger_length - r, cfg.finger_length - 0.2 * hz)
+    return (
+        (rel[:, 0].abs() <= cfg.pad_width / 2 - margin)
+        & (rel[:, 2] >= 0.2 * hz)
+        & (rel[:, 2] <= top)
+        & (rel[:, 1].abs() < width / 2)
     )
 
 

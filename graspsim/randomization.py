@@ -14,7 +14,7 @@ from torch import Tensor
 
 from .config import SimConfig
 from .rng import key_from_floats
-from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, State
+from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, TARGET_KIND_CODES, State
 from .textures import TEXTURE_NAMES
 
 
@@ -68,7 +68,13 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
     """Draw ``n`` randomized scenes (fresh episodes) on ``device``.
 
     ``generator`` must live on ``device`` (``torch.Generator(device=device)``). Returns a State whose
-    bookkeeping fields are zero (steps 0, not done, not held, gripper open).
+    bookkeeping fields are zero (steps 0, not done, not held, gripper open, wrist at 0).
+
+    Target kinds (``cfg.target``): with spheres alone nothing more is drawn, so the generator stream and every
+    value are those of the simulator before kinds existed. With a wider mix the kind, cube side and yaw,
+    cylinder diameter and height are drawn *after* every other draw (:func:`_draw_kinds`), so a seed's table,
+    looks, camera and dynamics are the same whatever the mix; distractor slots that the larger target would
+    now crowd are emptied.
     """
     if n <= 0:
         raise ValueError(f"sample_scenes: n must be positive, got {n}")
@@ -108,6 +114,7 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         dxy = torch.gather(cand, 2, first[..., None, None].expand(-1, -1, 1, 2)).squeeze(2)
         active = active & any_ok
         kind = torch.where(active, kind, torch.full_like(kind, KIND_NONE))
+        dist_reach = size[..., :2].norm(dim=-1) + r.distractor_min_gap  # B,K: footprint + gap, without the target
         dist_pos = torch.cat([dxy, size[..., 2:3]], dim=-1)
         dist_yaw = _u((0.0, math.pi), (n, K), g, dev)
         dist_color = random_colors((n, K), cfg, g, dev)
@@ -141,14 +148,20 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
 
     zeros_b = torch.zeros((n,), **f32)
     false_b = torch.zeros((n,), dtype=torch.bool, device=dev)
-    return State(
+    state = State(
         tcp_pos=tcp,
         tcp_vel=torch.zeros((n, 3), **f32),
         finger_width=torch.full((n,), cfg.open_width, **f32),
         close_cmd=false_b.clone(),
         prev_action=torch.zeros((n, 4), **f32),
+        wrist_yaw=zeros_b.clone(),
+        wrist_rate=zeros_b.clone(),
+        prev_wz=zeros_b.clone(),
         sphere_pos=sphere_pos,
         sphere_radius=radius,
+        target_kind=torch.full((n,), KIND_SPHERE, dtype=torch.long, device=dev),
+        target_half_height=radius.clone(),
+        target_yaw=zeros_b.clone(),
         sphere_vel=sphere_vel,
         held=false_b.clone(),
         held_offset=torch.zeros((n, 3), **f32),
@@ -187,6 +200,34 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         # the episode's random key: a hash of the scene's own draws (no extra draw from the generator)
         key=key_from_floats(torch.cat([sphere_pos, tex_offset, azim[:, None], cam_offset], 1)),
     )
+    if not cfg.target.wrist:
+        return state
+    # a mix beyond spheres: the target's kind and shape, drawn after every other draw
+    target_kind, half_w, half_h, target_yaw = _draw_kinds(cfg, n, g, dev, radius)
+    if K > 0:  # empty the distractor slots that the target's footprint (a cube's half diagonal) now reaches
+        foot = torch.where(target_kind == KIND_BOX, half_w * math.sqrt(2.0), half_w)
+        crowded = (dist_pos[..., :2] - sxy[:, None, :]).norm(dim=-1) <= dist_reach + foot[:, None]
+        state.dist_kind = torch.where(crowded, torch.full_like(kind, KIND_NONE), kind)
+    return state.replace(target_kind=target_kind, sphere_radius=half_w, target_half_height=half_h,
+                         target_yaw=target_yaw, sphere_pos=torch.cat([sxy, half_h[:, None]], dim=1))
+
+
+def _draw_kinds(cfg: SimConfig, n: int, g: torch.Generator, dev: torch.device, sphere_radius: Tensor
+                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-scene target kind and shape for a mix beyond spheres: (kind B int64, half-width B m, half height B m,
+    yaw B rad). The kind is uniform over ``cfg.target.kinds``; a cube's side, a cylinder's diameter and height
+    are uniform in their ranges; a cube's yaw is uniform in [-pi, pi). Spheres keep ``sphere_radius``."""
+    t = cfg.target
+    codes = torch.tensor([TARGET_KIND_CODES[k] for k in t.kinds], dtype=torch.long, device=dev)
+    kind = codes[torch.randint(0, len(t.kinds), (n,), generator=g, device=dev)]
+    side = _u(t.cube_side, (n,), g, dev)
+    cyl_d = _u(t.cylinder_diameter, (n,), g, dev)
+    cyl_h = _u(t.cylinder_height, (n,), g, dev)
+    yaw = _u((-math.pi, math.pi), (n,), g, dev)
+    cube, cyl = kind == KIND_BOX, kind == KIND_CYLINDER
+    half_w = torch.where(cube, side / 2, torch.where(cyl, cyl_d / 2, sphere_radius))
+    half_h = torch.where(cyl, cyl_h / 2, half_w)
+    return kind, half_w, half_h, torch.where(cube, yaw, torch.zeros_like(yaw))
 
 
 def scenes_from_seeds(cfg: SimConfig, seeds: Sequence[int], device: torch.device | str = "cpu") -> State:

@@ -1,7 +1,8 @@
 """Batched wrist-camera renderer: RGB and the exact visible-target mask for every scene in one call.
 
-Scene primitives: the textured table plane z = 0, the target sphere, distractors (yawed boxes, vertical
-cylinders, spheres) and the two finger boxes, seen through a pinhole camera (one ray per pixel centre);
+Scene primitives: the textured table plane z = 0, the target (a sphere, a yawed cube or an upright cylinder,
+drawn by the same code as the distractors of that shape), distractors (yawed boxes, vertical cylinders,
+spheres) and the two finger boxes (yawed with the wrist), seen through a pinhole camera (one ray per pixel centre);
 the first surface hit decides the pixel, so the target mask is occlusion-aware by construction.
 Shading: ambient + Lambert diffuse + Blinn-Phong specular (objects) from one directional light, with
 exact hard shadows on every surface (see ``_shadows``); the table is matte. Post-processing (optional):
@@ -44,12 +45,12 @@ from torch import Tensor
 from . import rng
 from .config import SimConfig
 from .physics import finger_boxes
-from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, State
+from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, State, target_half_extents
 from .textures import TEXTURE_SIZE, texture_bank
 
 EPS = 1e-5
 INF = float("inf")
-TARGET_ID = 0  # object slot of the target sphere; the table is -1
+TARGET_ID = 0  # object slot of the target; the table is -1
 
 
 class RenderOutput:
@@ -91,20 +92,21 @@ class Objects:
 
 
 def scene_objects(state: State, cfg: SimConfig, fingers: bool = True, distractors: bool = True) -> Objects:
+    """The object table of every scene: the target (its kind, half-extents and yaw), the fingers (boxes
+    turned with the wrist), then the distractor slots."""
     B, dev = state.batch_size, state.device
-    r = state.sphere_radius
-    kinds = [torch.full((B, 1), KIND_SPHERE, dtype=torch.long, device=dev)]
+    kinds = [state.target_kind[:, None]]
     centres = [state.sphere_pos[:, None]]
-    halves = [torch.stack([r, r, r], -1)[:, None]]
-    yaws = [torch.zeros((B, 1), device=dev)]
+    halves = [target_half_extents(state)[:, None]]
+    yaws = [state.target_yaw[:, None]]
     colors = [state.sphere_color[:, None]]
     active = [torch.ones((B, 1), dtype=torch.bool, device=dev)]
     if fingers:
-        fc, fh = finger_boxes(state.tcp_pos, state.finger_width, cfg)
+        fc, fh = finger_boxes(state.tcp_pos, state.finger_width, cfg, state.wrist_yaw)
         kinds.append(torch.full((B, 2), KIND_BOX, dtype=torch.long, device=dev))
         centres.append(fc)
         halves.append(fh)
-        yaws.append(torch.zeros((B, 2), device=dev))
+        yaws.append(state.wrist_yaw[:, None].expand(-1, 2))
         colors.append(state.finger_color[:, None].expand(-1, 2, -1))
         active.append(torch.ones((B, 2), dtype=torch.bool, device=dev))
     if distractors and state.dist_kind.shape[1] > 0:

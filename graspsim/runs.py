@@ -107,6 +107,29 @@ def grouped_runtime(old: dict, new: dict) -> dict:
     return {**{k: v for k, v in old.items() if k not in moved}, "runtime": moved}
 
 
+def sim_fields_added(old: dict, new: dict) -> dict:
+    """``old`` completed with the :class:`graspsim.SimConfig` settings that target kinds and the wrist added
+    (``target.*``, ``max_yaw_rate``, ``max_yaw_accel``, ``max_wrist_yaw``, ``pad_friction``), at the values that
+    reproduce what runs before them did (spheres only, so the wrist never turns), wherever ``new`` has them and a
+    stored simulator config (recognised by its ``open_width``) lacks them: a run folder written before they
+    existed still resumes. Returns a flat dotted dict when something was added, else ``old`` unchanged."""
+    from .config import SimConfig
+
+    base = flatten_config(_jsonable(SimConfig().to_dict()))
+    names = [k for k in base if k.split(".")[0] in ("target", "max_yaw_rate", "max_yaw_accel", "max_wrist_yaw",
+                                                     "pad_friction")]
+    flat_old, flat_new = flatten_config(_jsonable(old)), flatten_config(_jsonable(new))
+    fill = {}
+    for k in flat_new:
+        if k in flat_old:
+            continue
+        for name in names:
+            prefix = k[: -len(name)] if k.endswith(name) and (k == name or k.endswith("." + name)) else None
+            if prefix is not None and prefix + "open_width" in flat_old:
+                fill[k] = base[name]
+    return {**flat_old, **fill} if fill else old
+
+
 def check_resume(old: dict, new: dict, may_change: Collection[str], where: str | os.PathLike,
                  added: Mapping[str, Any] | None = None) -> None:
     """The one resume rule: raise ValueError naming every dotted key (except those in ``may_change``)
@@ -114,6 +137,7 @@ def check_resume(old: dict, new: dict, may_change: Collection[str], where: str |
     that a later version introduced to the value that reproduces what runs before it did: a stored config without
     such a key compares as if it held that value (so a run folder from before the key existed still resumes)."""
     old = grouped_runtime(old, new)
+    old = sim_fields_added(old, new)
     if added:
         flat = flatten_config(_jsonable(old))
         old = {**{k: v for k, v in added.items() if k not in flat}, **flat}

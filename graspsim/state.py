@@ -3,10 +3,18 @@
 Frames and units
 ----------------
 World frame: origin on the table surface at the workspace centre, x forward, y left, z up; metres.
-The gripper never rotates: its frame is the world frame translated to the **TCP**, the point midway
-between the two fingertips. The fingers close along y. The wrist camera is rigidly mounted at
-``SimConfig.camera_offset`` from the TCP (behind and above it), tilted so that its optical axis passes
-through the TCP, and sees the fingers in the lower part of the image.
+The gripper frame is the world frame turned about z by the wrist angle ``wrist_yaw`` and translated to the
+**TCP**, the point midway between the two fingertips. The fingers close along the gripper y axis. The wrist
+camera is rigidly mounted at ``SimConfig.camera_offset`` (gripper frame) from the TCP (behind and above it),
+tilted so that its optical axis passes through the TCP, and sees the fingers in the lower part of the image;
+``cam_offset`` and ``cam_rot`` hold that mount in the world frame, so they turn with the wrist. The wrist only
+turns when the configuration's target mix holds more than spheres (``SimConfig.wrist``); with spheres alone
+``wrist_yaw`` stays 0 and the gripper frame is the world frame translated, as before kinds existed.
+
+The target is a sphere, a cube or an upright cylinder (``target_kind``, codes ``KIND_SPHERE``, ``KIND_BOX``,
+``KIND_CYLINDER`` shared with the distractors). Its field names keep the sphere's: ``sphere_pos`` is the
+target's centre and ``sphere_radius`` its half-width across the pads when aligned (sphere radius, half the
+cube's side, cylinder radius); :func:`target_half_extents` gives the full half-extents.
 
 Fields marked *privileged* are the true poses the FSM expert reads; policies must only see the
 observation (``rgb``, ``mask``, ``gripper``) produced by :func:`graspsim.env.observe`.
@@ -23,6 +31,10 @@ from torch import Tensor
 
 # Distractor kinds (``State.dist_kind``).
 KIND_NONE, KIND_BOX, KIND_CYLINDER, KIND_SPHERE = 0, 1, 2, 3
+TARGET_KIND_CODES = {"sphere": KIND_SPHERE, "cube": KIND_BOX, "cylinder": KIND_CYLINDER}
+"""``State.target_kind`` code of each name of ``graspsim.config.TARGET_KINDS``."""
+KIND_NAMES = {v: k for k, v in TARGET_KIND_CODES.items()}
+"""Target kind name of each code."""
 
 
 @dataclass
@@ -37,10 +49,16 @@ class State:
     tcp_vel: Tensor  # B,3 float32: executed velocity of the last step
     finger_width: Tensor  # B float32: gap between the pads (m)
     close_cmd: Tensor  # B bool: the last executed gripper command (True = close)
-    prev_action: Tensor  # B,4 float32: last commanded action, executed next step when ``latency``
+    prev_action: Tensor  # B,4 float32: last commanded (vx, vy, vz, grip), executed next step when ``latency``
+    wrist_yaw: Tensor  # B float32: wrist angle about z (rad), 0 at reset; the gripper frame's rotation
+    wrist_rate: Tensor  # B float32: executed wrist yaw rate of the last step (rad/s)
+    prev_wz: Tensor  # B float32: last commanded wrist yaw rate (rad/s), executed next step when ``latency``
     # --- target (privileged) ---
-    sphere_pos: Tensor  # B,3 float32: centre
-    sphere_radius: Tensor  # B float32
+    sphere_pos: Tensor  # B,3 float32: target centre
+    sphere_radius: Tensor  # B float32: target half-width (sphere radius, cube half side, cylinder radius)
+    target_kind: Tensor  # B int64: KIND_SPHERE, KIND_BOX (cube) or KIND_CYLINDER
+    target_half_height: Tensor  # B float32: a cylinder's half height (m); spheres and cubes use sphere_radius
+    target_yaw: Tensor  # B float32: the cube's rotation about z (rad; 0 for spheres and cylinders)
     sphere_vel: Tensor  # B,2 float32: drift velocity over the table (moving-target mode)
     held: Tensor  # B bool: the sphere is between the closed pads and moves with the gripper
     held_offset: Tensor  # B,3 float32: sphere centre minus TCP while held
@@ -129,3 +147,16 @@ class State:
         if missing or extra:
             raise ValueError(f"State.from_dict: missing fields {missing}, unknown fields {extra}")
         return cls(**{k: d[k] for k in names})
+
+
+def target_half_extents(state: State) -> Tensor:
+    """B,3 float32 half-extents of every target in its own frame (m): sphere (r, r, r), cube (a, a, a) with
+    ``a`` half the side, cylinder (r, r, half height)."""
+    r = state.sphere_radius
+    hz = torch.where(state.target_kind == KIND_CYLINDER, state.target_half_height, r)
+    return torch.stack([r, r, hz], -1)
+
+
+def target_half_height(state: State) -> Tensor:
+    """B float32: how high the target's centre sits above its bottom (m)."""
+    return torch.where(state.target_kind == KIND_CYLINDER, state.target_half_height, state.sphere_radius)

@@ -19,10 +19,12 @@ BAD_FLAGS = {
     "bench_sim.py": (["--batch-sizes", "0"], "batch_sizes"),
     "bench_vision_train.py": (["--rounds", "0"], "--rounds"),
     "expert_backends.py": (["--workers", "-1"], "ExpertBackendsConfig.workers"),
+    "expert_kinds.py": (["--episodes", "0"], "--episodes"),
     "mask_gap.py": (["--steps", "0"], "MaskGapConfig.steps"),
     "own_camera.py": (["piles", "--out", "x", "--n", "0"], "piles --n"),
     "render_floor.py": (["--batch-sizes", "0"], "RenderFloorConfig.batch_sizes"),
     "vision_throughput.py": (["--batch", "0"], "VisionThroughputConfig.batch"),
+    "sphere_fps.py": (["--base", ".", "--batch", "0"], "--batch"),
 }
 
 

@@ -3,6 +3,7 @@
 >>> env = BulletGraspEnv(SimConfig(), num_envs=8, seed=0, workers=2)
 >>> obs = env.reset()                                # rgb 8,3,H,W uint8; mask 8,H,W bool; gripper 8,3
 >>> obs, reward, done, info = env.step(action)      # action 8,4 float32: (vx, vy, vz) m/s, grip > 0 closes
+>>>                                                  # (8,5 with the wrist: (vx, vy, vz, wz, grip), wz rad/s)
 >>> env.privileged()                                 # same keys as graspsim.privileged
 >>> env.close()
 
@@ -22,6 +23,11 @@ from pybullet measurements, so ``privileged()`` and the failure codes mean the s
 * ``pushed``: a finger touched the free sphere while it moved more than 1 mm in the step.
 * ``missed``: the pads closed to under 2 mm without holding the sphere. ``dropped``: a held sphere was
   lost while the close command stayed on.
+* cubes and cylinders (``SimConfig.target.kinds``): the same rules with the target's half-width across the
+  pads and its half height, in the gripper frame of the measured hand; the wrist angle is integrated from
+  ``wz`` by the torch simulator's wrist model (:func:`graspsim.physics.wrist_command`) and reached through IK
+  (the Panda's last joint turns the hand); ``wrist_yaw`` and ``target_yaw`` in the state are measured.
+  A cube is held when friction holds it, however it ended up between the pads.
 * moving-target mode (``target_speed`` > 0): the resting, untouched sphere is kept moving at its drift
   velocity (reversed at the workspace edge like the torch simulator); the fingers push it freely.
 
@@ -40,10 +46,10 @@ from torch import Tensor
 
 from ..config import SimConfig
 from ..env import fresh_scenes, gripper_obs, privileged
-from ..physics import command, failure_cause, move_toward, validate_action
+from ..physics import command, failure_cause, move_toward, split_action, validate_action, wrist_command
 from ..randomization import sample_scenes
 from ..render import postprocess
-from ..state import State
+from ..state import KIND_CYLINDER, State
 from ..keys import GRIPPER, MASK, RGB
 from ..validate import non_negative_int, positive_int
 from .scene import scene_params
@@ -112,6 +118,8 @@ class BulletGraspEnv:
         self._stale = np.zeros(num_envs, bool)  # scenes whose image is older than their state
         self._target = torch.zeros((num_envs, 3), device=self.device)
         self._cmd_vel = torch.zeros((num_envs, 3), device=self.device)
+        self._yaw = torch.zeros(num_envs, device=self.device)  # integrated wrist angle target (rad)
+        self._yaw_rate = torch.zeros(num_envs, device=self.device)  # its rate (rad/s)
         self.state: State = sample_scenes(self.cfg, num_envs, self.generator, self.device)
         self._build(torch.arange(num_envs))
 
@@ -157,6 +165,8 @@ class BulletGraspEnv:
         dev_ids = ids.to(self.device)
         self._target[dev_ids] = tcp[dev_ids]
         self._cmd_vel[dev_ids] = 0.0
+        self._yaw[dev_ids] = 0.0
+        self._yaw_rate[dev_ids] = 0.0
         self.state = self.state.replace(tcp_pos=tcp, sphere_pos=sphere, finger_width=width)
 
     # ------------------------------------------------------------------ core API
@@ -204,16 +214,33 @@ class BulletGraspEnv:
         self.state = s.replace(sphere_vel=vel)
         return vel
 
+    def _wrist_targets(self, wz: Tensor | None) -> Tensor | None:
+        """Integrate the commanded yaw rates ``wz`` (B rad/s) into wrist angle targets B (rad) with the torch
+        simulator's wrist model; None when the wrist does not turn (no wrist and no yaw rate given)."""
+        if wz is None and not self.cfg.wrist:
+            return None
+        if wz is None:
+            wz = torch.zeros(self.num_envs, device=self.device)
+        s = self.state.replace(wrist_yaw=self._yaw, wrist_rate=self._yaw_rate)
+        yaw, rate = wrist_command(s, wz, self.cfg)
+        self._yaw, self._yaw_rate = yaw, rate
+        self.state = self.state.replace(prev_wz=wz)
+        return yaw
+
     def step(self, action: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
-        """Apply ``action`` (B,4) to every scene. Returns (obs, reward B float32, done B bool, info) with the
-        meanings of :meth:`graspsim.GraspEnv.step`. Raises ValueError on a wrong shape or NaN/inf."""
-        action = validate_action(action, self.num_envs).to(self.device)
+        """Apply ``action`` (B,4, or B,5 with the wrist's yaw rate) to every scene. Returns (obs, reward B
+        float32, done B bool, info) with the meanings of :meth:`graspsim.GraspEnv.step`. Raises ValueError on a
+        wrong shape, NaN/inf, or a 4-D action for a cube."""
+        action = validate_action(action, self.num_envs, self.state.target_kind).to(self.device)
+        action, wz = split_action(action)
         target, close = self._command_targets(action)
+        yaw = self._wrist_targets(wz)
         drift = self._drift()
         t_np, c_np = target.cpu().numpy().astype(np.float64), close.cpu().numpy()
         d_np = drift.cpu().numpy().astype(np.float64)
+        y_np = None if yaw is None else yaw.cpu().numpy().astype(np.float64)
         results = self._run("step", [(t_np[lo:hi], c_np[lo:hi], d_np[lo:hi], self.render_obs)
-                                     for lo, hi in self.slices])
+                                     + (() if y_np is None else (y_np[lo:hi],)) for lo, hi in self.slices])
         m = {k: np.concatenate([r[k] for r in results]) for k in results[0]}
         if self.render_obs:
             self._rgb, self._mask = m["rgb"], m["mask"]
@@ -233,14 +260,22 @@ class BulletGraspEnv:
         width = torch.from_numpy(m["gap"]).float().to(dev)
         touch = torch.from_numpy(m["touch"]).to(dev)
         r = s.sphere_radius
+        hz = torch.where(s.target_kind == KIND_CYLINDER, s.target_half_height, r)
         rel = sphere - tcp
+        wrist, target_yaw = s.wrist_yaw, s.target_yaw
+        if cfg.wrist:  # measured: the hand's turn about z, the target's yaw; rel in the gripper frame
+            rot = torch.from_numpy(m["hand_rot"]).float().to(dev)
+            wrist = torch.atan2(rot[:, 1, 0], rot[:, 0, 0])
+            target_yaw = torch.from_numpy(m["target_yaw"]).float().to(dev)
+            c, sn = torch.cos(wrist), torch.sin(wrist)
+            rel = torch.stack([c * rel[:, 0] + sn * rel[:, 1], -sn * rel[:, 0] + c * rel[:, 1], rel[:, 2]], 1)
         # the pads squeeze the sphere between them: centre inside the pad footprint and the gap held open
         # by the sphere (closed fingers pressed against a sphere in front of them touch it too)
         between = (
             (rel[:, 0].abs() <= PAD_HALF_X)
             & (rel[:, 1].abs() <= width / 2)
             & (width >= 2 * r - HOLD_SLACK)
-            & (rel[:, 2] >= -r)
+            & (rel[:, 2] >= -hz)
             & (rel[:, 2] <= PAD_LENGTH)
         )
         held = touch.all(dim=1) & between & close
@@ -249,8 +284,11 @@ class BulletGraspEnv:
         dropped = s.dropped | (s.held & ~held & close)
         missed = s.missed + (close & ~held & (width < MISS_GAP) & (s.finger_width >= MISS_GAP)).long()
         steps = s.steps + 1
-        success = s.success | (held & ((sphere[:, 2] - r) >= cfg.lift_height))
+        success = s.success | (held & ((sphere[:, 2] - hz) >= cfg.lift_height))
         self.state = s.replace(
+            wrist_yaw=wrist,
+            wrist_rate=(wrist - s.wrist_yaw) / cfg.dt,
+            target_yaw=target_yaw,
             tcp_pos=tcp,
             tcp_vel=(tcp - s.tcp_pos) / cfg.dt,
             finger_width=width,
@@ -258,7 +296,7 @@ class BulletGraspEnv:
             prev_action=action,
             sphere_pos=sphere,
             held=held,
-            held_offset=torch.where(held[:, None], rel, s.held_offset),
+            held_offset=torch.where(held[:, None], sphere - tcp, s.held_offset),
             steps=steps,
             success=success,
             done=s.done | success | (steps >= cfg.max_steps),

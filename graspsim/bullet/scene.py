@@ -1,4 +1,5 @@
-"""One grasping scene in one pybullet client: Franka Panda, textured table, target sphere, distractors.
+"""One grasping scene in one pybullet client: Franka Panda, textured table, target (sphere, cube or upright
+cylinder), distractors.
 
 This module is numpy-only (no torch) so worker processes stay light. :class:`BulletScene` is driven by
 :class:`graspsim.bullet.env.BulletGraspEnv`, which samples the scene parameters with
@@ -32,6 +33,10 @@ Physics choices (documented, tuned for the 1.25-1.5 cm sphere):
   centre (TCP) is the midpoint of the pad tips, ``HAND_TO_TIP`` below the hand frame. The reported
   finger width is the gap between the pad surfaces, which sit ``PAD_INSET`` inside the joint positions.
 * Distractors are light (``DISTRACTOR_MASS``) dynamic bodies, so the fingers can shove them.
+* Cubes and upright cylinders (``target_kind``) are real rigid bodies (box and cylinder collision shapes,
+  ``SOLID_MASS`` kg, lateral friction ``SPHERE_FRICTION``), held only by pad friction like the sphere.
+  The wrist: the hand's orientation target is the downward pose turned about world z by the wrist angle,
+  which the IK realises mostly with the Panda's last joint; the camera follows the measured hand.
 
 Rendering: TinyRenderer (``ER_TINY_RENDERER``) with the segmentation buffer, so the target mask is
 exactly ``seg == sphere body id``. The camera pose follows the *measured* hand pose: position
@@ -89,9 +94,18 @@ TABLE_HALF = 0.6
 CAM_NEAR, CAM_FAR = 0.01, 2.0
 PIXEL_SHIFT = 1.0  # half a pixel in normalised device coordinates (2 / size per pixel)
 CONTACT_DIST = 1e-3  # a pad touches the sphere when their distance is below this (m)
+SOLID_MASS = 0.02  # cube and cylinder targets (kg)
+KIND_CUBE, KIND_CYL, KIND_SPHERE_CODE = 1, 2, 3  # graspsim.state.KIND_BOX, KIND_CYLINDER, KIND_SPHERE (numpy-only module)
 
 _DOWN = pb.getQuaternionFromEuler([math.pi, 0.0, 0.0])  # hand z -> world -z, finger axis along world y
 _DOWN_R = np.array(pb.getMatrixFromQuaternion(_DOWN)).reshape(3, 3)
+
+
+def hand_orientation(yaw: float | None) -> tuple:
+    """Quaternion of the downward hand turned about world z by ``yaw`` (rad); ``_DOWN`` itself for None or 0."""
+    if not yaw:
+        return _DOWN
+    return pb.getQuaternionFromEuler([math.pi, 0.0, float(yaw)])  # Rz(yaw) Rx(pi)
 
 
 def _cache_dir() -> Path:
@@ -213,10 +227,10 @@ class BulletScene:
         a, b = pb.getJointStates(self.robot, FINGER_JOINTS, physicsClientId=self.client)
         return max(0.0, float(a[0] + b[0]) - 2 * PAD_INSET)
 
-    def _ik(self, tcp_target: np.ndarray) -> list[float]:
+    def _ik(self, tcp_target: np.ndarray, orn: tuple = _DOWN) -> list[float]:
         hand = np.asarray(tcp_target, dtype=np.float64) + np.array([0.0, 0.0, HAND_TO_TIP])
         q = pb.calculateInverseKinematics(
-            self.robot, HAND_LINK, hand.tolist(), _DOWN,
+            self.robot, HAND_LINK, hand.tolist(), orn,
             lowerLimits=list(ARM_LOWER) + [0.0, 0.0], upperLimits=list(ARM_UPPER) + [0.04, 0.04],
             jointRanges=[u - l for l, u in zip(ARM_LOWER, ARM_UPPER)] + [0.04, 0.04],
             restPoses=list(ARM_REST) + [0.02, 0.02], maxNumIterations=30, residualThreshold=1e-5,
@@ -251,12 +265,31 @@ class BulletScene:
     def _build_objects(self, p: dict) -> None:
         c = self.client
         r = float(p["sphere_radius"])
-        col = pb.createCollisionShape(pb.GEOM_SPHERE, radius=r, physicsClientId=c)
-        vis = pb.createVisualShape(pb.GEOM_SPHERE, radius=r, rgbaColor=[*p["sphere_color"].tolist(), 1.0],
-                                   specularColor=[1, 1, 1], physicsClientId=c)
+        kind = int(p.get("target_kind", 3))
+        rgba = [*p["sphere_color"].tolist(), 1.0]
+        if kind == KIND_CUBE:
+            col = pb.createCollisionShape(pb.GEOM_BOX, halfExtents=[r, r, r], physicsClientId=c)
+            vis = pb.createVisualShape(pb.GEOM_BOX, halfExtents=[r, r, r], rgbaColor=rgba, specularColor=[1, 1, 1],
+                                       physicsClientId=c)
+            self.rest_z, mass = r, SOLID_MASS
+        elif kind == KIND_CYL:
+            hz = float(p["target_half_height"])
+            col = pb.createCollisionShape(pb.GEOM_CYLINDER, radius=r, height=2 * hz, physicsClientId=c)
+            vis = pb.createVisualShape(pb.GEOM_CYLINDER, radius=r, length=2 * hz, rgbaColor=rgba,
+                                       specularColor=[1, 1, 1], physicsClientId=c)
+            self.rest_z, mass = hz, SOLID_MASS
+        else:
+            col = pb.createCollisionShape(pb.GEOM_SPHERE, radius=r, physicsClientId=c)
+            vis = pb.createVisualShape(pb.GEOM_SPHERE, radius=r, rgbaColor=rgba, specularColor=[1, 1, 1],
+                                       physicsClientId=c)
+            self.rest_z, mass = r, SPHERE_MASS
         pos = p["sphere_pos"].astype(np.float64).copy()
-        pos[2] = r
-        self.sphere = pb.createMultiBody(SPHERE_MASS, col, vis, pos.tolist(), physicsClientId=c)
+        pos[2] = self.rest_z
+        if kind == KIND_SPHERE_CODE:
+            self.sphere = pb.createMultiBody(mass, col, vis, pos.tolist(), physicsClientId=c)
+        else:
+            orn = pb.getQuaternionFromEuler([0, 0, float(p["target_yaw"])])
+            self.sphere = pb.createMultiBody(mass, col, vis, pos.tolist(), orn, physicsClientId=c)
         pb.changeDynamics(self.sphere, -1, lateralFriction=SPHERE_FRICTION, rollingFriction=SPHERE_ROLLING,
                           spinningFriction=SPHERE_SPINNING, physicsClientId=c)
         vel = p["sphere_vel"]
@@ -303,6 +336,7 @@ class BulletScene:
         for j in FINGER_JOINTS:
             pb.resetJointState(self.robot, j, self.open_joint(), physicsClientId=c)
         self.target = target.copy()
+        self.yaw = 0.0
         self.close = False
         self._apply_arm(q)
         self._apply_fingers(False)
@@ -323,12 +357,14 @@ class BulletScene:
             pb.setJointMotorControl2(self.robot, j, pb.POSITION_CONTROL, targetPosition=target, force=FINGER_FORCE,
                                      maxVelocity=self.cfg.finger_speed / 2, physicsClientId=self.client)
 
-    def step(self, target: np.ndarray, close: bool, drift: np.ndarray | None = None) -> dict:
+    def step(self, target: np.ndarray, close: bool, drift: np.ndarray | None = None, yaw: float | None = None) -> dict:
         """One control step: move the fingertip centre towards ``target`` (3,) and open/close the fingers.
 
         ``drift`` (2,) m/s, moving-target mode: while the sphere rests on the table untouched by the robot,
-        its horizontal velocity is held at ``drift`` (a conveyor-like push); contacts then act freely."""
+        its horizontal velocity is held at ``drift`` (a conveyor-like push); contacts then act freely.
+        ``yaw`` (rad): the wrist angle to reach by the end of the step (None: the wrist never turns)."""
         start = self.target
+        start_yaw = getattr(self, "yaw", 0.0)
         target = np.asarray(target, dtype=np.float64)
         self._apply_fingers(bool(close))
         per = max(1, self.substeps // IK_CHUNKS)
@@ -336,20 +372,23 @@ class BulletScene:
         done = 0
         for k in range(IK_CHUNKS):
             n = per if k < IK_CHUNKS - 1 else self.substeps - done
-            self._apply_arm(self._ik(start + (target - start) * (k + 1) / IK_CHUNKS))
+            frac = (k + 1) / IK_CHUNKS
+            orn = _DOWN if yaw is None else hand_orientation(start_yaw + (yaw - start_yaw) * frac)
+            self._apply_arm(self._ik(start + (target - start) * frac, orn))
             for _ in range(n):
                 if moving:
                     self._drive_sphere(drift)
                 pb.stepSimulation(physicsClientId=self.client)
             done += n
         self.target = target
+        self.yaw = start_yaw if yaw is None else float(yaw)
         self.close = bool(close)
         return self.measure()
 
     def _drive_sphere(self, drift: np.ndarray) -> None:
         c = self.client
         pos = pb.getBasePositionAndOrientation(self.sphere, physicsClientId=c)[0]
-        if pos[2] > float(self.p["sphere_radius"]) + 1e-3:
+        if pos[2] > self.rest_z + 1e-3:
             return
         if pb.getContactPoints(self.sphere, self.robot, physicsClientId=c):
             return
@@ -358,16 +397,20 @@ class BulletScene:
 
     # ------------------------------------------------------------------ measurements and camera
     def measure(self) -> dict:
-        """Measured fingertip centre ``tcp`` (3,), ``hand_rot`` (3,3), ``gap`` (m), ``sphere`` centre (3,),
-        and pad contacts ``touch`` (2,) bool (left, right finger within ``CONTACT_DIST`` of the sphere)."""
+        """Measured fingertip centre ``tcp`` (3,), ``hand_rot`` (3,3), ``gap`` (m), ``sphere`` target centre (3,),
+        ``target_yaw`` (rad, the target's rotation about z), and pad contacts ``touch`` (2,) bool (left, right
+        finger within ``CONTACT_DIST`` of the target)."""
         c = self.client
         tcp, rot = self.tcp()
-        sphere = np.asarray(pb.getBasePositionAndOrientation(self.sphere, physicsClientId=c)[0])
+        pos, orn = pb.getBasePositionAndOrientation(self.sphere, physicsClientId=c)
+        sphere = np.asarray(pos)
+        target_yaw = float(pb.getEulerFromQuaternion(orn)[2])
         touch = np.zeros(2, dtype=bool)
         for i, link in enumerate(FINGER_JOINTS):
             pts = pb.getClosestPoints(self.robot, self.sphere, CONTACT_DIST, linkIndexA=link, physicsClientId=c)
             touch[i] = len(pts) > 0
-        return {"tcp": tcp, "hand_rot": rot, "gap": self.finger_gap(), "sphere": sphere, "touch": touch}
+        return {"tcp": tcp, "hand_rot": rot, "gap": self.finger_gap(), "sphere": sphere, "target_yaw": target_yaw,
+                "touch": touch}
 
     def render(self, m: dict) -> tuple[np.ndarray, np.ndarray]:
         """Wrist image ``H,W,3`` uint8 and exact target mask ``H,W`` bool for measurement ``m``."""
@@ -395,7 +438,8 @@ class BulletScene:
 
 SCENE_KEYS = ("tcp_pos", "sphere_pos", "sphere_radius", "sphere_vel", "dist_kind", "dist_pos", "dist_size", "dist_yaw",
               "dist_color", "sphere_color", "finger_color", "table_tex", "table_tint", "tex_scale", "tex_offset",
-              "light_dir", "light_intensity", "ambient", "specular", "focal", "cam_offset", "cam_rot")
+              "light_dir", "light_intensity", "ambient", "specular", "focal", "cam_offset", "cam_rot",
+              "target_kind", "target_half_height", "target_yaw")
 
 
 def scene_params(state, i: int) -> dict:

@@ -17,7 +17,7 @@ from .scene import BulletScene
 
 
 def stack_results(results: list[dict], images: list[tuple[np.ndarray, np.ndarray]] | None) -> dict:
-    """Stack per-scene measurements: tcp n,3; hand_rot n,3,3; gap n; sphere n,3; touch n,2 bool;
+    """Stack per-scene measurements: tcp n,3; hand_rot n,3,3; gap n; sphere n,3; target_yaw n; touch n,2 bool;
     and, when rendered, rgb n,H,W,3 uint8 and mask n,H,W bool."""
     out = {k: np.stack([r[k] for r in results]) for k in results[0]}
     if images is not None:
@@ -43,11 +43,13 @@ class LocalGroup:
                 ims.append(self.scenes[i].render(m))
         return stack_results(res, ims if render else None)
 
-    def step(self, targets: np.ndarray, close: np.ndarray, drift: np.ndarray, render: bool = True) -> dict:
-        """targets n,3 (m), close n bool, drift n,2 (m/s; see ``BulletScene.step``)."""
+    def step(self, targets: np.ndarray, close: np.ndarray, drift: np.ndarray, render: bool = True,
+             yaws: np.ndarray | None = None) -> dict:
+        """targets n,3 (m), close n bool, drift n,2 (m/s), yaws n wrist angle targets (rad) or None for a
+        wrist that never turns (see ``BulletScene.step``)."""
         res, ims = [], []
         for i, sc in enumerate(self.scenes):
-            m = sc.step(targets[i], bool(close[i]), drift[i])
+            m = sc.step(targets[i], bool(close[i]), drift[i], None if yaws is None else float(yaws[i]))
             self.last[i] = m
             res.append(m)
             if render:
@@ -117,8 +119,8 @@ class ProcessGroup:
         self.send("reset", local_ids, params, render)
         return self.recv()
 
-    def step(self, targets, close, drift, render=True) -> dict:
-        self.send("step", targets, close, drift, render)
+    def step(self, targets, close, drift, render=True, yaws=None) -> dict:
+        self.send("step", targets, close, drift, render, yaws)
         return self.recv()
 
     def render(self, local_ids) -> dict:
