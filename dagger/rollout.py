@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graspsim.expert import expert_action
+from graspsim.expert import expert_action, exploration_noise
 from graspsim import FAILURE_NAMES, SimConfig, rng
 from graspsim.dataset import Episode, EpisodeRecorder
 from graspsim.keys import GRIPPER, MASK, PRIVILEGED_KEYS, RGB
@@ -101,10 +101,8 @@ class _MixtureHooks(Hooks):
         priv = self.env.privileged()
         label = expert_action(priv, sim)  # B,4 expert label for the current true state
         exp_exec = label
-        if self.expert_noise > 0:
-            exp_exec = label.clone()
-            noise = rng.normal(priv["key"], priv["steps"], rng.TAG_EXPERT_NOISE, 3).to(dev) * self.expert_noise
-            exp_exec[:, :3] = (exp_exec[:, :3] + noise).clamp(-sim.max_speed, sim.max_speed)
+        if self.expert_noise > 0:  # the expert's one noise rule, in every phase (exploration_noise says why)
+            exp_exec = exploration_noise(label, priv["key"], priv["steps"], self.expert_noise, sim.max_speed)
         if self.policy is not None and bool((active & ~self.use_expert).any()):
             action = torch.where(self.use_expert[:, None], exp_exec, self.policy(mask, grip).to(dev))
         else:

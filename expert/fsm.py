@@ -171,6 +171,24 @@ def expert_action(priv: dict[str, Tensor], cfg: SimConfig) -> Tensor:
     return expert_phase_and_action(priv, cfg)[1]
 
 
+def exploration_noise(action: Tensor, key: Tensor, steps: Tensor, std: float, max_speed: float,
+                      scale: Tensor | None = None) -> Tensor:
+    """The one exploration-noise rule for expert-driven steps: ``action`` (``B,A``) with each episode's own Gaussian
+    velocity noise added to its first three components (vx, vy, vz, m/s) and clipped to ``max_speed``; a new tensor.
+
+    The draw is the episode's, from its privileged ``key`` (``B``) and ``steps`` (``B``) under
+    :data:`graspsim.rng.TAG_EXPERT_NOISE`, so it does not depend on the batch. Its std is ``std`` (m/s) times the
+    per-scene ``scale`` (``B`` in [0, 1]; None = 1). Two callers choose the scale: :meth:`FSMExpert.perturb`
+    (``collect --noise``) tapers it to zero near the target and during grasp, lift and recovery; the DAgger rollout
+    (``dagger --expert-noise``) leaves it at 1 in every phase. A taper in DAgger's rollouts too would change the
+    default pipeline's results (its iteration-0 data and loss, measured 2026-11-25), so that choice is kept."""
+    noise = rng.normal(key, steps, rng.TAG_EXPERT_NOISE, 3).to(action.device)
+    noise = noise * std if scale is None else noise * (std * scale)[:, None]
+    out = action.clone()
+    out[:, :3] = (out[:, :3] + noise).clamp(-max_speed, max_speed)
+    return out
+
+
 class FSMExpert:
     """Batched expert with a per-scene phase tensor and optional exploration noise.
 
@@ -210,8 +228,5 @@ class FSMExpert:
             raise ValueError(f"perturb: action batch {action.shape[0]} does not match num_envs {self._noise_scale.shape[0]}")
         if self._key is None:
             raise ValueError("perturb: call act(privileged) first (the noise is drawn from its per-episode keys)")
-        noise = rng.normal(self._key[0], self._key[1], rng.TAG_EXPERT_NOISE, 3).to(action.device)
-        noise = noise * (self.noise_std * self._noise_scale)[:, None]
-        out = action.clone()
-        out[:, :3] = (out[:, :3] + noise).clamp(-self.cfg.max_speed, self.cfg.max_speed)
-        return out
+        return exploration_noise(action, self._key[0], self._key[1], self.noise_std, self.cfg.max_speed,
+                                 scale=self._noise_scale)
