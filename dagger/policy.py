@@ -5,8 +5,9 @@ A checkpoint has the one format of :mod:`graspsim.runs`: ``kind="graspsim-contro
 (DAgger iteration that produced it), plus optional ``config`` (the DAgger run's config) and ``metrics``. Only
 resumable training checkpoints (``checkpoints/iter_NNN.pt``) add ``optimizer``; the deployable ``policy.pt`` and
 ``best.pt`` hold none. Older files load unchanged: those from before the format version (version 0, where
-``policy.pt`` carried the optimizer), and those that stored the net's config as ``config`` and the run's as
-``run_config`` (:data:`RENAMED`).
+``policy.pt`` carried the optimizer) and version 1, which stored the net's config as ``config`` and the run's as
+``run_config`` (:data:`RENAMED`, applied on loading). Version 2 is the layout above; code from before it refuses a
+version-2 file by its version instead of misreading its ``config``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ from graspsim import runs
 from .model import ControlNet, ControlNetConfig, to_action
 
 KIND = "graspsim-control"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 RENAMED = (("config", "model_config"), ("run_config", "config"))
-"""Stored keys renamed so that ``config`` means the run's config in every checkpoint (:mod:`graspsim.runs`), as
-(old, new) in the order they apply: files written before hold the net's config as ``config``."""
+"""Keys renamed in version 2 so that ``config`` means the run's config in every checkpoint (:mod:`graspsim.runs`), as
+(old, new) in the order they apply: files of versions 0 and 1 hold the net's config as ``config``."""
 
 
 def save_checkpoint(path: str | os.PathLike, model: ControlNet, optimizer: torch.optim.Optimizer | None,
@@ -44,9 +45,13 @@ def save_checkpoint(path: str | os.PathLike, model: ControlNet, optimizer: torch
 
 
 def _upgrade(ckpt: dict, version: int) -> dict:
-    """Version 0 (no ``format_version``) has the layout of version 1, with ``optimizer`` possibly None."""
+    """Versions 0 and 1 to version 2: version 0 (no ``format_version``) may hold ``optimizer`` None; both keep the
+    net's config under ``config`` and the run's under ``run_config`` (:data:`RENAMED`)."""
     if ckpt.get("optimizer", 0) is None:
         del ckpt["optimizer"]
+    for old, new in RENAMED:
+        if old in ckpt:
+            ckpt[new] = ckpt.pop(old)
     return ckpt
 
 
@@ -54,7 +59,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     """Read a control checkpoint; FileNotFoundError if missing, ValueError if it is not one."""
     return runs.load_checkpoint(path, KIND, FORMAT_VERSION, what="control checkpoint", inside="best.pt",
                                 written_by="'graspsim dagger'", required=("model", "model_config", "iteration"),
-                                upgrade=_upgrade, renamed=RENAMED, map_location=map_location)
+                                upgrade=_upgrade, map_location=map_location)
 
 
 def model_from_checkpoint(ckpt: dict) -> ControlNet:

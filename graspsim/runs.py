@@ -22,8 +22,8 @@ Checkpoints are one ``torch.save`` dict (:func:`save_checkpoint` / :func:`load_c
                     a deployable checkpoint (``policy.pt``, ``best.pt``, shipped weights) has none
 =================== ===========================================================================
 
-plus kind-specific entries (iteration, threshold, metrics...). Files are written atomically. A kind that renamed a
-stored key lists the rename (``renamed`` of :func:`load_checkpoint`), so its older files still load.
+plus kind-specific entries (iteration, threshold, metrics...). Files are written atomically. A kind that renames a
+stored key raises its format version and upgrades older files on loading (``upgrade`` of :func:`load_checkpoint`).
 
 Runs that proceed in iterations (``dagger``) keep, beside ``config.json``, ``metrics.json`` (one row per finished
 iteration; writing it is the iteration's commit point), ``metrics.csv`` (the same rows' scalars) and a resumable
@@ -223,7 +223,6 @@ def deployable(ckpt: dict) -> dict:
 def load_checkpoint(path: str | os.PathLike, kind: str, format_version: int, *, what: str, inside: str,
                     written_by: str, required: Collection[str] = ("model", "model_config"),
                     upgrade: Callable[[dict, int], dict] | None = None,
-                    renamed: Collection[tuple[str, str]] = (),
                     map_location: str | torch.device = "cpu") -> dict:
     """Load and check a checkpoint of ``kind``.
 
@@ -254,9 +253,6 @@ def load_checkpoint(path: str | os.PathLike, kind: str, format_version: int, *, 
                              f"Retrain it with {written_by}")
         ckpt = upgrade(ckpt, version)
         ckpt["format_version"] = format_version
-    for old, new in renamed:
-        if old in ckpt and new not in ckpt:
-            ckpt[new] = ckpt.pop(old)
     missing = [k for k in required if k not in ckpt]
     if missing:
         raise ValueError(f"{what} {path} lacks the entries {missing}")

@@ -57,7 +57,7 @@ def test_deployable_control_checkpoint_has_no_optimizer_and_training_one_has(tmp
     save_checkpoint(tmp_path / "iter_002.pt", model, opt, 2)
     dep, train = load_checkpoint(tmp_path / "policy.pt"), load_checkpoint(tmp_path / "iter_002.pt")
     assert "optimizer" not in dep and "optimizer" in train
-    assert dep["kind"] == "graspsim-control" and dep["format_version"] == 1 == train["format_version"]
+    assert dep["kind"] == "graspsim-control" and dep["format_version"] == 2 == train["format_version"]
     assert set(runs.deployable(train)) == set(dep)
 
 
@@ -65,7 +65,7 @@ def test_old_control_checkpoint_without_format_version_loads():
     raw = torch.load(ASSETS / "policy_format0.pt", weights_only=False)
     assert "format_version" not in raw
     ckpt = load_checkpoint(ASSETS / "policy_format0.pt")
-    assert ckpt["format_version"] == 1
+    assert ckpt["format_version"] == 2 and "model_config" in ckpt  # upgraded on loading
     MaskPolicy.from_checkpoint(ASSETS / "policy_format0.pt")
 
 
@@ -77,7 +77,8 @@ def test_control_checkpoint_from_before_the_config_rename_loads(tmp_path):
     data = torch.load(tmp_path / "p.pt", weights_only=False)
     assert data["model_config"] == model.cfg.to_dict() and data["config"] == {"seed": 3}
     old = {k: v for k, v in data.items() if k not in ("model_config", "config")}
-    torch.save({**old, "config": data["model_config"], "run_config": data["config"]}, tmp_path / "old.pt")
+    torch.save({**old, "format_version": 1, "config": data["model_config"], "run_config": data["config"]},
+               tmp_path / "old.pt")  # as version 1 wrote it
     ckpt = load_checkpoint(tmp_path / "old.pt")
     assert ckpt["model_config"] == model.cfg.to_dict() and ckpt["config"] == {"seed": 3} and "run_config" not in ckpt
     loaded = MaskPolicy.from_checkpoint(tmp_path / "old.pt").model.state_dict()
