@@ -63,7 +63,7 @@ from .data import Aggregate, iteration_file, join_iteration, part_file, write_it
 from .model import ControlNet, ControlNetConfig
 from .policy import MaskPolicy, load_checkpoint, save_checkpoint
 from graspsim import runs
-from graspsim.seeds import derive_seed, episode_seeds, net_init_seed
+from graspsim.seeds import dagger_stream_seed, episode_seeds, net_init_seed
 
 from .rollout import RolloutResult, gt_masks, segmenter_masks
 from .sharded import sharded_rollout
@@ -186,10 +186,8 @@ def beta_at(cfg: DaggerConfig, it: int) -> float:
 
 
 def stream_seed(seed: int, it: int, purpose: int) -> int:
-    """Seed of iteration ``it``'s random stream for ``purpose``; the one left is 2, the minibatch draws. Scenes,
-    dynamics, expert choices and noise come from each episode's own seed (:mod:`graspsim.seeds`, :mod:`graspsim.rng`),
-    so the rollout environments need no seed of their own."""
-    return derive_seed(seed, 0xDA66E2, it, purpose)
+    """Seed of iteration ``it``'s random stream for ``purpose``: :func:`graspsim.seeds.dagger_stream_seed`."""
+    return dagger_stream_seed(seed, it, purpose)
 
 
 def generator(seed: int, device: torch.device) -> torch.Generator:

@@ -193,12 +193,10 @@ def shard(items: Sequence[T], rank: int, world: int, strided: bool = False) -> l
 
 
 def rank_seed(seed: int, rank: int) -> int:
-    """Seed of rank ``rank``'s own copy of a random stream that every rank draws from independently (training
-    minibatches, training composites): rank 0 keeps ``seed``, so a job of one draws what it always drew; rank
-    r > 0 gets a well-mixed seed of (seed, r)."""
-    from .seeds import derive_seed
+    """:func:`graspsim.seeds.rank_seed`: rank 0 keeps ``seed``, rank r > 0 a well-mixed seed of (seed, r)."""
+    from .seeds import rank_seed as derive
 
-    return int(seed) if rank == 0 else derive_seed(seed, 0x52414E4B, rank)
+    return derive(seed, rank)
 
 
 # ------------------------------------------------------------------------------------------ collectives

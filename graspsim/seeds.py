@@ -77,7 +77,7 @@ def net_init_seed(run_seed: int) -> int:
 def data_seed(run_seed: int) -> int:
     """Seed of a training run's own data stream (``train-vision``'s composites, patches and frame draws) in a job of
     one process: the run seed itself. Under torchrun rank r draws from
-    :func:`graspsim.distributed.rank_seed` of it."""
+    :func:`rank_seed` of it."""
     return int(run_seed)
 
 
@@ -88,4 +88,18 @@ def split_draws(run_seed: int, n: int) -> np.ndarray:
     return np.random.default_rng([int(run_seed), 7919]).random(int(n))
 
 
-__all__ += ["data_seed", "net_init_seed", "split_draws"]
+def rank_seed(seed: int, rank: int) -> int:
+    """Seed of rank ``rank``'s own copy of a random stream that every rank draws from independently (training
+    minibatches, training composites): rank 0 keeps ``seed``, so a job of one draws what it always drew; rank
+    r > 0 gets a well-mixed seed of (seed, r). :func:`graspsim.distributed.rank_seed` is this function."""
+    return int(seed) if rank == 0 else derive_seed(seed, 0x52414E4B, rank)
+
+
+def dagger_stream_seed(run_seed: int, iteration: int, purpose: int) -> int:
+    """Seed of DAgger iteration ``iteration``'s random stream for ``purpose`` (the one left is 2, the minibatch
+    draws). Scenes, dynamics, expert choices and noise come from each episode's own seed (:func:`episode_seeds`,
+    :mod:`graspsim.rng`), so the rollout environments need no seed of their own."""
+    return derive_seed(run_seed, 0xDA66E2, iteration, purpose)
+
+
+__all__ += ["dagger_stream_seed", "data_seed", "net_init_seed", "rank_seed", "split_draws"]
