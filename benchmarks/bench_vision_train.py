@@ -40,7 +40,7 @@ import tyro
 
 from graspsim.perf import tune_allocator
 from graspsim.runtime import RuntimeConfig
-from graspsim.vision.io import atomic_write_bytes
+from graspsim.fileio import atomic_write_bytes
 from graspsim.vision.train import (TrainVisionConfig, build_composers, make_set, new_training_state, predict_probs, train_step,
                           training_batch)
 from graspsim.vision.train_config import HALFRES_MODEL, UNET_MODEL

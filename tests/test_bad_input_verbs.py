@@ -188,7 +188,7 @@ def _check_pm_masks_folder(w: Path, log: str) -> None:
 
 
 def _check_pm(w: Path, log: str) -> None:
-    from graspsim.vision.io import load_mask
+    from graspsim.vision.image_set import load_mask
 
     assert "a target proposed in 2 of 3 frames" in log and "look like masks" not in log
     assert not load_mask(w / "p" / "masks" / "a.png")[0].any() and load_mask(w / "p" / "masks" / "c.png")[0].any()

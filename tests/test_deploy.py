@@ -286,7 +286,7 @@ def test_wrong_checkpoint_kind(tmp_path, capsys):
 def test_record_and_propose_masks(tmp_path):
     import cv2
 
-    from graspsim.vision.io import list_images, read_mask
+    from graspsim.vision.image_set import list_images, read_mask
 
     sample = ROOT / "data" / "sample_real"
     assert main(["record", "--camera", str(sample), "--out", str(tmp_path / "rec"), "--frames", "5", "--hz", "0"]) == 0

@@ -19,7 +19,7 @@ from graspsim.vision.checkpoint import KIND, load_checkpoint, save_checkpoint
 from graspsim.vision.compose import ComposeConfig, Composer, place_camera
 from graspsim.vision.evaluate import EvalRealConfig, evaluate_real
 from graspsim.vision.infer import Segmenter
-from graspsim.vision.io import read_image
+from graspsim.vision.image_set import read_image
 from graspsim.vision.metrics import SegMetrics
 from graspsim.vision.model import SegNet, SegNetConfig, cpu_has_fast_bf16
 from graspsim.vision.train import TrainVisionConfig

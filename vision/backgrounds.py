@@ -20,7 +20,7 @@ from torch import Tensor
 
 from graspsim.validate import probability
 
-from .io import list_images, read_image
+from .image_set import list_images, read_image
 
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graspsim import distributed, runs
-from graspsim.fileio import check_out_dir
+from graspsim.fileio import atomic_write_bytes, check_out_dir
 from graspsim.progress import progress_bar
 from graspsim.seeds import data_seed, net_init_seed
 from graspsim.torch_util import count_parameters
@@ -45,7 +45,7 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .compose import Composer
 from .eval_sets import make_set, per_background, predict_probs
 from .hdf5_frames import HDF5Frames
-from .io import atomic_write_bytes, list_images
+from .image_set import list_images
 from .labelled import RealFrames
 from .losses import lr_at, seg_loss
 from .metrics import PEAKS, best_threshold, choose_thresholds_on, evaluate_set, gate_frames
