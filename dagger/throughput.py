@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from typing import Callable
 
 import torch
 
 from graspsim import GRIPPER_DIM, GraspEnv, SimConfig
-from graspsim.bench import Act, BenchConfig, _stepper, _timed, bench
+from graspsim.bench import Act, BenchConfig, _stepper, _timed, bench, median_ratio, timed_pairs
 from graspsim.keys import GRIPPER, RGB
 
 log = logging.getLogger(__name__)
@@ -151,14 +150,9 @@ def measure_loop_paired(cfg: BenchConfig, sim: SimConfig, seg, ctl, act: Act) ->
     sim_step = torch.inference_mode()(_stepper(bare, sim, act))
     loop_step = _loop_stepper(GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed), seg, ctl,
                               {"sim": 0.0, "vision": 0.0, "control": 0.0})
-    rounds = []
-    for _ in range(cfg.loop_rounds):
-        ns, dts = _timed(sim_step, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
-        nl, dtl = _timed(loop_step, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
-        fs, fl = B * ns / dts, B * nl / dtl
-        rounds.append({"sim_fps": fs, "loop_fps": fl, "ratio": fs / fl, "load_avg_1min": os.getloadavg()[0]})
-    ratios = sorted(r["ratio"] for r in rounds)
-    return {"batch": B, "threads": torch.get_num_threads(), "rounds": rounds, "median_ratio": ratios[len(ratios) // 2]}
+    rounds = [{"sim_fps": fs, "loop_fps": fl, "ratio": fs / fl, "load_avg_1min": load}
+              for fs, fl, load in timed_pairs(sim_step, B, loop_step, B, cfg.loop_rounds, cfg)]
+    return {"batch": B, "threads": torch.get_num_threads(), "rounds": rounds, "median_ratio": median_ratio(rounds)}
 
 
 def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:

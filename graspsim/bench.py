@@ -239,18 +239,31 @@ def measure_paired(act: Act, sim: SimConfig, batch: int, num_envs: int, workers:
 
     tenv = GraspEnv(sim, num_envs=batch, device=cfg.device, seed=cfg.seed)
     tenv.reset()
-    rounds = []
     with BulletGraspEnv(sim, num_envs=num_envs, seed=cfg.seed, workers=workers) as benv:
         benv.reset()
-        t_step, b_step = _stepper(tenv, sim, act), _stepper(benv, sim, act)
-        for _ in range(cfg.paired_rounds):
-            nt, dt_t = _timed(t_step, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
-            nb, dt_b = _timed(b_step, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
-            ft, fb = batch * nt / dt_t, num_envs * nb / dt_b
-            rounds.append({"torch_fps": ft, "bullet_fps": fb, "ratio": ft / fb, "load_avg_1min": os.getloadavg()[0]})
-    ratios = sorted(r["ratio"] for r in rounds)
+        pairs = timed_pairs(_stepper(tenv, sim, act), batch, _stepper(benv, sim, act), num_envs, cfg.paired_rounds, cfg)
+    rounds = [{"torch_fps": ft, "bullet_fps": fb, "ratio": ft / fb, "load_avg_1min": load} for ft, fb, load in pairs]
     return {"torch_batch": batch, "bullet_num_envs": num_envs, "bullet_workers": workers, "rounds": rounds,
-            "median_ratio": ratios[len(ratios) // 2]}
+            "median_ratio": median_ratio(rounds)}
+
+
+def timed_pairs(first: Callable[[], None], first_frames: int, second: Callable[[], None], second_frames: int,
+                rounds: int, cfg: BenchConfig) -> list[tuple[float, float, float]]:
+    """``rounds`` rounds, each a timing window of ``first`` and then one of ``second`` (``cfg.seconds / 2`` each, after
+    ``cfg.warmup`` untimed steps), so both halves of a round see the same machine load. Returns per round (frames/s of
+    ``first``, frames/s of ``second``, 1-minute load average); a step advances ``*_frames`` frames."""
+    out = []
+    for _ in range(rounds):
+        n1, dt1 = _timed(first, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
+        n2, dt2 = _timed(second, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
+        out.append((first_frames * n1 / dt1, second_frames * n2 / dt2, os.getloadavg()[0]))
+    return out
+
+
+def median_ratio(rounds: list[dict]) -> float:
+    """The median of the rounds' ``ratio`` (the upper one of an even count)."""
+    ratios = sorted(r["ratio"] for r in rounds)
+    return ratios[len(ratios) // 2]
 
 
 # ----------------------------------------------------------------------------- nets
