@@ -155,7 +155,7 @@ class SimRobot(Robot):
 
     def outcome(self) -> Outcome:
         w = self.world
-        return Outcome(w.done, w.success if w.done else None, w.reason)
+        return Outcome(w.done, w.success, w.reason)  # a simulated world can always tell: False until it succeeds
 
     def workspace(self) -> tuple[np.ndarray, np.ndarray]:
         c = self.world.cfg

@@ -95,6 +95,20 @@ def test_deploy_torch_sim_world(tmp_path):
     assert s["success_rate"] >= 0.5, s["per_episode"]
 
 
+def test_episodes_ended_by_the_time_limit_count_as_failures(tmp_path):
+    """A simulated robot can tell success, so an episode the time limit ends is a failure: one success in six
+    episodes is 1/6, not 1.0 (five time-limited episodes were once left out of the rate), and all time-limited
+    is 0.0, not null."""
+    s = deploy(_cfg(tmp_path, camera="sim", robot="sim", episodes=2, seed=3, time_limit=0.5))
+    assert [e["end"] for e in s["per_episode"]] == ["time_limit", "time_limit"]
+    assert [e["success"] for e in s["per_episode"]] == [False, False]
+    assert s["success_rate"] == 0.0 and s["num_success"] == 0
+    s = deploy(_cfg(tmp_path, camera="sim", robot="sim", episodes=6, seed=3, time_limit=2.6, overwrite=True))
+    ends = [e["end"] for e in s["per_episode"]]
+    assert ends.count("success") >= 1 and ends.count("time_limit") >= 1, ends  # a mix (seed 3: one success)
+    assert s["success_rate"] == pytest.approx(ends.count("success") / 6)
+
+
 @pytest.mark.slow
 def test_deploy_bullet_50_scenes_matches_eval_sim(tmp_path):
     """deploy (pybullet camera + Panda adapter) on 50 scenes: >= 90% success and inside the 95% interval of
