@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
 import sys
 
 # verb -> (module, config class, function, one-line help)
@@ -61,6 +62,16 @@ def _usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``graspsim <verb> [flags]``; returns the exit code (0, 2 for an error, 130 when interrupted)."""
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # the reader of our output left (graspsim show --help | head -1): not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's last flush does not fail again
+        return 0
+
+
+def _main(argv: list[str] | None) -> int:
     import tyro
 
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -100,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger("graspsim.perf").info("%s (this run)", tuning)  # after the run: errors stay the first line
     except _ConfigError as e:
         return _error(verb, str(e))
+    except BrokenPipeError:
+        raise  # main's: the reader left
     except (ValueError, OSError) as e:
         return _error(verb + where, _describe(e))
     except RankFailed as e:

@@ -788,3 +788,18 @@ def test_frame_averaged_metrics_are_not_dominated_by_one_big_frame():
     per = frame_averaged(tp, fp, fn, tp + fn)
     assert pooled_iou > 0.99 and per["iou"] == pytest.approx(0.1) and per["recall"] == pytest.approx(0.1)
     assert per["num_frames"] == 10 and per["num_frames_precision"] == 1 and per["precision"] == 1.0
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["show", "--help"]])
+def test_a_reader_that_leaves_early_is_not_an_error(argv):
+    """``graspsim show --help | head -1``: the reader closes the pipe before the help is written; the command ends
+    quietly with 0, not with ``error: Broken pipe`` and exit 2 (issue 38)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "graspsim.cli", *argv], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # gone before the child has imported anything, so every write meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Broken pipe" not in err and "Traceback" not in err, err
