@@ -99,3 +99,13 @@ def test_pipeline_config_errors():
         PipelineConfig(vision_model="unet", vision="vision/assets/segnet.pt")
     assert PipelineConfig(preset="medium").budgets() == PRESETS["medium"]
     assert PipelineConfig(iterations=9).budgets()["iterations"] == 9
+
+
+def test_resume_of_a_folder_that_holds_no_run_is_refused(tmp_path):
+    """``pipeline --resume --name <typo>`` names the missing run instead of starting a fresh pipeline (issue 38)."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "config.json").write_text("{}")
+    with pytest.raises(FileNotFoundError, match=r"--resume: .*typo holds no pipeline run.*real"):
+        run_pipeline(PipelineConfig(name="typo", runs_dir=tmp_path, resume=True, sim=SIM,
+                                    runtime=RuntimeConfig(progress=False), **TINY))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["real"]  # nothing was written
