@@ -61,6 +61,11 @@ def files(tmp_path_factory) -> dict[str, Path]:
         w.append([Episode(obs={"mask": ep.obs["mask"], "gripper": ep.obs["gripper"]}, actions=ep.actions,
                           attrs=ep.attrs) for ep in read_episodes(out["a"])])
     out["dagger"] = dag
+    # a file whose second episode has a NaN action (the writer refuses one, so it is put in afterwards)
+    shutil.copy(out["a"], root / "nan.h5")
+    with h5py.File(root / "nan.h5", "r+") as f:
+        f["data/demo_1/actions"][1, 0] = np.nan
+    out["nan"] = root / "nan.h5"
     # a robomimic-layout file that graspsim did not write, and a file that is not HDF5 at all
     with h5py.File(root / "foreign.h5", "w") as f:
         g = f.create_group("data/demo_0")
@@ -280,6 +285,7 @@ def _tree(root: Path) -> list[str]:
     ("missing", ("nope.h5", "no such episode file")),
     ("twice", ("a.h5", "given twice")),
     ("existing-out", ("not empty", "--overwrite")),
+    ("nan", ("nan.h5", "demo_1", "action", "NaN")),
 ])
 def test_bad_input_is_refused_and_writes_nothing(files, tmp_path, capsys, case, must):
     out = tmp_path / "out"

@@ -627,6 +627,16 @@ def export_lerobot(paths: Sequence[str | os.PathLike], out: str | os.PathLike, *
     return summary
 
 
+def _check_finite(cols: dict[str, Any], path: Path, demo: str) -> None:
+    """ValueError naming the file, the episode and the columns where a float column holds NaN or infinity: such
+    values would make the exported statistics invalid JSON and poison any training that reads them."""
+    bad = [k for k, v in cols.items()
+           if np.issubdtype(np.asarray(v).dtype, np.floating) and not np.isfinite(np.asarray(v)).all()]
+    if bad:
+        raise ValueError(f"{path} {demo}: {', '.join(bad)} hold NaN or infinite values; leave the file out or "
+                         "re-collect the episode")
+
+
 def _write(plan: _Plan, root: Path, total_eps: int, progress) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -649,6 +659,7 @@ def _write(plan: _Plan, root: Path, total_eps: int, progress) -> int:
                 e = len(episodes)
                 T = ep.num_samples
                 cols = _frame_arrays(plan, ep, e, index, T)
+                _check_finite(cols, src.path, demo)
                 row: dict[str, Any] = {"episode_index": e, "tasks": [plan.task], "length": T}
                 if video is not None:
                     (chunk, file), t_from, t_to = video.write_episode(ep.obs[RGB])
