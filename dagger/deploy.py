@@ -297,10 +297,10 @@ def _run_episodes(env: RobotEnv, seeds: list[int], hooks: TickHooks, robot) -> t
         log.info("%s; %s", e, stop_first(robot))
         hooks.close_episode("camera_ended", False, env.ticks)
         return "camera_ended", None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM / SIGHUP under the graspsim command
         log.warning("interrupted: %s", stop_first(robot))
         hooks.close_episode("interrupted", False, env.ticks)
-        return "interrupted", KeyboardInterrupt()
+        return "interrupted", e
     except DeployError as e:
         note = stop_first(robot)
         hooks.close_episode("error", False, env.ticks)

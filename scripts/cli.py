@@ -61,14 +61,51 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+STOP_SIGNALS = ("SIGTERM", "SIGHUP")
+"""Signals the command handles like Ctrl-C: every verb that writes or drives hardware then takes its Ctrl-C path
+(deploy stops the robot first and writes summary.json; staged outputs are moved into place or left whole)."""
+
+
+class _Stopped(KeyboardInterrupt):
+    """A stop signal, raised where the main thread is, as Ctrl-C would be."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _stop_on_signals() -> dict:
+    """Route :data:`STOP_SIGNALS` to :class:`_Stopped` (process-wide: the command layer may do this, a library
+    import may not); returns the handlers it replaced, for :func:`main` to put back. Only in the main thread, where
+    Python delivers signals."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def raise_stop(signum, frame):
+        raise _Stopped(signum)
+
+    signals = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]
+    return {sig: signal.signal(sig, raise_stop) for sig in signals}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run ``graspsim <verb> [flags]``; returns the exit code (0, 2 for an error, 130 when interrupted)."""
+    """Run ``graspsim <verb> [flags]``; returns the exit code (0; 2 for an error; 130 after Ctrl-C, 128 + the signal's
+    number after SIGTERM or SIGHUP)."""
+    import signal
+
+    previous = _stop_on_signals()
     try:
         return _main(argv)
     except BrokenPipeError:  # the reader of our output left (graspsim show --help | head -1): not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's last flush does not fail again
         return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -117,9 +154,12 @@ def _main(argv: list[str] | None) -> int:
         return _error(verb + where, _describe(e))
     except RankFailed as e:
         return _error(verb + where, str(e))
-    except KeyboardInterrupt:
-        print(f"graspsim {verb}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        import signal
+
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"graspsim {verb}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + int(signum)
     return 0
 
 
