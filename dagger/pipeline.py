@@ -225,10 +225,10 @@ def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
     check_folder_path(cfg.runs_dir, flag="--runs-dir")
     out = check_out_dir(cfg.runs_dir / name, flag="--runs-dir/--name", resume=cfg.resume)
     if cfg.resume and not (out / run_folder.CONFIG_NAME).is_file():  # a typo would start a whole new pipeline
-        runs = sorted(p.name for p in cfg.runs_dir.iterdir() if (p / run_folder.CONFIG_NAME).is_file()) \
+        existing = sorted(p.name for p in cfg.runs_dir.iterdir() if (p / run_folder.CONFIG_NAME).is_file()) \
             if cfg.runs_dir.is_dir() else []
         raise FileNotFoundError(f"--resume: {out} holds no pipeline run (no {run_folder.CONFIG_NAME}); run folders in "
-                                f"{cfg.runs_dir}: {', '.join(runs[-5:]) or 'none'}")
+                                f"{cfg.runs_dir}: {', '.join(existing[-5:]) or 'none'}")
     b = cfg.budgets()
     if cfg.resume:  # the one resume rule: a changed preset or setting would mix budgets across stages
         cfg = _resumed_config(cfg, out)

@@ -171,13 +171,12 @@ def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Opti
 def resumed_config(cfg: TrainVisionConfig) -> TrainVisionConfig:
     """``cfg`` with the net a ``--resume``d run folder trained, where that folder was written before the default net
     changed (:data:`CHANGED_DEFAULTS`) and ``cfg`` asks for today's default; otherwise ``cfg`` itself."""
-    ckpt_path = Path(cfg.out) / CHECKPOINT_NAME
-    if not cfg.resume or not ckpt_path.is_file():
+    if not cfg.resume or not (Path(cfg.out) / CHECKPOINT_NAME).is_file():
         return cfg  # nothing to resume: _train_vision says so
-    stored = load_checkpoint(ckpt_path).get("config") or {}
+    stored = runs.read_config(cfg.out) or {}  # the run folder's config.json, as the checkpoint holds it
     adopted = runs.resume_old_defaults(stored, cfg.to_dict(), CHANGED_DEFAULTS, ADDED_SETTINGS)
     if "model" in adopted:
-        log.info("--resume: %s trained the net that was the default then (%s); resuming with it", ckpt_path,
+        log.info("--resume: %s trained the net that was the default then (%s); resuming with it", cfg.out,
                  adopted["model"])
         return dataclasses.replace(cfg, model=SegNetConfig(**adopted["model"]))
     return cfg
