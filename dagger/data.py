@@ -1,7 +1,7 @@
 """The aggregated DAgger dataset: every visited state with the expert's label, in memory and on disk.
 
-In memory (:class:`Aggregate`): ``mask`` N,H,W bool, ``gripper`` N,2 float32, ``actions`` N,4 float32
-(expert labels, simulator units), ``iteration`` N int64, on the training device. On disk: one episode
+In memory (:class:`Aggregate`): ``mask`` N,H,W bool, ``gripper`` N,3 float32, ``actions`` N,4 float32
+(expert labels, simulator units; N,5 and N,5 with the wrist), ``iteration`` N int64, on the training device. On disk: one episode
 file per DAgger iteration, ``data/iter_NNN.h5`` in the layout of ``graspsim collect`` (see
 :mod:`graspsim.dataset`; obs ``mask`` and ``gripper`` are what the learner saw, ``actions`` the expert's
 labels, extras ``executed_actions`` and ``expert_driven``). A file is complete once its iteration is
@@ -61,12 +61,15 @@ def join_iteration(out: Path, it: int, world_size: int, config: dict) -> Path:
 class Aggregate:
     """Growing training set of (mask, gripper, expert action) triples on ``device``."""
 
-    def __init__(self, image_size: int, device: str | torch.device = "cpu"):
+    def __init__(self, image_size: int, device: str | torch.device = "cpu", gripper_dim: int = GRIPPER_DIM,
+                 action_dim: int = 4):
+        """``gripper_dim`` and ``action_dim``: 3 and 4 for sphere-only scenes, 5 and 5 with the wrist
+        (``SimConfig.gripper_dim`` / ``action_dim``)."""
         self.device = torch.device(device)
         H = image_size
         self.mask = torch.zeros((0, H, H), dtype=torch.bool, device=self.device)
-        self.gripper = torch.zeros((0, GRIPPER_DIM), dtype=torch.float32, device=self.device)
-        self.actions = torch.zeros((0, 4), dtype=torch.float32, device=self.device)
+        self.gripper = torch.zeros((0, gripper_dim), dtype=torch.float32, device=self.device)
+        self.actions = torch.zeros((0, action_dim), dtype=torch.float32, device=self.device)
         self.iteration = torch.zeros((0,), dtype=torch.long, device=self.device)
         self.weight = torch.zeros((0,), dtype=torch.float64, device=self.device)  # N: 1 / episode length
         self._cum: Tensor | None = None
@@ -76,7 +79,7 @@ class Aggregate:
 
     def add_arrays(self, mask: np.ndarray, gripper: np.ndarray, actions: np.ndarray, iteration: int,
                    lengths: Sequence[int] | None = None) -> None:
-        """Append ``mask`` N,H,W (0/1), ``gripper`` N,2, ``actions`` N,4 from one iteration, made of episodes of
+        """Append ``mask`` N,H,W (0/1), ``gripper`` N,3, ``actions`` N,4 (both N,5 with the wrist) from one iteration, made of episodes of
         ``lengths`` steps (consecutive; default one episode of N steps)."""
         n = len(mask)
         lengths = [n] if lengths is None else [int(t) for t in lengths]
@@ -84,9 +87,12 @@ class Aggregate:
             raise ValueError(f"Aggregate: episode lengths {lengths[:8]}... must be positive and sum to {n}")
         if mask.ndim != 3 or mask.shape[1:] != self.mask.shape[1:]:
             raise ValueError(f"Aggregate: masks must be N,{self.mask.shape[1]},{self.mask.shape[2]}; got {mask.shape}")
-        if gripper.shape != (n, GRIPPER_DIM) or actions.shape != (n, 4):
-            raise ValueError(f"Aggregate: gripper must be ({n}, {GRIPPER_DIM}) and actions ({n}, 4); "
-                             f"got {gripper.shape}, {actions.shape}")
+        gd, ad = self.gripper.shape[1], self.actions.shape[1]
+        if gripper.shape != (n, gd) or actions.shape != (n, ad):
+            raise ValueError(f"Aggregate: gripper must be ({n}, {gd}) and actions ({n}, {ad}); "
+                             f"got {gripper.shape}, {actions.shape}" + (
+                                 " (data of sphere-only scenes and of scenes with the wrist cannot be mixed)"
+                                 if gripper.shape[1:] != (gd,) or actions.shape[1:] != (ad,) else ""))
         if not (np.isfinite(gripper).all() and np.isfinite(actions).all()):
             raise ValueError("Aggregate: gripper/actions contain NaN or inf")
         d = self.device
@@ -122,8 +128,9 @@ class Aggregate:
 
     @classmethod
     def from_files(cls, paths: Sequence[Path], image_size: int, device: str | torch.device = "cpu",
-                   rank: int = 0, world_size: int = 1) -> "Aggregate":
-        agg = cls(image_size, device)
+                   rank: int = 0, world_size: int = 1, gripper_dim: int = GRIPPER_DIM,
+                   action_dim: int = 4) -> "Aggregate":
+        agg = cls(image_size, device, gripper_dim, action_dim)
         for it, p in enumerate(paths):
             if not Path(p).is_file():
                 raise FileNotFoundError(f"aggregated data of finished iteration {it} is missing: {p}")
@@ -131,7 +138,7 @@ class Aggregate:
         return agg
 
     def sample(self, batch_size: int, generator: torch.Generator, by: str = "step") -> tuple[Tensor, Tensor, Tensor]:
-        """Minibatch with replacement: (mask B,H,W bool, gripper B,3, actions B,4).
+        """Minibatch with replacement: (mask B,H,W bool, gripper B,3 (B,5 with the wrist), actions B,4 (B,5)).
 
         ``by="step"``: every stored step equally likely. ``by="episode"``: every episode equally likely
         (then a uniform step of it), so long failed episodes (a learner hovering until the timeout) do

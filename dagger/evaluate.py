@@ -12,9 +12,10 @@ seen in training.
 
 Outputs in ``--out``: ``metrics.json`` (``success_rate``, ``num_episodes``, ``failures`` with counts of
 success / timeout / missed_grasp / pushed_away / dropped, ``failure_rates``, a 95% Wilson interval,
-mean steps, timing, and per episode in seed order ``per_episode_success`` / ``_failure`` / ``_steps``),
-``rollout_K.gif`` for the first ``--gifs`` episodes (RGB beside the mask the
-policy saw, upscaled), and ``report.md``.
+mean steps, timing, per target kind ``per_kind`` (success, episodes, Wilson interval), and per episode in seed
+order ``per_episode_success`` / ``_failure`` / ``_steps``),
+``rollout_K.gif`` for the first ``--gifs`` episodes, of each kind with a mix of target kinds (RGB beside the mask
+the policy saw, upscaled), and ``report.md``.
 
 Under ``torchrun`` (:mod:`graspsim.distributed`) rank ``r`` of ``W`` runs the contiguous block
 ``shard_bounds(episodes, r, W)`` of the test seeds and the outcomes are gathered in seed order. Every random
@@ -37,13 +38,14 @@ import numpy as np
 import torch
 
 from graspsim import FAILURE_NAMES, SimConfig, distributed
+from graspsim.config import TARGET_KINDS
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically, staged_dir
 from graspsim.keys import MASK, RGB
 from graspsim.progress import progress_bar
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import non_negative_int, positive_int
 
-from .policy import MaskPolicy
+from .policy import MaskPolicy, check_fits_scenes
 from graspsim.seeds import episode_seeds
 
 from .rollout import RolloutResult
@@ -156,7 +158,33 @@ def summarize(res: RolloutResult) -> dict:
         "per_episode_success": [bool(x) for x in res.success],
         "per_episode_failure": [FAILURE_NAMES[int(c)] for c in res.failure],
         "per_episode_steps": [int(x) for x in res.steps],
+        "per_kind": per_kind_success(res),
     }
+
+
+def per_kind_success(res: RolloutResult) -> dict[str, dict]:
+    """Success per target kind: ``{kind: {"success_rate", "num_success", "num_episodes", "success_ci95"}}`` in
+    the order of :data:`graspsim.config.TARGET_KINDS` ({} when the backend reports no kinds)."""
+    if res.kinds is None:
+        return {}
+    rows = {}
+    for kind in TARGET_KINDS:
+        sel = res.kinds == kind
+        n = int(sel.sum())
+        if n:
+            k = int(res.success[sel].sum())
+            rows[kind] = {"success_rate": k / n, "num_success": k, "num_episodes": n, "success_ci95": list(wilson(k, n))}
+    return rows
+
+
+def gif_episodes(res: RolloutResult, gifs: int, per_kind: bool) -> list[int]:
+    """Which captured episodes become GIFs: the first ``gifs``, or with a mix of kinds the first ``gifs`` of each
+    kind among the captured ones (in episode order)."""
+    captured = sorted(res.frames)
+    if not per_kind or res.kinds is None:
+        return captured[:gifs]
+    return sorted(k for kind in dict.fromkeys(res.kinds[captured].tolist())
+                  for k in [c for c in captured if res.kinds[c] == kind][:gifs])
 
 
 def write_gif(path: Path, rgb: list[np.ndarray], mask: list[np.ndarray], caption: str, scale: int = 4) -> None:
@@ -199,6 +227,7 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
     dev = distributed.local_device(cfg.runtime.device)
     policy = MaskPolicy.from_checkpoint(cfg.policy, dev)
     sim = cfg.eval_sim_config()
+    check_fits_scenes(policy.cfg, sim, f"control checkpoint {cfg.policy}")
     if policy.cfg.image_size != sim.image_size:
         raise ValueError(f"policy was trained at image_size {policy.cfg.image_size}, sim.image_size is {sim.image_size}")
     mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev)
@@ -209,7 +238,7 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
         task = bar.add_task("eval", total=cfg.episodes)
         _, res = sharded_rollout(  # this rank's share of the seeds; res: every rank's outcomes in seed order
             lambda n: _make_env(cfg.backend, sim, min(cfg.num_envs, n), str(dev)),
-            seeds, policy=policy.act, beta=0.0, mask_fn=mask_fn, capture=cfg.gifs,
+            seeds, policy=policy.act, beta=0.0, mask_fn=mask_fn, capture=cfg.gifs * len(sim.target.kinds),
             progress=lambda n: bar.update(task, completed=n))
     metrics = summarize(res)
     metrics.update({
@@ -223,11 +252,13 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
         return distributed.broadcast_object(None)  # rank 0's metrics, once its outputs are written
     gifs = []
     with staged_dir(out, _owns) as stage:  # replaces --out's earlier outputs as a whole
-        for k, fr in sorted(res.frames.items()):
+        for k in gif_episodes(res, cfg.gifs, len(sim.target.kinds) > 1):
+            fr = res.frames[k]
             name = f"rollout_{k}.gif"
             outcome = FAILURE_NAMES[int(res.failure[k])]
-            write_gif(stage / name, fr[RGB], fr[MASK], f"ep {k}: {outcome} ({cfg.mask_source} mask)")
-            gifs.append({"file": name, "outcome": outcome, "steps": int(res.steps[k])})
+            kind = str(res.kinds[k]) if res.kinds is not None else "sphere"
+            write_gif(stage / name, fr[RGB], fr[MASK], f"ep {k} ({kind}): {outcome} ({cfg.mask_source} mask)")
+            gifs.append({"file": name, "outcome": outcome, "steps": int(res.steps[k]), "kind": kind})
         metrics["gifs"] = gifs
         atomic_write_text(stage / "metrics.json", json.dumps(metrics, indent=2))
         atomic_write_text(stage / "report.md", report_markdown(metrics))
@@ -252,6 +283,12 @@ def report_markdown(m: dict) -> str:
     ]
     for name, c in m["failures"].items():
         lines.append(f"| {name} | {c} | {100 * m['failure_rates'][name]:.1f}% |")
+    if len(m.get("per_kind", {})) > 1:
+        lines += ["", "| target kind | success | episodes | 95% CI |", "|---|---|---|---|"]
+        for kind, r in m["per_kind"].items():
+            lo_k, hi_k = r["success_ci95"]
+            lines.append(f"| {kind} | {100 * r['success_rate']:.1f}% | {r['num_episodes']} | "
+                         f"{100 * lo_k:.1f}-{100 * hi_k:.1f}% |")
     lines += ["", f"Mean episode length {m['mean_steps']:.1f} steps; {m['frames_per_s']:.0f} scene steps/s "
               f"({m['seconds']:.0f} s).", ""]
     for g in m.get("gifs", []):

@@ -12,11 +12,20 @@ Inputs (policy-visible only, never privileged state):
   and the bounding-box extent. All three are functions of the mask alone.
 * ``gripper``: ``B,3`` float32 = (finger gap / open gap, last executed close command 0/1, table contact
   0/1), the simulator's ``obs["gripper"]``: it tells the net whether it is closing or holding, and when the
-  fingertips touch the table (the grasp height, which the mask barely shows).
+  fingertips touch the table (the grasp height, which the mask barely shows). With the wrist
+  (``ControlNetConfig.wrist``, for cubes and cylinders) it is ``B,5``: the sine and cosine of the wrist angle follow.
 
 Output ``B,4`` float32 *raw* network values: ``out[:, :3]`` is the pre-tanh velocity (the velocity in
 m/s is ``tanh(out[:, :3]) * max_speed``) and ``out[:, 3]`` is the grip logit (> 0 closes).
 :func:`to_action` converts to simulator units; :mod:`graspsim.dagger.policy` wraps it for inference.
+
+With the wrist the output is ``B,5``: the velocity (pre-tanh) in the *gripper's* frame, the pre-tanh wrist yaw
+rate (``tanh(out[:, 3]) * max_yaw_rate`` rad/s) and the grip logit. The wrist camera turns with the gripper, so a
+target seen at the same pixel asks for the same gripper-frame motion at any wrist angle; :func:`to_action` turns
+that motion into the world frame with the wrist angle from the senses (a fixed rotation, not something the net has
+to learn). A cube's faces repeat every quarter turn, so its orientation in the image is read by two more exact
+statistics (:func:`quarter_turn_stats`): the mask's fourth angular harmonic about its centroid, which is near zero
+for a round blob.
 """
 
 from __future__ import annotations
@@ -48,6 +57,11 @@ class ControlNetConfig:
     """Width of the two hidden fully connected layers."""
     max_speed: float = 0.10
     """Velocity scale (m/s): the net outputs tanh(.) * max_speed per axis (SimConfig.max_speed)."""
+    wrist: bool = False
+    """Whether the net turns the wrist (SimConfig.wrist, for target kinds beyond spheres): gripper senses and outputs
+    become 5 wide (see the module doc). False is the sphere-only net of every checkpoint from before kinds existed."""
+    max_yaw_rate: float = 1.5
+    """Wrist yaw rate scale (rad/s) with the wrist: tanh(.) * max_yaw_rate (SimConfig.max_yaw_rate)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.image_size, int) or not 32 <= self.image_size <= 512 or self.image_size % 16:
@@ -58,6 +72,19 @@ class ControlNetConfig:
         object.__setattr__(self, "channels", ch)
         positive_int("ControlNetConfig", "hidden", self.hidden)
         finite_positive("ControlNetConfig", "max_speed", self.max_speed, unit="m/s")
+        if not isinstance(self.wrist, bool):
+            raise ValueError(f"ControlNetConfig.wrist must be true or false; got {self.wrist!r}")
+        finite_positive("ControlNetConfig", "max_yaw_rate", self.max_yaw_rate, unit="rad/s")
+
+    @property
+    def gripper_dim(self) -> int:
+        """Width of the gripper senses the net reads: 5 with the wrist, else 3 (``SimConfig.gripper_dim``)."""
+        return 5 if self.wrist else GRIPPER_DIM
+
+    @property
+    def action_dim(self) -> int:
+        """Width of its outputs and actions: 5 with the wrist ``(vx, vy, vz, wz, grip)``, else 4."""
+        return 5 if self.wrist else 4
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -92,8 +119,32 @@ def mask_stats(mask: Tensor) -> Tensor:
     return torch.stack([visible, cx, cy, 4.0 * root, 8.0 * bw, 8.0 * bh, inv], dim=1)
 
 
+def quarter_turn_stats(mask: Tensor) -> Tensor:
+    """Orientation modulo a quarter turn of binary masks ``B,H,W`` -> ``B,2`` float32.
+
+    The fourth angular harmonic of the blob about its centroid, ``sum m (dx + i dy)^4 / sum m |d|^4`` (pixel
+    offsets), as (real, imaginary). Its angle is four times the blob's orientation (a square seen from above
+    turned by ``a`` gives ``4a`` plus a constant), its length how square the blob is (about 0.4 for a square,
+    near 0 for a disc). Empty masks give zeros."""
+    B, H, W = mask.shape
+    m = mask.float()
+    area = m.sum(dim=(1, 2)).clamp_min(1.0)
+    ys = torch.arange(H, device=m.device, dtype=torch.float32)
+    xs = torch.arange(W, device=m.device, dtype=torch.float32)
+    cx = (m.sum(1) * xs).sum(1) / area
+    cy = (m.sum(2) * ys).sum(1) / area
+    dx = xs[None, None, :] - cx[:, None, None]  # B,1,W
+    dy = ys[None, :, None] - cy[:, None, None]  # B,H,1
+    dx2, dy2 = dx * dx, dy * dy
+    re = (m * (dx2 * dx2 - 6 * dx2 * dy2 + dy2 * dy2)).sum(dim=(1, 2))  # Re (dx + i dy)^4
+    im = (m * (4 * dx * dy * (dx2 - dy2))).sum(dim=(1, 2))  # Im (dx + i dy)^4
+    norm = (m * (dx2 + dy2) ** 2).sum(dim=(1, 2)).clamp_min(1e-6)
+    return torch.stack([re / norm, im / norm], 1)
+
+
 class ControlNet(nn.Module):
-    """CoordConv CNN + soft-argmax + mask statistics + gripper state -> ``B,4`` raw outputs (see module doc)."""
+    """CoordConv CNN + soft-argmax + mask statistics + gripper state -> ``B,4`` raw outputs, ``B,5`` with the wrist
+    (see module doc)."""
 
     def __init__(self, cfg: ControlNetConfig | None = None):
         super().__init__()
@@ -107,11 +158,11 @@ class ControlNet(nn.Module):
         s = cfg.image_size // 16  # 2x2 max-pool, then three stride-2 stages
         self.keypoints = nn.Conv2d(c3, 8, 1)  # 8 soft-argmax keypoints
         self.flat = nn.Linear(c3 * s * s, cfg.hidden)
-        n_in = cfg.hidden + 8 * 2 + NUM_STATS + GRIPPER_DIM
+        n_in = cfg.hidden + 8 * 2 + NUM_STATS + 2 * cfg.wrist + cfg.gripper_dim
         self.head = nn.Sequential(
             nn.Linear(n_in, cfg.hidden), nn.ReLU(inplace=True),
             nn.Linear(cfg.hidden, cfg.hidden), nn.ReLU(inplace=True),
-            nn.Linear(cfg.hidden, 4),
+            nn.Linear(cfg.hidden, cfg.action_dim),
         )
         H = cfg.image_size // 2
         ys, xs = torch.meshgrid(torch.linspace(-1, 1, H), torch.linspace(-1, 1, H), indexing="ij")
@@ -120,7 +171,8 @@ class ControlNet(nn.Module):
         self.register_buffer("grid", torch.stack([gx.flatten(), gs.flatten()], -1), persistent=False)  # s*s,2
 
     def forward(self, mask: Tensor, gripper: Tensor) -> Tensor:
-        """``mask`` B,1,H,W or B,H,W (0/1), ``gripper`` B,GRIPPER_DIM -> raw outputs B,4 (float32)."""
+        """``mask`` B,1,H,W or B,H,W (0/1), ``gripper`` B,``cfg.gripper_dim`` -> raw outputs B,``cfg.action_dim``
+        (float32)."""
         if mask.dim() == 4:
             if mask.shape[1] != 1:
                 raise ValueError(f"ControlNet: mask must be B,H,W or B,1,H,W; got {tuple(mask.shape)}")
@@ -128,8 +180,10 @@ class ControlNet(nn.Module):
         H = self.cfg.image_size
         if mask.dim() != 3 or mask.shape[1:] != (H, H):
             raise ValueError(f"ControlNet: mask must be B,{H},{H} (image_size={H}); got {tuple(mask.shape)}")
-        if gripper.shape != (mask.shape[0], GRIPPER_DIM):
-            raise ValueError(f"ControlNet: gripper must be ({mask.shape[0]}, {GRIPPER_DIM}); got {tuple(gripper.shape)}")
+        if gripper.shape != (mask.shape[0], self.cfg.gripper_dim):
+            raise ValueError(f"ControlNet: gripper must be ({mask.shape[0]}, {self.cfg.gripper_dim}); got "
+                             f"{tuple(gripper.shape)}" + (" (this net turns the wrist: 3 senses + sin, cos of the wrist "
+                                                         "angle)" if self.cfg.wrist else " (a sphere-only net)"))
         m = mask.float()
         B = m.shape[0]
         pooled = F.max_pool2d(m[:, None], 2)  # B,1,H/2,W/2: keeps every target pixel
@@ -139,14 +193,33 @@ class ControlNet(nn.Module):
         f = self.conv(x)  # B,c3,s,s
         kp = self.keypoints(f).flatten(2).float().softmax(-1)  # B,8,s*s
         pts = (kp @ self.grid).flatten(1)  # B,16
-        z = torch.cat([F.relu(self.flat(f.flatten(1))).float(), pts, mask_stats(m), gripper.float()], 1)
+        stats = [mask_stats(m), quarter_turn_stats(m)] if self.cfg.wrist else [mask_stats(m)]
+        z = torch.cat([F.relu(self.flat(f.flatten(1))).float(), pts, *stats, gripper.float()], 1)
         return self.head(z).float()
 
 
-def to_action(raw: Tensor, max_speed: float) -> Tensor:
-    """Raw net outputs ``B,4`` -> simulator action ``B,4`` float32: (vx, vy, vz) m/s and grip (> 0 closes)."""
-    vel = torch.tanh(raw[:, :3]) * max_speed
-    return torch.cat([vel, raw[:, 3:4]], 1).float()
+def to_action(raw: Tensor, cfg: ControlNetConfig, gripper: Tensor | None = None) -> Tensor:
+    """Raw net outputs ``B,cfg.action_dim`` -> simulator action of the same width, float32: (vx, vy, vz) m/s, with
+    the wrist wz rad/s, and grip (> 0 closes). With the wrist, ``gripper`` (the senses ``B,5`` the net read) gives
+    the wrist angle that turns the net's gripper-frame velocity into the world frame."""
+    vel = torch.tanh(raw[:, :3].float()) * cfg.max_speed
+    if not cfg.wrist:
+        return torch.cat([vel, raw[:, 3:4].float()], 1)
+    if gripper is None:
+        raise ValueError("to_action: a net that turns the wrist needs the gripper senses (the wrist angle)")
+    s, c = gripper[:, 3].float(), gripper[:, 4].float()
+    world = torch.stack([c * vel[:, 0] - s * vel[:, 1], s * vel[:, 0] + c * vel[:, 1], vel[:, 2]], 1)
+    wz = torch.tanh(raw[:, 3:4].float()) * cfg.max_yaw_rate
+    return torch.cat([world, wz, raw[:, 4:5].float()], 1)
 
 
-__all__ = ["ControlNet", "ControlNetConfig", "NUM_STATS", "count_parameters", "mask_stats", "to_action"]
+def to_gripper_frame(action: Tensor, gripper: Tensor) -> Tensor:
+    """World-frame actions ``B,5`` -> the same with (vx, vy) in the gripper's frame (the inverse turn of
+    :func:`to_action`; ``gripper`` B,5 holds the sine and cosine of the wrist angle at columns 3 and 4)."""
+    s, c = gripper[:, 3], gripper[:, 4]
+    vx, vy = action[:, 0], action[:, 1]
+    return torch.cat([torch.stack([c * vx + s * vy, -s * vx + c * vy], 1), action[:, 2:]], 1)
+
+
+__all__ = ["ControlNet", "ControlNetConfig", "NUM_STATS", "count_parameters", "mask_stats", "quarter_turn_stats",
+           "to_action", "to_gripper_frame"]

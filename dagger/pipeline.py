@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Literal, Optional
 
 from graspsim import SimConfig, distributed
+from graspsim.config import TargetConfig
 from graspsim import runs as run_folder
 from graspsim.fileio import atomic_write_text, check_folder_path, check_in_file, check_out_dir
 from graspsim.runtime import Runtime, RuntimeConfig
@@ -68,7 +69,7 @@ where the doubled segmentation cost of every DAgger, BC and evaluation rollout w
 budget. The default cascade always mirrors its window (36.7 MFLOP a frame in all)."""
 RESUMABLE_KEYS = ("resume", "runtime.progress", "runtime.threads", "gifs", "runtime.dist_timeout")
 """Settings that may differ when resuming a pipeline run folder (they do not change results)."""
-ADDED_SETTINGS = {"vision_model": "unet"}
+ADDED_SETTINGS = {"vision_model": "unet", "target": None}
 """Settings added after run folders were first written, with the value that reproduces what those runs did (a
 folder without the key resumes as if it held that value)."""
 CHANGED_DEFAULTS = {"vision_model": ("unet", "cropped")}
@@ -106,6 +107,10 @@ class PipelineConfig:
     """Also evaluate with a drifting target (speeds never used in training)."""
     resume: bool = False
     """Continue an existing run folder (needs --name): finished stages are skipped."""
+    target: Optional[str] = None
+    """What the robot grasps, shorthand for ``--sim.target.kinds``: ``sphere`` (today's default), ``cube``,
+    ``cylinder``, or a mix such as ``sphere,cube,cylinder`` (one net for all; the report gives success per kind).
+    Cubes and cylinders turn the wrist: actions ``(vx, vy, vz, wz, grip)``."""
     transfer: Optional[Path] = DEFAULT_TRANSFER
     """Transfer sets (``val/`` and ``test/``) for the vision stage (``train-vision --transfer``): the operating point
     is chosen on composites + ``val/``, and ``test/`` is reported. Give sets drawn with your target's colour when
@@ -164,6 +169,15 @@ class PipelineConfig:
             object.__setattr__(self, "vision", check_in_file(self.vision, "PipelineConfig.vision", "vision checkpoint",
                                                              inside="checkpoint.pt"))
         non_negative_int("PipelineConfig", "gifs", self.gifs)
+        if self.target is not None:
+            kinds = TargetConfig(kinds=self.target).kinds  # checks the names (the error lists the known kinds)
+            stated = self.sim.target.kinds
+            if stated != TargetConfig().kinds and stated != kinds:
+                raise ValueError(f"PipelineConfig: --target {self.target} and --sim.target.kinds {','.join(stated)} "
+                                 "disagree; give one of them")
+            object.__setattr__(self, "target", ",".join(kinds))
+            object.__setattr__(self, "sim", dataclasses.replace(
+                self.sim, target=dataclasses.replace(self.sim.target, kinds=kinds)))
 
     def budgets(self) -> dict[str, int]:
         b = dict(PRESETS[self.preset])
@@ -355,7 +369,7 @@ def _evaluation_stages(cfg: PipelineConfig, b: dict[str, int], out: Path, vckpt:
                              moving_target=moving, gifs=cfg.gifs, sim=cfg.sim, overwrite=True, runtime=cfg.runtime)
         res = _stage(summary, key, lambda: evaluate_sim(ecfg), out)
         summary[key] = {k: res[k] for k in ("success_rate", "num_episodes", "success_ci95", "failures", "masks",
-                                            "moving_target", "target_speed", "gifs")}
+                                            "moving_target", "target_speed", "gifs", "per_kind")}
 
 
 def _vision_summary(res: dict) -> dict:
@@ -419,10 +433,16 @@ def report_html(s: dict, cfg: PipelineConfig) -> str:
         rows.append(f"<tr><td>{e(label)}</td><td><b>{_pct(m['success_rate'])}</b></td><td>{_pct(lo)}-{_pct(hi)}</td>"
                     f"<td>{m['num_episodes']}</td><td>{f.get('missed_grasp', 0)}</td><td>{f.get('pushed_away', 0)}</td>"
                     f"<td>{f.get('timeout', 0)}</td><td>{f.get('dropped', 0)}</td></tr>")
+        kinds = m.get("per_kind", {})
+        for kind, r in kinds.items() if len(kinds) > 1 else ():
+            lo_k, hi_k = r["success_ci95"]
+            rows.append(f"<tr><td>&nbsp;&nbsp;{e(kind)}</td><td>{_pct(r['success_rate'])}</td>"
+                        f"<td>{_pct(lo_k)}-{_pct(hi_k)}</td><td>{r['num_episodes']}</td><td colspan=4></td></tr>")
     gifs = []
     for key in labels:
         for g in s.get(key, {}).get("gifs", []):
-            gifs.append(f"<figure><img src='{e(key)}/{e(g['file'])}' width='520'><figcaption>{e(labels[key])}: "
+            kind = f", {g['kind']}" if len(cfg.sim.target.kinds) > 1 and "kind" in g else ""
+            gifs.append(f"<figure><img src='{e(key)}/{e(g['file'])}' width='520'><figcaption>{e(labels[key])}{e(kind)}: "
                         f"{e(g['outcome'])} ({g['steps']} steps)</figcaption></figure>")
     col = s.get("collect", {})
     secs = "".join(f"<tr><td>{e(k)}</td><td>{v:.0f} s</td></tr>" for k, v in s["seconds"].items())
@@ -441,7 +461,8 @@ def report_html(s: dict, cfg: PipelineConfig) -> str:
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}
 figure{{display:inline-block;margin:6px}}</style></head><body>
 <h1>graspsim pipeline: {e(s['name'])}</h1>
-<p>Preset <b>{e(s['preset'])}</b>, seed {cfg.seed}, DAgger trained on <b>{e(cfg.masks)}</b> masks.
+<p>Preset <b>{e(s['preset'])}</b>, seed {cfg.seed}, target kinds <b>{e(', '.join(cfg.sim.target.kinds))}</b>,
+DAgger trained on <b>{e(cfg.masks)}</b> masks.
 Stage budgets: <code>{e(json.dumps(s['budgets']))}</code>. Total stage time {s.get('total_seconds', 0):.0f} s.</p>
 <h2>Closed-loop success (learner alone, test scenes disjoint from training)</h2>
 <table><tr><th>condition</th><th>success</th><th>95% CI</th><th>episodes</th><th>missed grasp</th>

@@ -17,8 +17,7 @@ import os
 import torch
 from torch import Tensor
 
-from graspsim.env import GRIPPER_DIM
-from graspsim import runs
+from graspsim import SimConfig, runs
 
 from .model import ControlNet, ControlNetConfig, to_action
 
@@ -71,13 +70,27 @@ def model_from_checkpoint(ckpt: dict) -> ControlNet:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
         raise ValueError(f"control checkpoint does not fit this version's ControlNet (inputs: mask + gripper "
-                         f"{GRIPPER_DIM} wide); retrain it with 'graspsim dagger' ({str(e).splitlines()[0]})") from e
+                         f"{cfg.gripper_dim} wide); retrain it with 'graspsim dagger' ({str(e).splitlines()[0]})") from e
     return model
+
+
+def check_fits_scenes(cfg: ControlNetConfig, sim: SimConfig, what: str) -> None:
+    """ValueError naming ``what`` (the checkpoint) when its net cannot drive scenes of ``sim``: a sphere-only net
+    (no wrist) for a mix with cubes or cylinders, or a wrist net for sphere-only scenes (whose actions are 4-D)."""
+    kinds = ",".join(sim.target.kinds)
+    if cfg.wrist and not sim.wrist:
+        raise ValueError(f"{what} turns the wrist (trained on cubes or cylinders) but the scenes hold only "
+                         f"--sim.target.kinds {kinds}; give the kinds it was trained on, e.g. "
+                         f"--sim.target.kinds sphere,cube,cylinder")
+    if sim.wrist and not cfg.wrist:
+        raise ValueError(f"{what} is a sphere-only control net (4-D actions, no wrist) and cannot grasp "
+                         f"--sim.target.kinds {kinds}; train one with 'graspsim dagger --sim.target.kinds {kinds}'")
 
 
 class MaskPolicy:
     """Batched inference: ``act(mask B,H,W bool, gripper B,3 float32) -> B,4 float32`` in simulator units
-    ((vx, vy, vz) m/s clipped to ``max_speed`` by the tanh, grip > 0 closes). Stateless across steps."""
+    ((vx, vy, vz) m/s clipped to ``max_speed`` by the tanh, grip > 0 closes); with the wrist ``gripper`` B,5 ->
+    ``B,5`` (wz rad/s before the grip). Stateless across steps."""
 
     def __init__(self, model: ControlNet, device: str | torch.device = "cpu", iteration: int = -1):
         self.device = torch.device(device)
@@ -94,10 +107,12 @@ class MaskPolicy:
     def act(self, mask: Tensor, gripper: Tensor) -> Tensor:
         if not isinstance(mask, Tensor) or mask.dim() != 3:
             raise ValueError(f"MaskPolicy.act: mask must be a B,H,W tensor; got {getattr(mask, 'shape', type(mask).__name__)}")
-        raw = self.model(mask.to(self.device), gripper.to(self.device).float())
-        return to_action(raw, self.cfg.max_speed)
+        gripper = gripper.to(self.device).float()
+        raw = self.model(mask.to(self.device), gripper)
+        return to_action(raw, self.cfg, gripper)
 
     __call__ = act
 
 
-__all__ = ["KIND", "MaskPolicy", "RENAMED", "load_checkpoint", "model_from_checkpoint", "save_checkpoint"]
+__all__ = ["KIND", "MaskPolicy", "RENAMED", "check_fits_scenes", "load_checkpoint", "model_from_checkpoint",
+           "save_checkpoint"]

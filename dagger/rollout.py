@@ -29,8 +29,9 @@ from torch import Tensor
 from graspsim.expert import expert_action, exploration_noise
 from graspsim import FAILURE_NAMES, SimConfig, rng
 from graspsim.dataset import Episode, EpisodeRecorder
-from graspsim.keys import GRIPPER, MASK, PRIVILEGED_KEYS, RGB
+from graspsim.keys import GRIPPER, MASK, PRIVILEGED_KEYS, RGB, privileged_keys
 from graspsim.rollout import Finished, Hooks, run_episodes
+from graspsim.state import KIND_NAMES, KIND_SPHERE
 
 
 MaskFn = Callable[[dict], Tensor]
@@ -63,6 +64,15 @@ class RolloutResult:
     frames: dict[int, dict[str, list[np.ndarray]]] = field(default_factory=dict)
     scene_steps: int = 0
     seconds: float = 0.0
+    kinds: np.ndarray | None = None
+    """N target-kind names (``sphere``, ``cube``, ``cylinder``) in seed order, when the backend reports them."""
+
+    def kind_success(self) -> dict[str, dict]:
+        """Success per target kind: ``{kind: {"success": rate, "episodes": n}}`` ({} when no kinds are known)."""
+        if self.kinds is None:
+            return {}
+        return {k: {"success": float(self.success[self.kinds == k].mean()), "episodes": int((self.kinds == k).sum())}
+                for k in sorted(set(self.kinds.tolist()))}
 
     @property
     def num_episodes(self) -> int:
@@ -88,10 +98,16 @@ class _MixtureHooks(Hooks):
         self.episodes: dict[int, Episode] = {}
         self._step: tuple | None = None
         self.driven = np.zeros(len(seeds), bool)  # N: episode driven by the expert
+        self.kinds = np.full(len(seeds), KIND_NAMES[KIND_SPHERE], dtype=object)  # N: target kind names
 
     def on_start(self, slots: Tensor, episodes: Tensor) -> None:
         # who drives is the episode's own draw (from its key), so it does not depend on the batch
-        key = self.env.privileged()["key"][slots]
+        priv = self.env.privileged()
+        key = priv["key"][slots]
+        if "target_kind" in priv:
+            codes = priv["target_kind"][slots].cpu().numpy()
+            self.kinds[episodes.cpu().numpy() if isinstance(episodes, Tensor) else episodes] = [KIND_NAMES[int(c)]
+                                                                                                for c in codes]
         self.use_expert[slots] = rng.uniform(key, 0, rng.TAG_EXPERT_CHOICE, 1)[:, 0].to(self.env.device) < self.beta
 
     def act(self, obs: dict, active: Tensor) -> Tensor:
@@ -99,7 +115,7 @@ class _MixtureHooks(Hooks):
         mask = self.mask_fn(obs)
         grip = obs[GRIPPER]
         priv = self.env.privileged()
-        label = expert_action(priv, sim)  # B,4 expert label for the current true state
+        label = expert_action(priv, sim)  # B,sim.action_dim expert label for the current true state
         exp_exec = label
         if self.expert_noise > 0:  # the expert's one noise rule, in every phase (exploration_noise says why)
             exp_exec = exploration_noise(label, priv["key"], priv["steps"], self.expert_noise, sim.max_speed)
@@ -114,7 +130,7 @@ class _MixtureHooks(Hooks):
         mask, grip, label, priv = self._step
         if self.recorder is not None:
             self.recorder.record(
-                {MASK: mask, GRIPPER: grip}, label, {k: priv[k] for k in PRIVILEGED_KEYS},
+                {MASK: mask, GRIPPER: grip}, label, {k: priv[k] for k in privileged_keys(self.sim.wrist)},
                 {"executed_actions": action, "expert_driven": self.use_expert}, active=active.cpu(),
             )
         for k, fr in self.frames.items():  # at most `capture` slots
@@ -132,6 +148,8 @@ class _MixtureHooks(Hooks):
                       "episode_index": int(e), "expert_driven": bool(d)}
                      for e, seed, s, c, d in zip(fin.episodes, fin.seeds, fin.success, fin.failure, drv)]
             for e, ep in zip(fin.episodes, self.recorder.finish(fin.slots, attrs)):
+                if "target_kind" in ep.privileged:  # with the wrist: the episode's target kind by name
+                    ep.attrs["target_kind"] = KIND_NAMES[int(ep.privileged["target_kind"][0])]
                 self.episodes[int(e)] = ep
 
 
@@ -143,7 +161,8 @@ def rollout(env, seeds: list[int], *, policy: PolicyFn | None = None, beta: floa
     Args:
         env: batched environment; its ``num_envs`` scenes run in parallel.
         seeds: episode seeds (one episode each; :func:`graspsim.seeds.episode_seeds`).
-        policy: learner ``(mask B,H,W bool, gripper B,3) -> B,4`` in simulator units; None = expert only.
+        policy: learner ``(mask B,H,W bool, gripper B,3) -> B,4`` in simulator units (``B,5`` and ``B,5`` with
+            the wrist); None = expert only.
         beta: probability that an episode is driven by the expert (drawn once per episode from its own key,
             :mod:`graspsim.rng`, like every random number of an episode: the outcome of a seed does not depend
             on the batch it ran in).
@@ -151,7 +170,8 @@ def rollout(env, seeds: list[int], *, policy: PolicyFn | None = None, beta: floa
         expert_noise: std (m/s) of Gaussian noise on the *executed* expert velocity (labels stay clean).
         record: keep every episode as a :class:`graspsim.dataset.Episode` (obs ``mask`` T,H,W uint8 and
             ``gripper`` T,3; ``actions`` = expert labels T,4; extras ``executed_actions`` T,4 and
-            ``expert_driven`` T uint8; privileged ``PRIVILEGED_KEYS``).
+            ``expert_driven`` T uint8; privileged ``PRIVILEGED_KEYS``, plus ``WRIST_PRIVILEGED_KEYS`` and the attribute
+            ``target_kind`` with the wrist).
         capture: keep RGB and mask frames of the first ``capture`` episodes (for GIFs).
         progress: called with the number of finished episodes after each step where some finish.
     """
@@ -167,7 +187,7 @@ def rollout(env, seeds: list[int], *, policy: PolicyFn | None = None, beta: floa
     return RolloutResult(
         success=out.success, failure=out.failure, steps=out.steps, expert_driven=hooks.driven, seeds=list(seeds),
         episodes=[hooks.episodes[k] for k in sorted(hooks.episodes)], frames=hooks.frames,
-        scene_steps=out.scene_steps, seconds=out.seconds,
+        scene_steps=out.scene_steps, seconds=out.seconds, kinds=hooks.kinds.astype(str),
     )
 
 

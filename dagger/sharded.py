@@ -46,7 +46,7 @@ def sharded_rollout(make_env: Callable[[int], object], seeds: Sequence[int], *, 
     parts = distributed.all_gather_object({
         "success": local.success, "failure": local.failure, "steps": local.steps,
         "expert_driven": local.expert_driven, "seeds": local.seeds, "frames": local.frames,
-        "scene_steps": local.scene_steps, "seconds": local.seconds,
+        "scene_steps": local.scene_steps, "seconds": local.seconds, "kinds": local.kinds,
     })
     frames: dict = {}
     for p in parts:
@@ -57,6 +57,7 @@ def sharded_rollout(make_env: Callable[[int], object], seeds: Sequence[int], *, 
         expert_driven=np.concatenate([p["expert_driven"] for p in parts]),
         seeds=[s for p in parts for s in p["seeds"]], frames=frames,
         scene_steps=sum(p["scene_steps"] for p in parts), seconds=max(p["seconds"] for p in parts),
+        kinds=None if any(p["kinds"] is None for p in parts) else np.concatenate([p["kinds"] for p in parts]),
     )
     return local, merged
 

@@ -60,7 +60,7 @@ from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int, probability
 
 from .data import Aggregate, iteration_file, join_iteration, part_file, write_iteration
-from .model import ControlNet, ControlNetConfig
+from .model import ControlNet, ControlNetConfig, to_gripper_frame
 from .policy import MaskPolicy, load_checkpoint, save_checkpoint
 from graspsim import runs
 from graspsim.seeds import dagger_stream_seed, episode_seeds, net_init_seed
@@ -73,6 +73,9 @@ log = logging.getLogger(__name__)
 RESUMABLE_KEYS = ("iterations", "resume", "runtime.progress", "runtime.threads", "runtime.dist_timeout")
 """Config fields that may differ when resuming (they do not change what finished iterations did)."""
 SCHEDULES = ("linear", "exponential", "constant")
+ADDED_KEYS = {"model.wrist": False, "model.max_yaw_rate": ControlNetConfig.max_yaw_rate}
+"""Settings the wrist added to the control net, at the values of a run folder written before them (spheres only),
+so that folder still resumes (:func:`graspsim.runs.check_resume`)."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,8 @@ class DaggerConfig:
     """Device, threads, torchrun timeout and progress bar (flags --device, --threads, --dist-timeout,
     --progress/--no-progress)."""
     model: ControlNetConfig = field(default_factory=ControlNetConfig)
-    """Control network size (its image_size and max_speed are taken from --sim)."""
+    """Control network size (its image_size, max_speed, and with cubes or cylinders its wrist and max_yaw_rate, are
+    taken from --sim)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration (training scenes)."""
 
@@ -161,8 +165,9 @@ class DaggerConfig:
             check_in_file(self.vision, "DaggerConfig.vision", "vision checkpoint", inside="checkpoint.pt")
         non_negative_int(owner, "seed", self.seed)
         # the net's input size and velocity scale are the simulator's
-        object.__setattr__(self, "model", dataclasses.replace(self.model, image_size=self.sim.image_size,
-                                                              max_speed=self.sim.max_speed))
+        object.__setattr__(self, "model", dataclasses.replace(
+            self.model, image_size=self.sim.image_size, max_speed=self.sim.max_speed, wrist=self.sim.wrist,
+            max_yaw_rate=self.sim.max_yaw_rate if self.sim.wrist else ControlNetConfig.max_yaw_rate))
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
@@ -196,15 +201,22 @@ def generator(seed: int, device: torch.device) -> torch.Generator:
     return g
 
 
-def loss_terms(raw: torch.Tensor, label: torch.Tensor, max_speed: float,
+def loss_terms(raw: torch.Tensor, label: torch.Tensor, net: ControlNetConfig, gripper: torch.Tensor,
                grip_pos_weight: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """(velocity MSE in units of max_speed, grip BCE with ``grip_pos_weight`` on close labels) for raw net
-    outputs ``B,4`` and expert labels ``B,4``."""
-    target = (label[:, :3] / max_speed).clamp(-1.0, 1.0)
-    vel = F.mse_loss(torch.tanh(raw[:, :3]), target)
+    """(motion MSE, grip BCE with ``grip_pos_weight`` on close labels) for raw net outputs and expert labels
+    ``B,net.action_dim`` (simulator units). The motion term compares the tanh outputs with the label's velocity in
+    units of ``max_speed``; with the wrist the velocity is first turned into the gripper's frame (the net's, see
+    :mod:`graspsim.dagger.model`; ``gripper`` B,5 the senses it read) and the yaw rate in units of ``max_yaw_rate``
+    joins it as a fourth component."""
+    if net.wrist:
+        label = to_gripper_frame(label, gripper)
+        target = torch.cat([label[:, :3] / net.max_speed, label[:, 3:4] / net.max_yaw_rate], 1).clamp(-1.0, 1.0)
+        motion = F.mse_loss(torch.tanh(raw[:, :4]), target)
+    else:
+        motion = F.mse_loss(torch.tanh(raw[:, :3]), (label[:, :3] / net.max_speed).clamp(-1.0, 1.0))
     pw = torch.tensor(float(grip_pos_weight), device=raw.device)
-    grip = F.binary_cross_entropy_with_logits(raw[:, 3], (label[:, 3] > 0).float(), pos_weight=pw)
-    return vel, grip
+    grip = F.binary_cross_entropy_with_logits(raw[:, -1], (label[:, -1] > 0).float(), pos_weight=pw)
+    return motion, grip
 
 
 def train_steps(model: ControlNet, opt: torch.optim.Optimizer, data: Aggregate, steps: int, batch_size: int,
@@ -215,7 +227,7 @@ def train_steps(model: ControlNet, opt: torch.optim.Optimizer, data: Aggregate, 
 
     With ``lr`` given, the learning rate follows a cosine from ``lr`` down to ``lr * lr_final_frac``."""
     model.train()
-    max_speed = getattr(model, "module", model).cfg.max_speed  # model may be a DistributedDataParallel wrapper
+    net_cfg = getattr(model, "module", model).cfg  # model may be a DistributedDataParallel wrapper
     hist = []
     for k in range(steps):
         if lr is not None:
@@ -224,7 +236,7 @@ def train_steps(model: ControlNet, opt: torch.optim.Optimizer, data: Aggregate, 
                 group["lr"] = lr * frac
         mask, grip, label = data.sample(batch_size, g, sample_by)
         raw = model(mask, grip)
-        vel, gl = loss_terms(raw, label, max_speed, grip_pos_weight)
+        vel, gl = loss_terms(raw, label, net_cfg, grip, grip_pos_weight)
         loss = vel + grip_weight * gl
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -330,7 +342,8 @@ def _open_run_folder(cfg: DaggerConfig, dev: torch.device,
     config. Returns (the run folder, the rows of its finished iterations ([] for a fresh run), the mask function
     ``obs -> B,H,W bool`` the learner sees)."""
     out = check_out_dir(cfg.out, resume=cfg.resume)
-    rows = runs.finished_iterations(out, cfg.to_dict(), RESUMABLE_KEYS, resume=cfg.resume, what="DAgger")
+    rows = runs.finished_iterations(out, cfg.to_dict(), RESUMABLE_KEYS, resume=cfg.resume, what="DAgger",
+                                    added=ADDED_KEYS)
     mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
     if ctx.world_size > min(cfg.episodes_per_iter, cfg.eval_episodes):
         raise ValueError(f"DaggerConfig: --episodes-per-iter {cfg.episodes_per_iter} and --eval-episodes "
@@ -355,11 +368,12 @@ def _start_learner(cfg: DaggerConfig, out: Path, start: int, dev: torch.device, 
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         data = Aggregate.from_files([iteration_file(out, i) for i in range(start)], cfg.sim.image_size, dev,
-                                    ctx.rank, ctx.world_size)  # this rank's share of each iteration
+                                    ctx.rank, ctx.world_size,  # this rank's share of each iteration
+                                    cfg.sim.gripper_dim, cfg.sim.action_dim)
         log.info("resumed %s after iteration %d (%d aggregated samples%s)", out, start - 1, len(data),
                  " in this rank's share" if ctx.distributed else "")
     else:
-        data = Aggregate(cfg.sim.image_size, dev)
+        data = Aggregate(cfg.sim.image_size, dev, cfg.sim.gripper_dim, cfg.sim.action_dim)
     model.eval()
     net = model
     if ctx.distributed:

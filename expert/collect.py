@@ -46,7 +46,8 @@ import torch
 from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, distributed
 from graspsim.dataset import EpisodeRecorder, EpisodeWriter, demo_attrs, describe, indexed_episodes, join
 from graspsim.fileio import check_out_file
-from graspsim.keys import PRIVILEGED_KEYS, RGB
+from graspsim.keys import RGB, privileged_keys
+from graspsim.state import KIND_NAMES
 from graspsim.progress import progress_bar
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import finite_non_negative, non_negative_int, positive_int
@@ -314,7 +315,7 @@ class _ExpertRecording(ExpertHooks):
 
     def record(self, obs: dict, action: torch.Tensor, active: torch.Tensor, slot_episode: torch.Tensor) -> None:
         label, priv = self._step
-        record_priv = {k: priv[k] for k in PRIVILEGED_KEYS}
+        record_priv = {k: priv[k] for k in privileged_keys(self.cfg.sim.wrist)}
         record_priv["phase"] = self.policy.phase
         extras = {"executed_actions": action} if self.cfg.noise > 0 else None
         self.recorder.record(obs, label, record_priv, extras, active=active.cpu())
@@ -324,6 +325,8 @@ class _ExpertRecording(ExpertHooks):
                   "episode_index": int(self.indices[int(e)])}
                  for e, seed, s, c in zip(fin.episodes, fin.seeds, fin.success, fin.failure)]
         for ep in self.recorder.finish(fin.slots, attrs):
+            if "target_kind" in ep.privileged:  # with the wrist: the episode's target kind by name
+                ep.attrs["target_kind"] = KIND_NAMES[int(ep.privileged["target_kind"][0])]
             T = ep.num_samples
             ep.extras["rewards"] = np.zeros(T, np.float32)
             ep.extras["rewards"][-1] = float(ep.attrs["success"])

@@ -5,7 +5,10 @@ visible-target mask); ``GRIPPER`` B,3 float32 (the gripper's own senses). In epi
 ``obs/<key>`` arrays (time first: ``rgb`` T,H,W,3 uint8, ``mask`` T,H,W uint8 0/1, ``gripper`` T,3 float32).
 
 ``PRIVILEGED_KEYS`` are the true-state arrays that collect and DAgger store beside every step for analysis (never a
-policy input): ``tcp_pos`` 3 m, ``sphere_pos`` 3 m, ``sphere_radius`` m, ``finger_width`` m, ``held`` bool.
+policy input): ``tcp_pos`` 3 m, ``sphere_pos`` 3 m, ``sphere_radius`` m, ``finger_width`` m, ``held`` bool (the
+``sphere_*`` names describe the target of any kind: its centre and half-width). Scenes with the wrist (cubes or
+cylinders in the mix) add ``WRIST_PRIVILEGED_KEYS``: ``target_kind`` int64 (``graspsim.state.TARGET_KIND_CODES``),
+``target_half`` 3 m (half-extents), ``target_yaw`` rad and ``wrist_yaw`` rad.
 """
 
 RGB = "rgb"
@@ -17,5 +20,13 @@ CONTROL_OBS_KEYS = (MASK, GRIPPER)
 """What the control net reads (the learner's mask and the gripper senses), e.g. from an episode file."""
 PRIVILEGED_KEYS = ("tcp_pos", "sphere_pos", "sphere_radius", "finger_width", "held")
 """Privileged arrays recorded per step by collect and DAgger (a subset of :func:`graspsim.env.privileged`)."""
+WRIST_PRIVILEGED_KEYS = ("target_kind", "target_half", "target_yaw", "wrist_yaw")
+"""Privileged arrays recorded besides ``PRIVILEGED_KEYS`` when the wrist turns (``SimConfig.wrist``)."""
 
-__all__ = ["CONTROL_OBS_KEYS", "GRIPPER", "MASK", "OBS_KEYS", "PRIVILEGED_KEYS", "RGB"]
+
+def privileged_keys(wrist: bool) -> tuple[str, ...]:
+    """The privileged arrays recorded per step: ``PRIVILEGED_KEYS``, plus ``WRIST_PRIVILEGED_KEYS`` with the wrist."""
+    return PRIVILEGED_KEYS + WRIST_PRIVILEGED_KEYS if wrist else PRIVILEGED_KEYS
+
+__all__ = ["CONTROL_OBS_KEYS", "GRIPPER", "MASK", "OBS_KEYS", "PRIVILEGED_KEYS", "RGB", "WRIST_PRIVILEGED_KEYS",
+           "privileged_keys"]

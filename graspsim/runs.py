@@ -279,11 +279,12 @@ def write_metrics(run_dir: str | os.PathLike, rows: list[dict]) -> None:
 
 
 def finished_iterations(run_dir: str | os.PathLike, config: dict, may_change: Collection[str], *, resume: bool,
-                        what: str) -> list[dict]:
+                        what: str, added: Mapping[str, Any] | None = None) -> list[dict]:
     """The rows of the finished iterations of the iterating run in ``run_dir`` that ``config`` resumes, or [] for a
     fresh run (``resume`` False, or a folder without ``metrics.json``). Applies the resume rule to the stored
-    ``config.json`` (:func:`resume_config`) and checks that every finished iteration has its checkpoint;
-    ValueError / FileNotFoundError otherwise. ``what`` names the kind of run folder in messages (e.g. "DAgger")."""
+    ``config.json`` (:func:`resume_config`, ``added`` as there) and checks that every finished iteration has its
+    checkpoint; ValueError / FileNotFoundError otherwise. ``what`` names the kind of run folder in messages (e.g.
+    "DAgger")."""
     run_dir = Path(run_dir)
     metrics = run_dir / METRICS_NAME
     if not resume:  # a fresh run: the verb's check_out_dir has refused a non-empty folder
@@ -295,7 +296,7 @@ def finished_iterations(run_dir: str | os.PathLike, config: dict, may_change: Co
         rows = json.loads(metrics.read_text())
     except (OSError, ValueError) as e:
         raise ValueError(f"--resume: {run_dir} is not a readable {what} run folder ({e}); choose another --out") from None
-    if not resume_config(run_dir, config, may_change):
+    if not resume_config(run_dir, config, may_change, added):
         raise ValueError(f"--resume: {run_dir} has no {CONFIG_NAME}; it is not a {what} run folder")
     for r in rows:
         ck = iteration_checkpoint(run_dir, r["iteration"])

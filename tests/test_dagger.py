@@ -48,7 +48,7 @@ def test_policy_output_shape_and_units():
     assert a.shape == (5, 4) and a.dtype == torch.float32
     assert torch.isfinite(a).all()
     assert (a[:, :3].abs() <= NET.max_speed + 1e-7).all()
-    big = to_action(torch.tensor([[100.0, -100.0, 0.0, 3.0]]), 0.1)
+    big = to_action(torch.tensor([[100.0, -100.0, 0.0, 3.0]]), ControlNetConfig(max_speed=0.1))
     assert torch.allclose(big, torch.tensor([[0.1, -0.1, 0.0, 3.0]]))
 
 

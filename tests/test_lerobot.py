@@ -334,3 +334,21 @@ def test_a_failure_midway_leaves_nothing_half_written(files, tmp_path, capsys, m
     err = capsys.readouterr().err
     assert rc == 2 and "No space left on device" in err and len(calls) > 20
     assert os.listdir(tmp_path) == []  # no --out, no staging folder beside it
+
+
+def test_wrist_episodes_export_with_the_wrist_names(files, tmp_path):
+    from graspsim import SimConfig
+
+    d = SimConfig(image_size=32, max_steps=8, shadows=False).to_dict()
+    d["target"]["kinds"] = ["cube"]
+    cube = _collect(tmp_path / "cube.h5", 5, target=SimConfig.from_dict(d).target)
+    out = tmp_path / "cube"
+    lr.export_lerobot([cube], out, images="png")
+    feats = json.loads((out / "meta/info.json").read_text())["features"]
+    assert feats[lr.ACTION_KEY]["names"] == ["vx", "vy", "vz", "wz", "grip"] and feats[lr.ACTION_KEY]["shape"] == [5]
+    assert feats[lr.STATE_KEY]["names"][-2:] == ["wrist_sin", "wrist_cos"]
+    data = _table(out, "data/*/*.parquet").to_pydict()
+    actions = np.concatenate([ep.actions for ep in read_episodes(cube)])
+    assert np.array_equal(np.array(data[lr.ACTION_KEY], np.float32), actions)
+    with pytest.raises(ValueError, match="store different observations"):  # sphere and wrist files do not mix
+        lr.export_lerobot([files["a"], cube], tmp_path / "mixed")

@@ -109,3 +109,34 @@ def test_resume_of_a_folder_that_holds_no_run_is_refused(tmp_path):
         run_pipeline(PipelineConfig(name="typo", runs_dir=tmp_path, resume=True, sim=SIM,
                                     runtime=RuntimeConfig(progress=False), **TINY))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["real"]  # nothing was written
+
+
+def test_pipeline_target_kinds_report_per_kind_rows_and_gifs(tmp_path):
+    cfg = PipelineConfig(name="kinds", runs_dir=tmp_path, sim=SIM, gifs=1, runtime=RuntimeConfig(progress=False),
+                         target="cube,cylinder", bc_baseline=False, moving_target=False,
+                         **{**TINY, "eval_episodes": 8, "num_envs": 8})
+    assert cfg.sim.target.kinds == ("cube", "cylinder") and cfg.sim.wrist
+    s = run_pipeline(cfg)
+    out = tmp_path / "kinds"
+    html = (out / "report.html").read_text()
+    per_kind = s["eval_dagger_gt"]["per_kind"]
+    assert set(per_kind) == {"cube", "cylinder"} and sum(r["num_episodes"] for r in per_kind.values()) == 8
+    assert "target kinds <b>cube, cylinder</b>" in html
+    assert html.count("&nbsp;&nbsp;cube</td>") == 2 and html.count("&nbsp;&nbsp;cylinder</td>") == 2
+    for key in ("eval_dagger_predicted", "eval_dagger_gt"):
+        kinds = [g["kind"] for g in s[key]["gifs"]]
+        assert sorted(kinds) == ["cube", "cylinder"], kinds  # one GIF of each kind
+        assert all(f"{key}/{g['file']}" in html for g in s[key]["gifs"])
+    conf = json.loads((out / "config.json").read_text())
+    assert conf["target"] == "cube,cylinder" and conf["sim"]["target"]["kinds"] == ["cube", "cylinder"]
+
+
+def test_pipeline_target_errors():
+    with pytest.raises(ValueError, match="unknown kind 'pyramid'; known kinds: sphere, cube, cylinder"):
+        PipelineConfig(target="pyramid")
+    d = SimConfig().to_dict()
+    d["target"]["kinds"] = ["cylinder"]
+    with pytest.raises(ValueError, match="--target cube and --sim.target.kinds cylinder disagree"):
+        PipelineConfig(target="cube", sim=SimConfig.from_dict(d))
+    assert PipelineConfig(target="cylinder", sim=SimConfig.from_dict(d)).sim.target.kinds == ("cylinder",)
+    assert PipelineConfig(target=" sphere, cube").target == "sphere,cube"

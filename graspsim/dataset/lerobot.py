@@ -75,6 +75,11 @@ REWARD_KEY = "next.reward"
 PRIVILEGED_PREFIX = "privileged."
 STATE_NAMES = ("finger_gap", "last_close_cmd", "table_contact")
 ACTION_NAMES = ("vx", "vy", "vz", "grip")
+WRIST_STATE_NAMES = STATE_NAMES + ("wrist_sin", "wrist_cos")
+"""``observation.state`` of episodes with the turning wrist (cubes or cylinders in the mix): the wrist angle's sine
+and cosine follow."""
+WRIST_ACTION_NAMES = ("vx", "vy", "vz", "wz", "grip")
+"""``action`` of episodes with the turning wrist: the wrist yaw rate (rad/s) before the grip."""
 DEFAULT_TASK = "grasp the small sphere"
 
 SIDECAR = "meta/graspsim_source.json"
@@ -197,12 +202,14 @@ def scan_source(path: str | os.PathLike) -> Source:
         priv = {k: (tuple(v.shape[1:]), v.dtype.str) for k, v in g[PRIVILEGED].items()} if PRIVILEGED in g else {}
         has_rewards = "rewards" in g
         lengths = [int(data[n].attrs["num_samples"]) for n in demos]
-    if obs[GRIPPER][0] != (len(STATE_NAMES),):
+    layouts = ((STATE_NAMES, ACTION_NAMES), (WRIST_STATE_NAMES, WRIST_ACTION_NAMES))
+    if obs[GRIPPER][0] not in [(len(st),) for st, _ in layouts]:
         raise ValueError(f"{path}: obs/{GRIPPER} has {obs[GRIPPER][0]} values a step; expected "
-                         f"{len(STATE_NAMES)} ({', '.join(STATE_NAMES)})")
-    if action_shape != (len(ACTION_NAMES),):
-        raise ValueError(f"{path}: actions have shape {action_shape} a step; expected ({len(ACTION_NAMES)},) "
-                         f"({', '.join(ACTION_NAMES)})")
+                         + " or ".join(f"{len(st)} ({', '.join(st)})" for st, _ in layouts))
+    state_names, action_names = next(lay for lay in layouts if obs[GRIPPER][0] == (len(lay[0]),))
+    if action_shape != (len(action_names),):
+        raise ValueError(f"{path}: actions have shape {action_shape} a step; with {len(state_names)} gripper senses "
+                         f"expected ({len(action_names)},) ({', '.join(action_names)})")
     if len(obs[MASK][0]) != 2:
         raise ValueError(f"{path}: obs/{MASK} has per-step shape {obs[MASK][0]}; expected H,W")
     if RGB in obs and (len(obs[RGB][0]) != 3 or obs[RGB][0][2] != 3 or obs[RGB][1] != "|u1"):
@@ -510,8 +517,10 @@ def plan_export(paths: Sequence[str | os.PathLike], *, images: str = "video", co
         log.warning("export-dataset: %s holds no obs/%s (DAgger files keep only masks); the dataset has no image "
                     "feature", first.path, RGB)
     feats[MASK_KEY] = {"dtype": "bool", "shape": list(first.obs[MASK][0]), "names": ["height", "width"]}
-    feats[STATE_KEY] = {"dtype": "float32", "shape": [len(STATE_NAMES)], "names": list(STATE_NAMES)}
-    feats[ACTION_KEY] = {"dtype": "float32", "shape": [len(ACTION_NAMES)], "names": list(ACTION_NAMES)}
+    wrist = first.action_shape == (len(WRIST_ACTION_NAMES),)
+    state_names, action_names = (WRIST_STATE_NAMES, WRIST_ACTION_NAMES) if wrist else (STATE_NAMES, ACTION_NAMES)
+    feats[STATE_KEY] = {"dtype": "float32", "shape": [len(state_names)], "names": list(state_names)}
+    feats[ACTION_KEY] = {"dtype": "float32", "shape": [len(action_names)], "names": list(action_names)}
     feats[DONE_KEY] = {"dtype": "bool", "shape": [1], "names": None}
     feats[SUCCESS_KEY] = {"dtype": "bool", "shape": [1], "names": None}
     if plan.rewards:
@@ -790,6 +799,6 @@ def _write_sidecar(root: Path, plan: _Plan) -> None:
 __all__ = [
     "ACTION_KEY", "ACTION_NAMES", "CODEBASE_VERSION", "CODECS", "DEFAULT_CRF", "DEFAULT_TASK", "DONE_KEY",
     "FeatureStats", "IMAGE_KEY", "INSTALL_HINT", "MASK_KEY", "PRIVILEGED_PREFIX", "REWARD_KEY", "SIDECAR",
-    "STATE_KEY", "STATE_NAMES", "SUCCESS_KEY", "Source", "check_codec", "check_sources", "export_lerobot",
+    "STATE_KEY", "STATE_NAMES", "SUCCESS_KEY", "WRIST_ACTION_NAMES", "WRIST_STATE_NAMES", "Source", "check_codec", "check_sources", "export_lerobot",
     "plan_export", "require_extra", "scan_source",
 ]

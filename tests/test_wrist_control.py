@@ -1,0 +1,133 @@
+"""The control net with a turning wrist (cubes and cylinders): shapes, the gripper-frame velocity, the quarter-turn
+statistics, the loss, refusals of nets for other kinds, and a short DAgger run whose data and evaluation know the
+kinds."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from graspsim import GraspEnv, SimConfig
+from graspsim.config import from_dict
+from graspsim.dagger.data import Aggregate
+from graspsim.dagger.model import ControlNet, ControlNetConfig, quarter_turn_stats, to_action, to_gripper_frame
+from graspsim.dagger.policy import MaskPolicy, check_fits_scenes
+from graspsim.dagger.train import loss_terms
+from graspsim.runtime import RuntimeConfig
+
+WRIST = ControlNetConfig(image_size=32, channels=(8, 8, 8), hidden=32, max_speed=0.1, wrist=True, max_yaw_rate=1.5)
+
+
+def kinds_sim(kinds: str, **kw) -> SimConfig:
+    d = SimConfig(**kw).to_dict()
+    d["target"]["kinds"] = kinds.split(",")
+    return SimConfig.from_dict(d)
+
+
+def square(angle: float, size: int = 64, half: float = 10.0) -> torch.Tensor:
+    """A filled square of half-side ``half`` px turned by ``angle`` rad about the image centre: H,W bool."""
+    ys, xs = torch.meshgrid(torch.arange(size).float(), torch.arange(size).float(), indexing="ij")
+    dx, dy = xs - size / 2, ys - size / 2
+    c, s = math.cos(angle), math.sin(angle)
+    u, v = c * dx + s * dy, -s * dx + c * dy
+    return (u.abs() <= half) & (v.abs() <= half)
+
+
+def test_wrist_net_shapes_and_units():
+    torch.manual_seed(0)
+    pol = MaskPolicy(ControlNet(WRIST))
+    mask = torch.zeros(4, 32, 32, dtype=torch.bool)
+    mask[:, 10:16, 12:18] = True
+    grip = torch.tensor([[1.0, 0.0, 0.0, math.sin(a), math.cos(a)] for a in (0.0, 0.3, -0.7, 1.2)])
+    a = pol.act(mask, grip)
+    assert a.shape == (4, 5) and torch.isfinite(a).all()
+    assert (a[:, :2].norm(dim=1) <= math.sqrt(2) * 0.1 + 1e-6).all() and (a[:, 3].abs() <= 1.5 + 1e-6).all()
+    with pytest.raises(ValueError, match=r"gripper must be \(4, 5\).*turns the wrist"):
+        pol.act(mask, grip[:, :3])
+
+
+def test_to_action_turns_the_gripper_frame_velocity_into_the_world():
+    raw = torch.tensor([[10.0, 0.0, -10.0, 10.0, 2.0]])  # saturated: +x along the pads, down, full yaw rate, close
+    a = math.pi / 2
+    grip = torch.tensor([[1.0, 0.0, 0.0, math.sin(a), math.cos(a)]])
+    act = to_action(raw, WRIST, grip)
+    # the gripper's x axis points along world +y after a quarter turn
+    assert torch.allclose(act, torch.tensor([[0.0, 0.1, -0.1, 1.5, 2.0]]), atol=1e-6)
+    assert torch.allclose(to_gripper_frame(act, grip)[:, :2], torch.tensor([[0.1, 0.0]]), atol=1e-6)
+    with pytest.raises(ValueError, match="wrist angle"):
+        to_action(raw, WRIST)
+
+
+def test_quarter_turn_stats_read_a_square_orientation_and_ignore_a_disc():
+    base = quarter_turn_stats(square(0.0)[None])[0]
+    for angle in (0.1, 0.3, -0.25):
+        st = quarter_turn_stats(square(angle)[None])[0]
+        turn = math.atan2(st[1], st[0]) - math.atan2(base[1], base[0])
+        # four times the square's turn, within the pixel grid's error
+        assert abs(math.remainder(turn - 4 * angle, 2 * math.pi)) < 0.15, (angle, turn)
+        assert abs(float(st.norm()) - float(base.norm())) < 0.05
+    ys, xs = torch.meshgrid(torch.arange(64).float(), torch.arange(64).float(), indexing="ij")
+    disc = ((xs - 32) ** 2 + (ys - 32) ** 2 <= 12 ** 2)[None]
+    assert float(quarter_turn_stats(disc)[0].norm()) < 0.05 < float(base.norm()) / 4
+    assert torch.equal(quarter_turn_stats(torch.zeros(1, 64, 64, dtype=torch.bool)), torch.zeros(1, 2))
+
+
+def test_wrist_loss_compares_in_the_gripper_frame():
+    a = 0.8
+    grip = torch.tensor([[1.0, 0.0, 0.0, math.sin(a), math.cos(a)]])
+    label = torch.tensor([[0.05, -0.02, -0.03, 0.6, 1.0]])
+    g = to_gripper_frame(label, grip)
+    raw = torch.cat([torch.atanh(g[:, :3] / 0.1), torch.atanh(g[:, 3:4] / 1.5), torch.tensor([[20.0]])], 1)
+    motion, grip_loss = loss_terms(raw, label, WRIST, grip)
+    assert float(motion) < 1e-10 and float(grip_loss) < 1e-6
+    # the same outputs read as world-frame velocities are wrong by the turn
+    wrong = torch.cat([torch.atanh(label[:, :3] / 0.1), raw[:, 3:]], 1)
+    assert float(loss_terms(wrong, label, WRIST, grip)[0]) > 1e-3
+    # to_action of the matching raw outputs returns the label
+    assert torch.allclose(to_action(raw, WRIST, grip)[:, :4], label[:, :4], atol=1e-5)
+
+
+def test_nets_are_refused_for_kinds_they_cannot_grasp():
+    sphere_net = ControlNetConfig()
+    check_fits_scenes(sphere_net, SimConfig(), "p.pt")
+    check_fits_scenes(WRIST, kinds_sim("cube"), "p.pt")
+    with pytest.raises(ValueError, match=r"p\.pt is a sphere-only control net.*--sim.target.kinds cube"):
+        check_fits_scenes(sphere_net, kinds_sim("cube"), "p.pt")
+    with pytest.raises(ValueError, match=r"p\.pt turns the wrist.*only --sim.target.kinds sphere"):
+        check_fits_scenes(WRIST, SimConfig(), "p.pt")
+
+
+def test_aggregate_refuses_to_mix_sphere_and_wrist_data():
+    agg = Aggregate(8, gripper_dim=5, action_dim=5)
+    agg.add_arrays(np.zeros((2, 8, 8), bool), np.zeros((2, 5), np.float32), np.zeros((2, 5), np.float32), 0)
+    with pytest.raises(ValueError, match="cannot be mixed"):
+        agg.add_arrays(np.zeros((2, 8, 8), bool), np.zeros((2, 3), np.float32), np.zeros((2, 4), np.float32), 0)
+    assert [t.shape[1] for t in agg.sample(4, torch.Generator().manual_seed(0))[1:]] == [5, 5]
+
+
+def test_dagger_and_eval_sim_know_the_kinds(tmp_path):
+    from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim
+    from graspsim.dagger.train import DaggerConfig, run_dagger
+    from graspsim.dataset import load_steps
+    import h5py
+
+    sim = kinds_sim("cube,cylinder", image_size=32, max_steps=40)
+    cfg = DaggerConfig(out=tmp_path / "dg", iterations=2, episodes_per_iter=6, eval_episodes=4, num_envs=6,
+                       train_steps=5, batch_size=16, sim=sim, runtime=RuntimeConfig(progress=False))
+    res = run_dagger(cfg)
+    ckpt = torch.load(res["checkpoint"], weights_only=False)
+    assert ckpt["model_config"]["wrist"] is True and ckpt["model_config"]["max_yaw_rate"] == sim.max_yaw_rate
+    with h5py.File(tmp_path / "dg" / "data" / "iter_001.h5") as f:
+        demo = f["data/demo_0"]
+        assert demo["actions"].shape[1] == 5 and demo["obs/gripper"].shape[1] == 5
+        assert demo.attrs["target_kind"] in ("cube", "cylinder")
+        assert {"target_kind", "target_yaw", "wrist_yaw", "target_half"} <= set(demo["privileged"])
+    m = evaluate_sim(EvalSimConfig(policy=res["checkpoint"], out=tmp_path / "ev", episodes=8, num_envs=8, sim=sim,
+                                   runtime=RuntimeConfig(progress=False)))
+    assert set(m["per_kind"]) <= {"cube", "cylinder"} and sum(r["num_episodes"] for r in m["per_kind"].values()) == 8
+    assert json.loads((tmp_path / "ev" / "metrics.json").read_text())["per_kind"] == m["per_kind"]
+    with pytest.raises(ValueError, match="turns the wrist"):
+        evaluate_sim(EvalSimConfig(policy=res["checkpoint"], out=tmp_path / "ev2", episodes=2,
+                                   sim=SimConfig(image_size=32), runtime=RuntimeConfig(progress=False)))
