@@ -5,12 +5,17 @@
 >>> d = ctl.decide(rgb, gripper)                  # rgb H,W,3 uint8 (any size), gripper 3 float32
 >>> d.command                                     # 4 float32: (vx, vy, vz) m/s, grip +1 closes / -1 opens
 
+A control net trained on cubes or cylinders turns the wrist (``ctl.wrist``): it reads 5 gripper senses (the 3
+above, then the sine and cosine of the wrist angle) and commands 5 numbers, ``(vx, vy, vz, wz, grip)`` with the
+wrist yaw rate ``wz`` in rad/s.
+
 One decision is: resize the frame to the nets' input size (INTER_AREA when shrinking, as ``eval-real`` does),
 segment it (the vision net and its stored threshold and frame gate), run the control net on the mask and the
 gripper senses, then the safety rules that belong to the controller itself:
 
-* **velocity clip**: each axis within the trained range ``+-max_speed`` (the net's tanh already keeps it there;
-  a non-finite output becomes zero velocity, ``stop="non_finite"``);
+* **velocity clip**: each axis within the trained range ``+-max_speed``, and the wrist's yaw rate within
+  ``+-max_yaw_rate`` (the net's tanh already keeps them there; a non-finite output becomes zero velocity and yaw
+  rate, ``stop="non_finite"``);
 * **gripper hysteresis**: an open gripper closes when the grip logit rises above ``grip_close``, a closed one
   opens when it falls below ``grip_open``; in between the gripper keeps its state (no chatter near 0);
 * **lost target**: when no target pixel has been seen for ``lost_ticks`` decisions in a row while the gripper
@@ -74,9 +79,11 @@ class Decision:
     """One tick's decision (numpy, batch 1 squeezed)."""
 
     command: np.ndarray
-    """4 float32: (vx, vy, vz) m/s after the safety rules, grip +1 (close) or -1 (open)."""
+    """4 float32: (vx, vy, vz) m/s after the safety rules, grip +1 (close) or -1 (open); with the wrist 5, the yaw
+    rate wz (rad/s) before the grip."""
     action: np.ndarray
-    """4 float32: the control net's action before the rules ((vx, vy, vz) m/s, grip logit)."""
+    """4 (5 with the wrist) float32: the control net's action before the rules ((vx, vy, vz) m/s, [wz rad/s,] grip
+    logit)."""
     mask: np.ndarray
     """S,S bool: the predicted target mask at the nets' input size."""
     visible: bool
@@ -110,10 +117,21 @@ def mask_from_logits(logits: np.ndarray, threshold: float, peak_threshold: float
     return mask
 
 
-def action_from_raw(raw: np.ndarray, max_speed: float) -> np.ndarray:
-    """Control-net raw outputs B,4 -> action B,4 float32 (:func:`graspsim.dagger.model.to_action` in numpy)."""
+def action_from_raw(raw: np.ndarray, max_speed: float, gripper: np.ndarray | None = None,
+                    max_yaw_rate: float | None = None) -> np.ndarray:
+    """Control-net raw outputs B,4 -> action B,4 float32 (:func:`graspsim.dagger.model.to_action` in numpy). With the
+    wrist (``max_yaw_rate`` given): raw B,5 and the senses ``gripper`` B,5 -> (vx, vy, vz) in the world frame,
+    wz rad/s, grip logit."""
     out = raw.astype(np.float32).copy()
-    out[:, :3] = np.tanh(out[:, :3]) * np.float32(max_speed)
+    vel = np.tanh(out[:, :3]) * np.float32(max_speed)
+    if max_yaw_rate is None:
+        out[:, :3] = vel
+        return out
+    s, c = gripper[:, 3].astype(np.float32), gripper[:, 4].astype(np.float32)
+    out[:, 0] = c * vel[:, 0] - s * vel[:, 1]
+    out[:, 1] = s * vel[:, 0] + c * vel[:, 1]
+    out[:, 2] = vel[:, 2]
+    out[:, 3] = np.tanh(out[:, 3]) * np.float32(max_yaw_rate)
     return out
 
 
@@ -128,6 +146,8 @@ class TorchNets:
         self.seg, self.policy = load_nets(vision, policy, precision=precision, device=device)
         self.image_size = self.seg.image_size
         self.max_speed = float(self.policy.cfg.max_speed)
+        self.wrist = bool(self.policy.cfg.wrist)
+        self.max_yaw_rate = float(self.policy.cfg.max_yaw_rate)
         self.precision = "bf16" if self.seg.bf16 else "fp32"
         self.mirror_tta = bool(self.seg.mirror_tta)
 
@@ -159,6 +179,8 @@ class OnnxNets:
         self.image_size = int(v["image_size"])
         self.threshold, self.peak_threshold = float(v["threshold"]), float(v["peak_threshold"])
         self.max_speed = float(c["max_speed"])
+        self.wrist = bool(c.get("wrist", False))  # contracts from before the wrist drive spheres only
+        self.max_yaw_rate = float(c.get("max_yaw_rate", 0.0))
         self.precision = "fp32"
         self.mirror_tta = bool(v["mirror_tta"])
 
@@ -172,7 +194,8 @@ class OnnxNets:
         return mask_from_logits(self.logits(rgb), self.threshold, self.peak_threshold)
 
     def action(self, mask: np.ndarray, gripper: np.ndarray) -> np.ndarray:
-        return action_from_raw(self.raw(mask, gripper), self.max_speed)
+        return action_from_raw(self.raw(mask, gripper), self.max_speed, gripper,
+                               self.max_yaw_rate if self.wrist else None)
 
 
 # ------------------------------------------------------------------------------------------ the controller
@@ -185,6 +208,10 @@ class Controller:
         self.safety = safety or SafetyConfig()
         self.image_size = int(nets.image_size)
         self.max_speed = float(nets.max_speed)
+        self.wrist = bool(getattr(nets, "wrist", False))
+        """Whether the control net turns the wrist (5 senses in, ``(vx, vy, vz, wz, grip)`` out)."""
+        self.max_yaw_rate = float(getattr(nets, "max_yaw_rate", 0.0))
+        self.gripper_dim = GRIPPER_DIM + 2 if self.wrist else GRIPPER_DIM
         self._clock = clock
         self.reset()
 
@@ -208,10 +235,13 @@ class Controller:
         self.lost = 0
 
     def decide(self, rgb: np.ndarray, gripper: np.ndarray) -> Decision:
-        """``rgb`` H,W,3 uint8, ``gripper`` 3 float32 (finger gap / open gap, last close command, table contact)."""
+        """``rgb`` H,W,3 uint8, ``gripper`` 3 float32 (finger gap / open gap, last close command, table contact),
+        with the wrist 5 (then the sine and cosine of the wrist angle)."""
         gripper = np.asarray(gripper, np.float32).reshape(-1)
-        if gripper.shape != (GRIPPER_DIM,) or not np.isfinite(gripper).all():
-            raise ValueError(f"controller: gripper senses must be {GRIPPER_DIM} finite numbers; got {gripper.tolist()}")
+        if gripper.shape != (self.gripper_dim,) or not np.isfinite(gripper).all():
+            raise ValueError(f"controller: gripper senses must be {self.gripper_dim} finite numbers"
+                             + (" (the 3 senses, then sin and cos of the wrist angle)" if self.wrist else "")
+                             + f"; got {gripper.tolist()}")
         x = resize_frame(rgb, self.image_size)
         t0 = self._clock()
         mask = self.nets.mask(np.ascontiguousarray(x.transpose(2, 0, 1)[None]))  # 1,S,S bool
@@ -225,12 +255,16 @@ class Controller:
         visible = bool(mask.any())
         stop = ""
         vel = action[:3].copy()
-        grip = float(action[3])
+        wz = np.float32(action[3]) if self.wrist else None
+        grip = float(action[-1])
         if not np.isfinite(action).all():
             vel[:] = 0.0
+            wz = np.float32(0.0) if self.wrist else None
             grip = 0.0  # keep the gripper as it is
             stop = "non_finite"
         vel = np.clip(vel, -self.max_speed, self.max_speed)
+        if self.wrist:
+            wz = np.clip(wz, -self.max_yaw_rate, self.max_yaw_rate)
         if not self.closed and grip > s.grip_close:
             self.closed = True
         elif self.closed and grip < s.grip_open:
@@ -238,8 +272,10 @@ class Controller:
         self.lost = 0 if (visible or self.closed) else self.lost + 1
         if not stop and s.lost_ticks and self.lost >= s.lost_ticks:
             vel[:] = 0.0
+            wz = np.float32(0.0) if self.wrist else None
             stop = "target_lost"
-        command = np.array([*vel, 1.0 if self.closed else -1.0], np.float32)
+        turn = [wz] if self.wrist else []
+        command = np.array([*vel, *turn, 1.0 if self.closed else -1.0], np.float32)
         return Decision(command=command, action=action, mask=mask, visible=visible, stop=stop, times_ms=times)
 
 

@@ -20,7 +20,7 @@ from typing import Callable
 
 import torch
 
-from graspsim import GRIPPER_DIM, GraspEnv, SimConfig
+from graspsim import GraspEnv, SimConfig
 from graspsim.bench import Act, BenchConfig, _stepper, _timed, bench, median_ratio, timed_pairs
 from graspsim.keys import GRIPPER, RGB
 
@@ -38,7 +38,7 @@ def run_bench(cfg: BenchConfig) -> dict:
 def measure_nets(cfg: BenchConfig, sim: SimConfig, act: Act) -> dict:
     """``{"full_loop": ..., "training": ...}`` for ``graspsim bench`` (see the module docstring); ``act`` drives the
     bare-simulator windows of the paired rounds."""
-    seg, ctl, notes = load_nets(cfg, cfg.image_size)
+    seg, ctl, notes = load_nets(cfg, cfg.image_size, sim)
     out: dict = {}
     if cfg.loop_batch > 0:
         out["full_loop"] = measure_full_loop(cfg, sim, seg, ctl) | {"nets": notes}
@@ -55,13 +55,14 @@ def measure_nets(cfg: BenchConfig, sim: SimConfig, act: Act) -> dict:
     return out
 
 
-def load_nets(cfg: BenchConfig, image_size: int) -> tuple[object, object, dict]:
+def load_nets(cfg: BenchConfig, image_size: int, sim: SimConfig | None = None) -> tuple[object, object, dict]:
     """(``graspsim.vision.infer.Segmenter``, ``graspsim.dagger.policy.MaskPolicy``, notes): from the checkpoints when given, else
     randomly initialised nets of the shapes users train by default (``train-vision``'s net and its mirror-averaging
-    setting, bf16 where the CPU has it, as a trained checkpoint would run; ``train-dagger``'s control net), so the
-    loop costs what a default run's nets cost. Raises ImportError when a module is missing."""
+    setting, bf16 where the CPU has it, as a trained checkpoint would run; ``train-dagger``'s control net, turning the
+    wrist when ``sim`` holds cubes or cylinders), so the loop costs what a default run's nets cost. Raises ImportError
+    when a module is missing, ValueError when the control checkpoint cannot drive ``sim``'s target kinds."""
     from graspsim.dagger.model import ControlNet, ControlNetConfig
-    from graspsim.dagger.policy import MaskPolicy
+    from graspsim.dagger.policy import MaskPolicy, check_fits_scenes
     from graspsim.vision.infer import Segmenter
     from graspsim.vision.model import SegNet, cpu_has_fast_bf16
     from graspsim.vision.train_config import DEFAULT_MIRROR_TTA, DEFAULT_MODEL
@@ -78,8 +79,11 @@ def load_nets(cfg: BenchConfig, image_size: int) -> tuple[object, object, dict]:
                         mirror_tta=DEFAULT_MIRROR_TTA)
     if cfg.policy is not None:
         ctl = MaskPolicy.from_checkpoint(cfg.policy, dev)
+        if sim is not None:
+            check_fits_scenes(ctl.cfg, sim, f"--policy {cfg.policy}")
     else:
-        ctl = MaskPolicy(ControlNet(ControlNetConfig(image_size=image_size)), dev)
+        wrist = sim is not None and sim.wrist
+        ctl = MaskPolicy(ControlNet(ControlNetConfig(image_size=image_size, wrist=wrist)), dev)
     notes = {"vision": str(cfg.vision or "random init, train-vision's default net"),
              "control": str(cfg.policy or "random init, train-dagger's default net"),
              "vision_arch": dataclasses.asdict(seg.model.cfg), "vision_mirror_tta": bool(seg.mirror_tta),
@@ -164,9 +168,9 @@ def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
     x = x.contiguous(memory_format=torch.channels_last)
     target = (torch.rand((B, H, H), generator=g, device=dev) < 0.02).float()
     mask = torch.rand((B, H, H), generator=g, device=dev) < 0.02
-    grip_dim = GRIPPER_DIM
+    grip_dim, act_dim = ctl.cfg.gripper_dim, ctl.cfg.action_dim
     grip = torch.rand((B, grip_dim), generator=g, device=dev)
-    act = torch.rand((B, 4), generator=g, device=dev) * 2 - 1
+    act = torch.rand((B, act_dim), generator=g, device=dev) * 2 - 1
     bce, mse = torch.nn.functional.binary_cross_entropy_with_logits, torch.nn.functional.mse_loss
     bf16 = dev.type == "cpu"
 

@@ -489,12 +489,12 @@ def _warm_caches(sim: SimConfig, cfg: BenchConfig) -> None:
     """One untimed step of each backend, so lazy imports and one-off caches (texture bank, URDF copy,
     texture PNGs) are neither timed nor counted as per-scene memory."""
     env = GraspEnv(sim, num_envs=1, device=cfg.device, seed=cfg.seed)
-    env.step(torch.zeros(1, 4, device=cfg.device))
+    env.step(torch.zeros(1, sim.action_dim, device=cfg.device))
     if cfg.bullet_configs:
         from graspsim.bullet import BulletGraspEnv
 
         with BulletGraspEnv(sim, num_envs=1, seed=cfg.seed) as benv:
-            benv.step(torch.zeros(1, 4))
+            benv.step(torch.zeros(1, sim.action_dim))
 
 
 def result_met(torch_fps: float, bullet_fps: float, target: float) -> bool:

@@ -73,3 +73,18 @@ def test_peak_memory_sees_an_allocation():
     if mem.peak_bytes is None:
         pytest.skip("VmHWM cannot be reset on this system")
     assert mem.peak_bytes >= 48 * 2**20
+
+
+def test_bench_with_a_mix_of_kinds_times_the_wrist_loop(tmp_path: Path):
+    from graspsim import SimConfig
+
+    d = SimConfig(image_size=32).to_dict()
+    d["target"]["kinds"] = ["sphere", "cube", "cylinder"]
+    cfg = BenchConfig(out=tmp_path / "b", image_size=32, batch_sizes=(2,), bullet_configs=((1, 0),), loop_batch=2,
+                      train_batch=2, warmup=0, min_steps=1, seconds=0.01, threads=(1,), paired_rounds=1, loop_rounds=1,
+                      sim=SimConfig.from_dict(d))
+    bench(cfg)
+    data = json.loads((tmp_path / "b" / "bench.json").read_text())
+    assert data["full_loop"]["fps"] > 0 and data["training"]["control"]["samples_per_s"] > 0
+    with pytest.raises(ValueError, match="sphere-only control net"):
+        bench(dataclasses.replace(cfg, out=tmp_path / "c", policy=Path("tests/assets/policy_format0.pt")))

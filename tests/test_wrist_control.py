@@ -131,3 +131,41 @@ def test_dagger_and_eval_sim_know_the_kinds(tmp_path):
     with pytest.raises(ValueError, match="turns the wrist"):
         evaluate_sim(EvalSimConfig(policy=res["checkpoint"], out=tmp_path / "ev2", episodes=2,
                                    sim=SimConfig(image_size=32), runtime=RuntimeConfig(progress=False)))
+
+
+class _WristNets:
+    """Stand-in nets for the controller: a fixed mask and a fixed action."""
+
+    runtime, image_size, max_speed, wrist, max_yaw_rate = "fake", 16, 0.1, True, 1.5
+
+    def __init__(self, action, visible=True):
+        self._action, self._visible = np.asarray(action, np.float32), visible
+
+    def mask(self, rgb):
+        m = np.zeros((1, 16, 16), bool)
+        m[0, 5:8, 5:8] = self._visible
+        return m
+
+    def action(self, mask, gripper):
+        return self._action[None]
+
+
+def test_controller_commands_the_wrist_and_stops_it_with_the_rest():
+    from graspsim.dagger.controller import Controller, SafetyConfig, action_from_raw
+
+    frame = np.zeros((16, 16, 3), np.uint8)
+    senses = np.array([1, 0, 0, 0, 1], np.float32)
+    d = Controller(_WristNets([0.05, 0.0, -0.2, 3.0, 1.0])).decide(frame, senses)
+    assert d.command.tolist() == pytest.approx([0.05, 0.0, -0.1, 1.5, 1.0])  # clipped to max_speed, max_yaw_rate
+    d = Controller(_WristNets([0.05, 0.0, 0.0, float("nan"), 1.0])).decide(frame, senses)
+    assert d.stop == "non_finite" and d.command[:4].tolist() == [0, 0, 0, 0]
+    ctl = Controller(_WristNets([0.05, 0.0, 0.0, 0.7, -1.0], visible=False), SafetyConfig(lost_ticks=1))
+    d = ctl.decide(frame, senses)
+    assert d.stop == "target_lost" and d.command.tolist() == [0, 0, 0, 0, -1]
+    with pytest.raises(ValueError, match=r"5 finite numbers \(the 3 senses, then sin and cos of the wrist angle\)"):
+        ctl.decide(frame, senses[:3])
+    # the numpy conversion equals the torch one
+    raw = torch.tensor([[0.3, -1.2, 0.5, 0.8, 2.0]])
+    grip = torch.tensor([[1.0, 0.0, 0.0, math.sin(0.6), math.cos(0.6)]])
+    np.testing.assert_allclose(action_from_raw(raw.numpy(), 0.1, grip.numpy(), 1.5), to_action(raw, WRIST, grip).numpy(),
+                               atol=1e-6)
