@@ -8,7 +8,10 @@ A camera gives the **latest frame with its capture time**:
 >>> cam.close()
 
 ``read`` raises :class:`CameraTimeout` when no new frame arrives within ``timeout`` seconds, and
-:class:`EndOfStream` when a finite source (video file, image folder) has no frame left. Sources:
+:class:`EndOfStream` when a finite source (video file, image folder) has no frame left. ``deploy`` and ``record``
+call ``read`` through a :class:`CameraReader`: from one worker thread, with a watchdog, so that a ``read`` that
+never returns cannot hang the thread that drives the robot, and every frame is checked (:func:`check_frame`).
+Sources:
 
 ========================= =====================================================================================
 ``SRC``                    source
@@ -28,6 +31,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
+import queue
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -39,6 +45,16 @@ log = logging.getLogger(__name__)
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v")
 SIM_CAMERAS = ("sim", "bullet")
+MAX_DEVICE_INDEX = 255
+"""Largest OpenCV device index accepted (Linux numbers /dev/video0..255). Negative or larger numbers are refused
+before OpenCV sees them: it crashes on some (``-1``) and raises on others."""
+WATCHDOG_GRACE = 0.5
+"""Seconds a camera's ``read(timeout)`` may run past its ``timeout`` before the watchdog of :class:`CameraReader`
+declares the camera hung (a camera that honours its timeout has raised :class:`CameraTimeout` by then)."""
+FUTURE_TOLERANCE = 1.0
+"""Seconds a frame's capture time may lie ahead of ``time.monotonic()`` (clock jitter of a driver) before it is
+refused as taken from another clock (``time.time()`` would make every frame look fresh)."""
+_INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
 class CameraError(ValueError):
@@ -47,6 +63,10 @@ class CameraError(ValueError):
 
 class CameraTimeout(CameraError):
     """No new frame within the timeout."""
+
+
+class CameraHung(CameraError):
+    """A camera's ``read`` did not return within its timeout plus :data:`WATCHDOG_GRACE`."""
 
 
 class EndOfStream(Exception):
@@ -75,6 +95,130 @@ class Camera:
 
     def close(self) -> None:
         pass
+
+
+def part_name(part, kind: str, method: str) -> str:
+    """How errors name a camera or adapter call: ``camera 'name' (Class.read)``."""
+    name = getattr(part, "name", None)
+    named = f" {name!r}" if isinstance(name, str) else ""
+    return f"{kind}{named} ({type(part).__name__}.{method})"
+
+
+def describe_value(x) -> str:
+    """A short description of a value an adapter returned, for error messages."""
+    if x is None:
+        return "None"
+    if isinstance(x, np.ndarray):
+        return f"an array of shape {x.shape} {x.dtype}"
+    if isinstance(x, (tuple, list)):
+        return f"a {type(x).__name__} of {len(x)}"
+    return f"a {type(x).__name__}"
+
+
+def check_frame(frame, who: str) -> Frame:
+    """``frame`` if it is a usable frame (``rgb`` H,W,3 uint8 with H, W >= 1; ``t`` a finite capture time in
+    ``time.monotonic()`` seconds, not ahead of now by more than :data:`FUTURE_TOLERANCE`); else CameraError naming
+    ``who`` (e.g. ``camera 'x' (MyCam.read)``) and what it returned."""
+    if not (hasattr(frame, "rgb") and hasattr(frame, "t")):
+        raise CameraError(f"{who} returned {describe_value(frame)}; expected a graspsim.dagger.cameras.Frame "
+                          "(rgb H,W,3 uint8, t = time.monotonic() at capture)")
+    rgb = frame.rgb
+    if not (isinstance(rgb, np.ndarray) and rgb.dtype == np.uint8 and rgb.ndim == 3 and rgb.shape[2] == 3
+            and rgb.shape[0] > 0 and rgb.shape[1] > 0):
+        raise CameraError(f"{who} returned a frame whose rgb is {describe_value(rgb)}; expected H,W,3 uint8 RGB "
+                          "(H, W >= 1)")
+    try:
+        t = float(frame.t)
+    except (TypeError, ValueError):
+        raise CameraError(f"{who} returned a frame time {frame.t!r}; expected time.monotonic() at capture "
+                          "(s)") from None
+    if not math.isfinite(t):
+        raise CameraError(f"{who} returned a frame time of {t}; expected time.monotonic() at capture (s) (a "
+                          "non-finite time would switch off the stale-frame check)")
+    ahead = t - time.monotonic()
+    if ahead > FUTURE_TOLERANCE:
+        raise CameraError(f"{who} returned a frame time {ahead:.3g} s ahead of time.monotonic(); give "
+                          "time.monotonic() at capture (time.time() is another clock)")
+    return frame
+
+
+class CameraReader:
+    """Calls ``camera.read(timeout)`` in one worker thread (a daemon named ``graspsim-camera``, the same thread for
+    every read), so that the caller's thread never blocks in a camera for longer than the watchdog allows: robot
+    adapters are only ever called from the caller's thread, also when a camera hangs. Each read waits for
+    ``stall_after`` s, then calls ``on_stall`` once (deploy: ``robot.stop()``) and waits on until ``hung_after``
+    s, then raises :class:`CameraHung`; see :meth:`read`. Returned frames are checked by :func:`check_frame`;
+    exceptions of the camera (also Ctrl-C and :class:`EndOfStream`) are raised in the caller's thread."""
+
+    def __init__(self, camera):
+        self.camera = camera
+        self.who = part_name(camera, "camera", "read")
+        self._requests: queue.Queue = queue.Queue()
+        self._results: queue.Queue = queue.Queue()
+        self.in_flight = False
+        """A read was started and its result not taken (True after a hang or an interruption)."""
+        self.hung = False
+        """The watchdog gave up on a read (:class:`CameraHung`)."""
+        self._thread = threading.Thread(target=self._work, name="graspsim-camera", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        while True:
+            timeout = self._requests.get()
+            if timeout is None:
+                return
+            try:
+                result = (True, self.camera.read(timeout))
+            except BaseException as e:  # handed to the caller's thread, whatever it is
+                result = (False, e)
+            self._results.put(result)
+
+    def read(self, timeout: float, stall_after: float | None = None, on_stall=None) -> Frame:
+        """The camera's next frame: ``camera.read(timeout)`` (``timeout`` s), waited for at most ``timeout`` +
+        :data:`WATCHDOG_GRACE` s; ``on_stall()`` is called once when it has not returned after ``stall_after`` s
+        (None: never). CameraHung when it does not return in time; the read is then abandoned in its thread."""
+        hung_after = timeout + WATCHDOG_GRACE
+        if self.in_flight:  # an earlier read never returned: do not queue another behind it
+            raise CameraHung(f"{self.who} is still blocked in an earlier read")
+        self._requests.put(timeout)
+        self.in_flight = True
+        t0 = time.monotonic()
+        try:
+            ok, value = self._results.get(timeout=min(stall_after, hung_after) if stall_after else hung_after)
+        except queue.Empty:
+            if on_stall is not None and stall_after and stall_after < hung_after:
+                on_stall()
+            try:
+                ok, value = self._results.get(timeout=max(0.0, hung_after - (time.monotonic() - t0)))
+            except queue.Empty:
+                self.hung = True
+                raise CameraHung(f"{self.who} did not return within {hung_after:g} s (its timeout {timeout:g} s + "
+                                 f"{WATCHDOG_GRACE:g} s grace): the capture watchdog gave up on it") from None
+        self.in_flight = False
+        if not ok:
+            raise value
+        return check_frame(value, self.who)
+
+    def close(self, wait: float = 1.0) -> bool:
+        """End the worker, once a read in flight has returned (waiting for it at most ``wait`` s); returns whether
+        the camera is free to be closed (False: a read is still running in it)."""
+        self._requests.put(None)
+        self._thread.join(timeout=wait if self.in_flight else max(wait, 1.0))
+        return not self._thread.is_alive()
+
+
+def close_camera(camera, reader: CameraReader | None, wait: float = 1.0) -> None:
+    """``camera.close()`` once ``reader`` is done with it; a camera still blocked in a read is left alone (closing
+    it could block as well), with a warning."""
+    if reader is not None and not reader.close(wait):
+        log.warning("%s is still blocked; it was not closed", reader.who)
+        return
+    close = getattr(camera, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception as e:
+            log.warning("%s raised %s: %s", part_name(camera, "camera", "close"), type(e).__name__, e)
 
 
 def _bgr_to_rgb(img: np.ndarray) -> np.ndarray:
@@ -213,6 +357,19 @@ def load_class(spec: str, what: str):
     return cls
 
 
+def device_index(src: str, flag: str = "--camera") -> int | None:
+    """The OpenCV device index ``src`` names (an integer 0..:data:`MAX_DEVICE_INDEX`), None when ``src`` is not an
+    integer (a path, URL, ``sim``, ``module:Class``); ValueError naming ``flag`` for other integers."""
+    src = str(src).strip()
+    if not _INTEGER.fullmatch(src):
+        return None
+    n = int(src)
+    if not 0 <= n <= MAX_DEVICE_INDEX:
+        raise CameraError(f"{flag} {src}: an OpenCV device index is a whole number from 0 to {MAX_DEVICE_INDEX}; "
+                          f"or give a video file, an image folder, 'sim', 'bullet' or module:Class")
+    return n
+
+
 def describe_sources() -> str:
     return ("an OpenCV device index (0), a video file (" + ", ".join(VIDEO_EXTENSIONS) + "), a folder of images, "
             "'sim', 'bullet', or module:Class")
@@ -226,8 +383,9 @@ def open_camera(src: str, world=None) -> Camera:
         if world is None or world.backend != src:
             raise CameraError(f"camera {src!r} shows the simulated world of robot {src!r}; use --robot {src}")
         return SimCamera(world)
-    if src.lstrip("-").isdigit():
-        return DeviceCamera(int(src))
+    index = device_index(src)
+    if index is not None:
+        return DeviceCamera(index)
     path = Path(src)
     if path.is_dir():
         return ImageFolderCamera(path)
@@ -248,5 +406,7 @@ def open_camera(src: str, world=None) -> Camera:
     raise CameraError(f"unknown camera {src!r}: no such file or folder; expected {describe_sources()}")
 
 
-__all__ = ["Camera", "CameraError", "CameraTimeout", "DeviceCamera", "EndOfStream", "Frame", "ImageFolderCamera",
-           "SimCamera", "VideoCamera", "describe_sources", "load_class", "open_camera"]
+__all__ = ["Camera", "CameraError", "CameraHung", "CameraReader", "CameraTimeout", "DeviceCamera", "EndOfStream",
+           "Frame", "ImageFolderCamera", "MAX_DEVICE_INDEX", "SimCamera", "VideoCamera", "WATCHDOG_GRACE",
+           "check_frame", "close_camera", "describe_sources", "describe_value", "device_index", "load_class",
+           "open_camera", "part_name"]

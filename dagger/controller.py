@@ -158,6 +158,17 @@ class TorchNets:
         return self.policy.act(torch.from_numpy(mask), torch.from_numpy(gripper)).cpu().numpy()
 
 
+def _session(ort, path: Path, opts, providers):
+    """An onnxruntime session of the graph ``path``; ValueError naming the file when onnxruntime cannot load it
+    (truncated, damaged, not ONNX)."""
+    try:
+        return ort.InferenceSession(str(path), opts, providers=providers)
+    except Exception as e:  # onnxruntime's own types (InvalidProtobuf, Fail, ...), whatever the version
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path}: onnxruntime cannot load this graph ({type(e).__name__}: {reason[:200]}); export "
+                         "again with 'graspsim export'") from None
+
+
 class OnnxNets:
     """Vision + control in onnxruntime from a ``graspsim export`` folder (same interface as :class:`TorchNets`)."""
 
@@ -173,8 +184,8 @@ class OnnxNets:
             opts.intra_op_num_threads = int(threads)
         opts.log_severity_level = 3
         providers = ["CPUExecutionProvider"]
-        self.vision = ort.InferenceSession(str(folder / VISION_ONNX), opts, providers=providers)
-        self.control = ort.InferenceSession(str(folder / CONTROL_ONNX), opts, providers=providers)
+        self.vision = _session(ort, folder / VISION_ONNX, opts, providers)
+        self.control = _session(ort, folder / CONTROL_ONNX, opts, providers)
         v, c = self.contract["vision"], self.contract["control"]
         self.image_size = int(v["image_size"])
         self.threshold, self.peak_threshold = float(v["threshold"]), float(v["peak_threshold"])

@@ -19,15 +19,23 @@ Before the first tick the nets are warmed up on a blank frame (``--warmup`` deci
 sleeps to the next tick; a tick whose work takes longer than the period counts as an **overrun** (warned).
 An episode ends when the robot says so (a simulated robot: success or failure) or at the time limit
 (``--time-limit`` seconds of control time), and every episode end sends ``stop()``. On Ctrl-C or any error
-the robot is stopped **first**, then the error is reported (no traceback for a camera or adapter fault).
+the robot is stopped **first**, then the error is reported (no traceback for a camera or adapter fault). The
+camera is read in a worker thread under a watchdog (:func:`graspsim.dagger.robot_loop.capture_deadlines`): a read
+still running after two control periods gets the robot a ``stop()``, one still running after ``--frame-timeout``
++ 0.5 s ends the run with an error. Every robot adapter method is called from the thread that called
+:func:`deploy`. Values the camera and the adapter return are checked (an error names the class and the method).
 
 Episodes run through the one rollout driver (:func:`graspsim.rollout.run_episodes`) with the ``test`` seeds of
 ``--seed``, so against the simulated ``bullet`` robot the scenes are those of
 ``graspsim eval-sim --backend bullet --seed S``.
 
-Outputs: ``OUT/summary.json`` (episodes, success_rate where the robot can tell, achieved_hz, overruns,
-latency_ms p50/p99 per stage and end to end, stop counts, per-episode outcomes), ``OUT/ticks.csv`` (one row per
-tick: senses, the net's action, the command, what was sent, stop reason, stage times). ``--record DIR`` writes the
+Outputs (:data:`OUTPUTS`): ``OUT/summary.json`` (episodes, success_rate where the robot can tell, achieved_hz,
+overruns, capture stalls, latency_ms p50/p99 per stage and end to end, stop counts, per-episode outcomes, the error
+that ended the run), ``OUT/ticks.csv`` (one row per tick: senses, the net's action, the command, what was sent, stop
+reason, stage times) and, with ``--runtime onnx`` without ``--onnx``, ``OUT/onnx`` (the export used). They are
+written into a hidden staging folder beside OUT and replace an earlier run's outputs as a whole once the run ends
+(also after Ctrl-C or a fault); a run refused before it starts (a camera that does not open) leaves OUT as it was.
+Under torchrun (``WORLD_SIZE`` > 1) deploy is refused before anything opens. ``--record DIR`` writes the
 frames as an image set (:mod:`graspsim.vision.image_set`: ``images/``, and ``masks/`` with the exact masks where the
 camera is simulated) plus the same per-tick CSV, written as the run goes into a hidden staging folder beside DIR and
 moved into DIR when the run ends, also after Ctrl-C or an adapter error, so an interrupted real run keeps what it
@@ -52,22 +60,29 @@ import torch
 import tyro
 
 from graspsim import SimConfig
+from graspsim.distributed import single_process
 from graspsim.extras import require
-from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir
+from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
 from graspsim.rollout import run_episodes
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.seeds import episode_seeds
 from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
 
-from .cameras import SIM_CAMERAS, Camera, EndOfStream, open_camera
+from .cameras import SIM_CAMERAS, Camera, CameraReader, EndOfStream, close_camera, device_index, open_camera
 from .controller import Controller, SafetyConfig
 from .robot_loop import (CSV_FIELDS, STAGES, STALE_PERIODS, TICKS_CSV, DeployError, RobotEnv, TickHooks, TickLog,
-                         guarded, latency_stats, stop_first, workspace_guard)
+                         capture_deadlines, guarded, latency_stats, stop_first, workspace_guard)
 from .robots import SIM_ROBOTS, Robot, SimWorld, open_robot
 from .stats import wilson
 
 log = logging.getLogger(__name__)
 
+SUMMARY_JSON = "summary.json"
+ONNX_DIR = "onnx"
+OUTPUTS = (SUMMARY_JSON, TICKS_CSV, ONNX_DIR)
+"""What deploy writes into --out (and replaces as a whole with --overwrite; a stale onnx/ of an earlier run goes)."""
+ONE_PROCESS = "open the camera and the robot, send every command again and write the same --out"
+"""What every rank of a torchrun job would do (why deploy refuses to run under torchrun)."""
 RECORD_OUTPUTS = ("images", "masks", TICKS_CSV)
 """What ``--record`` writes into its folder (and replaces as a whole with --overwrite)."""
 LEGACY_RUNTIME_KEYS = ("threads", "progress")
@@ -112,7 +127,8 @@ class DeployConfig:
     seed: int = 0
     """Seed of the scenes of a simulated robot (test stream, as eval-sim) and of its dynamics noise."""
     frame_timeout: float = 2.0
-    """Seconds to wait for a camera frame before giving up with an error."""
+    """Seconds the camera's read may wait for a frame before giving up with an error; a read that has not returned
+    0.5 s after that is cut off by the capture watchdog (which already sent the robot a stop after two periods)."""
     warmup: int = 5
     """Untimed decisions on a blank frame before the first tick."""
     safety: SafetyConfig = field(default_factory=SafetyConfig)
@@ -145,7 +161,9 @@ class DeployConfig:
         non_negative_int("DeployConfig", "warmup", self.warmup)
         non_negative_int("DeployConfig", "seed", self.seed)
         self._check_runtime()
+        single_process("deploy", ONE_PROCESS)
         cam, rob = str(self.camera).strip(), str(self.robot).strip()
+        device_index(cam, "--camera")  # a bad device number is refused before OpenCV sees it
         if cam in SIM_CAMERAS and rob != cam:
             raise ValueError(f"DeployConfig: --camera {cam} shows the simulated world of --robot {cam}; got --robot {rob}")
         if self.hz == 0 and rob not in (*SIM_ROBOTS, "dry-run"):
@@ -184,6 +202,12 @@ class DeployConfig:
         return 1.0 / self.hz if self.hz > 0 else 0.0
 
     @property
+    def capture_deadlines(self) -> tuple[float, float]:
+        """The capture watchdog's (stop, give-up) deadlines in s after a tick's camera read starts
+        (:func:`graspsim.dagger.robot_loop.capture_deadlines`)."""
+        return capture_deadlines(self.period, self.frame_timeout)
+
+    @property
     def max_ticks(self) -> int:
         return max(1, int(round(self.time_limit * (self.hz if self.hz > 0 else self.sim.control_hz))))
 
@@ -196,8 +220,9 @@ class DeployConfig:
 
 # ------------------------------------------------------------------------------------------ the run
 def build_controller(cfg: DeployConfig, out: Path) -> Controller:
-    """The controller ``cfg`` asks for: torch on the checkpoints, or onnxruntime on ``cfg.onnx`` (default: the
-    checkpoints exported into ``out/onnx`` first)."""
+    """The controller ``cfg`` asks for: torch on the checkpoints, or onnxruntime on ``cfg.onnx`` (refused unless its
+    contract names ``cfg.vision`` and ``cfg.policy`` by their sha256; default: the checkpoints exported into
+    ``out/onnx`` first)."""
     if cfg.runtime == "torch":
         return Controller.from_checkpoints(cfg.vision, cfg.policy, precision=cfg.precision, device=cfg.run.device,
                                            safety=cfg.safety)
@@ -205,8 +230,12 @@ def build_controller(cfg: DeployConfig, out: Path) -> Controller:
     if folder is None:
         from .export import ExportConfig, export
 
-        folder = out / "onnx"
+        folder = out / ONNX_DIR
         export(ExportConfig(vision=cfg.vision, policy=cfg.policy, out=folder, overwrite=True, check=False))
+    else:
+        from .onnx_contract import check_sources, read_contract
+
+        check_sources(folder, read_contract(folder), cfg.vision, cfg.policy)
     return Controller.from_export(folder, threads=cfg.run.threads, safety=cfg.safety)
 
 
@@ -215,56 +244,69 @@ def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | No
     """Run ``cfg.episodes`` episodes and write the outputs; returns the summary (also ``OUT/summary.json``).
 
     ``camera``, ``robot`` and ``controller`` replace the ones ``cfg`` names (for tests and for callers that build
-    their own)."""
+    their own; those are not closed here)."""
+    single_process("deploy", ONE_PROCESS)  # also for library callers, whose config may predate the environment
     if cfg.run.threads:
         torch.set_num_threads(cfg.run.threads)
-    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)  # writability included: before any command is sent
     recording = None
     if cfg.record is not None:  # checked now (nothing written until the run starts)
         from graspsim.vision.image_set import ImageSetWriter
 
         recording = ImageSetWriter(cfg.record, overwrite=cfg.overwrite, masks=cfg.camera.strip() in SIM_CAMERAS,
                                    meta_file=TICKS_CSV, meta_key=None, flag="--record")
+    # the outputs (and an onnx export) go to a staging folder that replaces OUT's earlier outputs when the run ends;
+    # an error before the run (a camera that does not open) leaves OUT as it was
+    with staged_dir(out, OUTPUTS.__contains__) as stage:
+        summary, error = _open_and_run(cfg, stage, camera, robot, controller, recording)
+    if error is not None:
+        raise error
+    return summary
+
+
+def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
+                  recording) -> tuple[dict, BaseException | None]:
+    """Build the controller, open the robot and the camera (those not given), run, close what was opened."""
     ctl = controller
     if ctl is None:
-        ctl = build_controller(cfg, out)  # checkpoints first: a wrong kind is an error before any hardware moves
+        ctl = build_controller(cfg, stage)  # checkpoints first: a wrong kind is an error before any hardware moves
     world = None
     cam_name, rob_name = str(cfg.camera).strip(), str(cfg.robot).strip()
-    opened: list = []
+    own_robot, own_camera, reader = robot is None, camera is None, None
     try:
-        if robot is None and rob_name in SIM_ROBOTS:
+        if own_robot and rob_name in SIM_ROBOTS:
             world = SimWorld(rob_name, cfg.sim)
-        if robot is None:
+        if own_robot:
             robot = open_robot(rob_name, world)
-            opened.append(robot)
-        if camera is None:
+        if own_camera:
             camera = open_camera(cam_name, world)
-            opened.append(camera)
+        reader = CameraReader(camera)
         if recording is None:
-            summary, error = _run(cfg, out, camera, robot, ctl, TickLog())
-        else:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
-            with recording:
-                summary, error = _run(cfg, out, camera, robot, ctl, TickLog(recording))
-        if error is not None:
-            raise error
-        return summary
+            return _run(cfg, stage, camera, robot, ctl, TickLog(), reader)
+        with recording:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
+            return _run(cfg, stage, camera, robot, ctl, TickLog(recording), reader)
     finally:
-        for part in reversed(opened):
+        # a read cut short by Ctrl-C may finish within its deadline; a camera still blocked in a read is not closed
+        # (nor the world it renders), and its worker thread, a daemon, is left behind
+        free = reader is None or reader.close(0.1 if reader.hung else cfg.capture_deadlines[1])
+        if own_camera and camera is not None:
+            close_camera(camera, None) if free else log.warning("%s is still blocked; it was left open", reader.who)
+        if own_robot and callable(getattr(robot, "close", None)):
             with contextlib.suppress(Exception):
-                part.close()
-        if world is not None:  # closing twice is harmless
+                robot.close()
+        if world is not None and free:  # closing twice is harmless
             world.close()
 
 
-def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller,
-         tick_log: TickLog) -> tuple[dict, BaseException | None]:
+def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller, tick_log: TickLog,
+         reader: CameraReader) -> tuple[dict, BaseException | None]:
     """Run the episodes; returns the summary (written to ``out``) and the error or Ctrl-C that ended the run early,
-    for the caller to raise once the recording is in place."""
-    guard = guarded(robot)
+    for the caller to raise once the outputs and the recording are in place."""
+    guard = guarded(robot, camera)
     env = RobotEnv(robot, cfg.max_ticks, guard)
     hooks = TickHooks(camera, robot, ctl, env, guard, tick_log, period=cfg.period,
                       fallback_period=1.0 / cfg.sim.control_hz, frame_timeout=cfg.frame_timeout, warmup=cfg.warmup,
-                      progress=cfg.run.progress)
+                      progress=cfg.run.progress, reader=reader)
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
     t0 = time.perf_counter()
     try:
@@ -274,11 +316,9 @@ def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller,
     seconds = time.perf_counter() - t0
     for ep, seed in zip(hooks.episodes, seeds):
         ep["seed"] = seed
-    summary = _summary(cfg, hooks, ctl, camera, robot, seconds, ended)
-    with contextlib.suppress(OSError):
-        out.mkdir(parents=True, exist_ok=True)
+    summary = _summary(cfg, hooks, ctl, camera, robot, seconds, ended, error)
     atomic_write_text(out / TICKS_CSV, tick_log.text())
-    atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
+    atomic_write_text(out / SUMMARY_JSON, json.dumps(summary, indent=2))
     if error is not None:
         return summary, error
     sr = summary["success_rate"]
@@ -305,14 +345,22 @@ def _run_episodes(env: RobotEnv, seeds: list[int], hooks: TickHooks, robot) -> t
         note = stop_first(robot)
         hooks.close_episode("error", False, env.ticks)
         return "error", DeployError(f"{e}; {note}")
-    except BaseException:  # our own bug: stop the arm before anything else, then let it surface
+    except (ValueError, OSError) as e:  # e.g. a controller's refusal: reported like an adapter fault
+        note = stop_first(robot)
+        hooks.close_episode("error", False, env.ticks)
+        return "error", DeployError(f"{e}; {note}")
+    except Exception as e:  # our own bug: stop the arm first, keep the summary, then let it surface (traceback)
+        log.error("%s: %s; %s", type(e).__name__, e, stop_first(robot))
+        hooks.close_episode("error", False, env.ticks)
+        return "error", e
+    except BaseException:
         stop_first(robot)
         raise
     return "", None
 
 
 def _summary(cfg: DeployConfig, hooks: TickHooks, ctl: Controller, camera, robot, seconds: float,
-             ended: str) -> dict:
+             ended: str, error: BaseException | None = None) -> dict:
     """``summary.json``: outcomes (success rate with its 95% Wilson interval where the robot can tell), rate,
     latencies (ms) per stage, stops, and what ran (see the module docstring)."""
     eps = hooks.episodes
@@ -328,10 +376,13 @@ def _summary(cfg: DeployConfig, hooks: TickHooks, ctl: Controller, camera, robot
         "achieved_hz": float(1.0 / iv.mean()) if iv.size else None,
         "target_hz": cfg.hz,
         "overruns": hooks.stats.overruns,
+        "capture_stalls": hooks.stats.stalls,
+        "capture_deadlines_s": [hooks.stall_after, hooks.give_up_after],
         "ticks": sum(e["ticks"] for e in eps),
         "latency_ms": {s: latency_stats(v) for s, v in hooks.stats.times.items()},
         "stops": dict(hooks.stats.stops),
         "ended": ended or "completed",
+        "error": None if error is None or isinstance(error, KeyboardInterrupt) else f"{error}",
         "per_episode": eps,
         "runtime": ctl.runtime,
         "vision_precision": getattr(ctl.nets, "precision", None),
@@ -345,5 +396,6 @@ def _summary(cfg: DeployConfig, hooks: TickHooks, ctl: Controller, camera, robot
     }
 
 
-__all__ = ["CSV_FIELDS", "DeployConfig", "DeployError", "RECORD_OUTPUTS", "STAGES", "STALE_PERIODS", "build_controller",
+__all__ = ["CSV_FIELDS", "DeployConfig", "DeployError", "OUTPUTS", "RECORD_OUTPUTS", "STAGES", "STALE_PERIODS",
+           "build_controller",
            "deploy", "workspace_guard"]

@@ -224,6 +224,7 @@ def evaluate_sim(cfg: EvalSimConfig) -> dict:
 
 
 def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)  # before the work, writability included
     dev = distributed.local_device(cfg.runtime.device)
     policy = MaskPolicy.from_checkpoint(cfg.policy, dev)
     sim = cfg.eval_sim_config()
@@ -231,7 +232,6 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
     if policy.cfg.image_size != sim.image_size:
         raise ValueError(f"policy was trained at image_size {policy.cfg.image_size}, sim.image_size is {sim.image_size}")
     mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev)
-    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
     bar = progress_bar("eval-sim", cfg.runtime.progress and ctx.is_main, remaining=False)
     with bar:

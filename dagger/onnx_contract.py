@@ -9,9 +9,10 @@ An export folder holds::
                     mirror_tta, max_speed) and, after the parity check, ``parity``
 
 Writers call :func:`build_contract` and :func:`write_contract`; readers call :func:`read_contract`, which checks the
-kind, the format version and that both graphs are present. :func:`load_nets` loads the two checkpoints behind a
-contract and checks that they work at one image size (the contract has one ``S``); the export and the torch runtime
-of :mod:`graspsim.dagger.controller` both load through it.
+kind, the format version, the keys readers use (:data:`REQUIRED_KEYS`) and that both graphs are present (and not
+empty); :func:`check_sources` compares the checkpoints a contract was exported from with the ones a caller names.
+:func:`load_nets` loads the two checkpoints behind a contract and checks that they work at one image size (the
+contract has one ``S``); the export and the torch runtime of :mod:`graspsim.dagger.controller` both load through it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ CONTRACT_VERSION = 1
 """Format version written, and the only one read."""
 OUTPUTS = (VISION_ONNX, CONTROL_ONNX, CONTRACT_FILE)
 """Everything an export writes into its folder (and replaces as a whole with --overwrite)."""
+REQUIRED_KEYS = ("sources.vision.sha256", "sources.policy.sha256", "vision.image_size", "vision.threshold",
+                 "vision.peak_threshold", "vision.mirror_tta", "control.max_speed")
+"""Dotted keys of a contract that readers use; :func:`read_contract` refuses a contract without one of them."""
 
 
 # ------------------------------------------------------------------------------------------ the checkpoints behind it
@@ -122,11 +126,39 @@ def read_contract(folder: str | os.PathLike) -> dict:
     if contract.get("format_version") != CONTRACT_VERSION:
         raise ValueError(f"{path}: contract format_version {contract.get('format_version')!r}; this version reads "
                          f"{CONTRACT_VERSION}; export again with 'graspsim export'")
+    missing = [k for k in REQUIRED_KEYS if _lookup(contract, k) is None]
+    if missing:
+        raise ValueError(f"{path} lacks {', '.join(missing)}; export again with 'graspsim export'")
     for name in (VISION_ONNX, CONTROL_ONNX):
         if not (folder / name).is_file():
             raise ValueError(f"{folder}: {name} is missing; export again with 'graspsim export'")
+        if (folder / name).stat().st_size == 0:
+            raise ValueError(f"{folder / name} is empty; export again with 'graspsim export'")
     return contract
 
 
-__all__ = ["CONTRACT_FILE", "CONTRACT_KIND", "CONTRACT_VERSION", "CONTROL_ONNX", "OUTPUTS", "VISION_ONNX",
-           "build_contract", "check_image_sizes", "load_nets", "read_contract", "sha256", "write_contract"]
+def _lookup(d: dict, dotted: str):
+    for k in dotted.split("."):
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def check_sources(folder: str | os.PathLike, contract: dict, vision: str | os.PathLike,
+                  policy: str | os.PathLike) -> None:
+    """ValueError unless the contract of ``folder`` was exported from the checkpoints ``vision`` and ``policy``
+    (same sha256): an export of other checkpoints (e.g. before a calibration) carries their threshold and weights.
+    The message names both files."""
+    path = Path(folder) / CONTRACT_FILE
+    for role, flag, given in (("vision", "--vision", vision), ("policy", "--policy", policy)):
+        src = contract["sources"][role]
+        if src["sha256"] != sha256(given):
+            raise ValueError(f"{path} was exported from the {role} checkpoint {src.get('path', '?')}, not from "
+                             f"{flag} {given} (their sha256 differ); export {given} again ('graspsim export' or "
+                             f"deploy without --onnx) or give {flag} the checkpoint the export came from")
+
+
+__all__ = ["CONTRACT_FILE", "CONTRACT_KIND", "CONTRACT_VERSION", "CONTROL_ONNX", "OUTPUTS", "REQUIRED_KEYS",
+           "VISION_ONNX", "build_contract", "check_image_sizes", "check_sources", "load_nets", "read_contract",
+           "sha256", "write_contract"]

@@ -16,8 +16,18 @@ step                    in                                        out
 :meth:`TickLog.add`     frame, decision, command, sent, times     a ``ticks.csv`` row (+ the recorded frame)
 ======================= ========================================= =================================================
 
-Camera and adapter calls go through :func:`guarded`, which turns their exceptions into :class:`DeployError`
-naming the part; the caller stops the robot first (:func:`stop_first`) and then reports.
+Camera and adapter calls go through :func:`guarded`, which turns their exceptions (``SystemExit`` included) into
+:class:`DeployError` naming the part, its class and the method; what they return is checked
+(:func:`graspsim.dagger.cameras.check_frame`, :func:`check_senses`, :func:`check_sent`, :func:`check_outcome`,
+:func:`check_workspace`), so a bad value is a DeployError of the same kind. The caller stops the robot first
+(:func:`stop_first`) and then reports.
+
+**Threads.** The camera is read by a :class:`graspsim.dagger.cameras.CameraReader` (one worker thread); every
+robot adapter method is called from the thread that runs the loop. The **capture watchdog**
+(:func:`capture_deadlines`): when a tick's read has not returned after :data:`STALE_PERIODS` control periods (the
+age at which its frame would be stale anyway), the robot is sent ``stop()``; when it has not returned after
+``--frame-timeout`` + :data:`graspsim.dagger.cameras.WATCHDOG_GRACE` s, the run ends with an error naming the
+camera and that deadline.
 """
 
 from __future__ import annotations
@@ -37,9 +47,10 @@ import torch
 from graspsim import FAILURE_NAMES
 from graspsim.rollout import Finished, Hooks
 
-from .cameras import Camera, CameraError, EndOfStream, Frame
+from .cameras import (WATCHDOG_GRACE, Camera, CameraError, CameraReader, EndOfStream, Frame, describe_value,
+                      part_name)
 from .controller import Controller, Decision
-from .robots import Senses
+from .robots import Outcome, Senses
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +72,11 @@ class DeployError(ValueError):
 
 
 # ------------------------------------------------------------------------------------------ faults
-def guarded(robot) -> Callable:
-    """``guard(what, fn, *args)``: call a camera or adapter method; any exception from it becomes a DeployError
-    naming the part (the caller stops the robot before reporting it). EndOfStream and Ctrl-C pass through."""
+def guarded(robot, camera=None) -> Callable:
+    """``guard(what, fn, *args)``: call a camera (``what`` = "camera") or adapter method (``what`` = its name); any
+    exception from it, ``SystemExit`` included, becomes a DeployError naming the part, its class and the method, e.g.
+    ``robot adapter 'my-arm' (MyArm.send) raised ConnectionError: ...`` (the caller stops the robot before reporting
+    it). EndOfStream and Ctrl-C pass through."""
     def guard(what: str, fn, *args):
         try:
             return fn(*args)
@@ -71,10 +84,89 @@ def guarded(robot) -> Callable:
             raise
         except CameraError as e:
             raise DeployError(str(e)) from None
-        except Exception as e:
-            part = "camera" if what == "camera" else f"robot adapter {getattr(robot, 'name', '?')!r} ({what})"
+        except (Exception, SystemExit) as e:
+            part = part_name(camera, "camera", "read") if what == "camera" else adapter_name(robot, what)
             raise DeployError(f"{part} raised {type(e).__name__}: {e}") from None
     return guard
+
+
+def adapter_name(robot, method: str) -> str:
+    """``robot adapter 'name' (Class.method)``, how errors name an adapter call."""
+    return part_name(robot, "robot adapter", method)
+
+
+def _vector(x, n: int) -> np.ndarray | None:
+    """``x`` as ``n`` finite float64, or None when it is not that."""
+    try:
+        v = np.asarray(x, np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        return None
+    return v if v.shape == (n,) and np.isfinite(v).all() else None
+
+
+def check_senses(senses, robot) -> Senses:
+    """``senses`` if ``robot.senses()`` returned a usable :class:`Senses` (``gripper`` 3 finite floats, ``tcp`` None
+    or 3 finite floats in m); else DeployError naming the adapter and what it returned."""
+    who = adapter_name(robot, "senses")
+    if not hasattr(senses, "gripper"):
+        raise DeployError(f"{who} returned {describe_value(senses)}; expected Senses(gripper=3 floats, tcp=None or "
+                          "3 floats in m)")
+    if _vector(senses.gripper, 3) is None:
+        raise DeployError(f"{who} returned gripper senses {describe_value(senses.gripper)} "
+                          f"{_short(senses.gripper)}; expected 3 finite floats (gap, close command, contact)")
+    tcp = getattr(senses, "tcp", None)
+    if tcp is not None and _vector(tcp, 3) is None:
+        raise DeployError(f"{who} returned a fingertip position {_short(tcp)}; expected None or 3 finite floats (m)")
+    return senses
+
+
+def check_sent(sent, command: np.ndarray, robot) -> np.ndarray:
+    """What ``robot.send(command)`` says it sent, as 4 float32: ``command`` when it returned None, else its 4
+    finite values; DeployError naming the adapter for anything else (2 values would leave ``ticks.csv`` columns
+    empty)."""
+    if sent is None:
+        return command
+    v = _vector(sent, 4)
+    if v is None:
+        raise DeployError(f"{adapter_name(robot, 'send')} returned {describe_value(sent)} {_short(sent)}; expected "
+                          "the 4 values it sent (vx, vy, vz m/s, grip) or None")
+    return v.astype(np.float32)
+
+
+def check_outcome(out, robot) -> Outcome:
+    """``out`` if ``robot.outcome()`` returned a usable :class:`Outcome` (``done`` a bool, ``success`` a bool or
+    None, ``reason`` a str); else DeployError naming the adapter."""
+    who = adapter_name(robot, "outcome")
+    if not all(hasattr(out, k) for k in ("done", "success", "reason")):
+        raise DeployError(f"{who} returned {describe_value(out)}; expected Outcome(done, success, reason)")
+    bools = (bool, np.bool_)
+    if not isinstance(out.done, bools) or not (out.success is None or isinstance(out.success, bools)):
+        raise DeployError(f"{who} returned done={out.done!r}, success={out.success!r}; expected done a bool and "
+                          "success a bool or None")
+    if not isinstance(out.reason, str):
+        raise DeployError(f"{who} returned reason={out.reason!r}; expected a str")
+    return out
+
+
+def check_workspace(box, robot):
+    """``box`` if ``robot.workspace()`` returned None or (low 3, high 3) finite floats in m with low < high; else
+    DeployError naming the adapter."""
+    if box is None:
+        return None
+    try:
+        lo, hi = box
+    except (TypeError, ValueError):
+        lo = hi = None
+    lo, hi = _vector(lo, 3), _vector(hi, 3)
+    if lo is None or hi is None or not (lo < hi).all():
+        raise DeployError(f"{adapter_name(robot, 'workspace')} returned {describe_value(box)} {_short(box)}; "
+                          "expected None or (low, high): 3 finite floats each (m), low < high")
+    return lo, hi
+
+
+def _short(x) -> str:
+    text = repr(x.tolist() if isinstance(x, np.ndarray) else x)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def stop_first(robot) -> str:
@@ -116,7 +208,7 @@ class RobotEnv:
 
     def step(self, action):
         self.ticks += 1
-        out = self.guard("outcome", self.robot.outcome)
+        out = check_outcome(self.guard("outcome", self.robot.outcome), self.robot)
         done = bool(out.done) or self.ticks >= self.max_ticks
         success = bool(out.success) if out.done else False
         reason = out.reason if out.done else "time_limit"
@@ -161,10 +253,21 @@ class Pacer:
         return now
 
 
-def capture(camera: Camera, robot, guard: Callable, timeout: float) -> tuple[Frame, Senses]:
-    """The camera's latest frame (waiting at most ``timeout`` s) and the robot's senses."""
-    frame = guard("camera", camera.read, timeout)
-    senses = guard("senses", robot.senses)
+def capture_deadlines(period: float, frame_timeout: float) -> tuple[float, float]:
+    """The capture watchdog's deadlines (s after a tick's camera read started): ``(stop_after, give_up_after)``.
+    After ``stop_after`` = :data:`STALE_PERIODS` ``period`` s (the age at which a frame is stale anyway; at period 0,
+    no separate stop) the robot is sent ``stop()``; after ``give_up_after`` = ``frame_timeout`` +
+    :data:`graspsim.dagger.cameras.WATCHDOG_GRACE` s the run ends."""
+    give_up = frame_timeout + WATCHDOG_GRACE
+    return (min(STALE_PERIODS * period, give_up) if period > 0 else give_up), give_up
+
+
+def capture(reader: CameraReader, robot, guard: Callable, timeout: float, stall_after: float | None = None,
+            on_stall: Callable[[], None] | None = None) -> tuple[Frame, Senses]:
+    """The camera's latest frame (its ``read`` waiting at most ``timeout`` s, watched by ``reader``: ``on_stall``
+    after ``stall_after`` s) and the robot's senses, both checked."""
+    frame = guard("camera", reader.read, timeout, stall_after, on_stall)
+    senses = check_senses(guard("senses", robot.senses), robot)
     return frame, senses
 
 
@@ -208,20 +311,21 @@ def guard_workspace(d: Decision, tcp: np.ndarray | None, box, period: float) -> 
 
 def send(robot, guard: Callable, command: np.ndarray) -> np.ndarray:
     """Execute ``command`` (4 float32); returns what the adapter says it sent (4 float32; the command if it says
-    nothing)."""
-    sent = guard("send", robot.send, command)
-    return command if sent is None else np.asarray(sent, np.float32).reshape(-1)
+    nothing; checked by :func:`check_sent`)."""
+    return check_sent(guard("send", robot.send, command), command, robot)
 
 
 # ------------------------------------------------------------------------------------------ statistics and log
 class TickStats:
-    """Stage times (ms) of every tick, stop counts and overruns."""
+    """Stage times (ms) of every tick, stop counts, overruns and capture stalls (reads that outlasted the watchdog's
+    stop deadline, each answered by ``stop()``)."""
 
     def __init__(self, period: float):
         self.period = period
         self.times: dict[str, list[float]] = {s: [] for s in STAGES}
         self.stops: dict[str, int] = {}
         self.overruns = 0
+        self.stalls = 0
 
     def add(self, ms: dict, stop: str, ep_stops: dict, tick_s: float, where: str) -> None:
         """Record one tick: ``ms`` stage -> ms (NaN = not run), its ``stop`` reason (counted here and in
@@ -314,8 +418,10 @@ class TickHooks(Hooks):
 
     def __init__(self, camera: Camera, robot, controller: Controller, env: RobotEnv, guard: Callable,
                  tick_log: TickLog, *, period: float, fallback_period: float, frame_timeout: float, warmup: int,
-                 progress: bool, clock=time.perf_counter, sleep=time.sleep):
+                 progress: bool, clock=time.perf_counter, sleep=time.sleep, reader: CameraReader | None = None):
         self.camera, self.robot, self.ctl, self.env, self.guard = camera, robot, controller, env, guard
+        self.reader = reader if reader is not None else CameraReader(camera)
+        self.stall_after, self.give_up_after = capture_deadlines(period, frame_timeout)
         self.log = tick_log
         self.period, self.horizon = period, period or fallback_period
         self.frame_timeout, self.warmup, self.progress = frame_timeout, warmup, progress
@@ -335,7 +441,8 @@ class TickHooks(Hooks):
             blank = np.zeros((self.ctl.image_size, self.ctl.image_size, 3), np.uint8)
             for _ in range(self.warmup):
                 self.ctl.decide(blank, np.array([1.0, 0.0, 0.0], np.float32))
-            self.box = self.guard("workspace", self.robot.workspace) if hasattr(self.robot, "workspace") else None
+            if callable(getattr(self.robot, "workspace", None)):
+                self.box = check_workspace(self.guard("workspace", self.robot.workspace), self.robot)
             self.warmed = True
         self.ctl.reset()
         self.episode = int(episodes[0])
@@ -361,7 +468,8 @@ class TickHooks(Hooks):
     # ---------------------------------------------------------------- one tick
     def act(self, obs, active):
         t0 = self.pacer.wait()
-        frame, senses = capture(self.camera, self.robot, self.guard, self.frame_timeout)
+        frame, senses = capture(self.reader, self.robot, self.guard, self.frame_timeout, self.stall_after,
+                                self._stalled)
         t1 = self.clock()
         gripper = np.asarray(senses.gripper, np.float32).reshape(-1)
         age = time.monotonic() - frame.t
@@ -378,7 +486,18 @@ class TickHooks(Hooks):
         self.tick += 1
         return torch.from_numpy(sent[None].astype(np.float32))
 
+    def _stalled(self) -> None:
+        """The watchdog's first deadline passed with the camera's read still running: stop the robot now (from this
+        thread), count it, warn (the first 5 and every 100th)."""
+        self.guard("stop", self.robot.stop)
+        self.stats.stalls += 1
+        if self.stats.stalls <= 5 or self.stats.stalls % 100 == 0:
+            log.warning("%s took longer than %.0f ms (tick %d of episode %d): the robot was sent a stop; the run "
+                        "ends if it takes longer than %.2f s (%d stalls so far)", self.reader.who,
+                        1e3 * self.stall_after, self.tick, self.episode, self.give_up_after, self.stats.stalls)
+
 
 __all__ = ["CSV_FIELDS", "DeployError", "Pacer", "RobotEnv", "STAGES", "STALE_PERIODS", "TickHooks", "TickLog",
-           "TickStats", "capture", "decide", "guard_workspace", "guarded", "latency_stats", "send", "stale_decision",
+           "TickStats", "adapter_name", "capture", "capture_deadlines", "check_outcome", "check_senses", "check_sent",
+           "check_workspace", "decide", "guard_workspace", "guarded", "latency_stats", "send", "stale_decision",
            "stop_first", "tick_row", "workspace_guard"]

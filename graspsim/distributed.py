@@ -95,6 +95,16 @@ def from_env() -> Context:
     return Context(rank, world, local)
 
 
+def single_process(what: str, because: str) -> None:
+    """ValueError when this process is one of several of a ``torchrun`` job (``WORLD_SIZE`` > 1), for verbs that
+    drive one piece of hardware (``deploy``, ``record``); ``because`` says what every rank would do (e.g. "send
+    every command to the robot again"). Call it before opening anything."""
+    ctx = from_env()
+    if ctx.distributed:
+        raise ValueError(f"{what} runs on one process; under torchrun (WORLD_SIZE={ctx.world_size}) every rank would "
+                         f"{because}: run it without torchrun")
+
+
 def context() -> Context:
     """This process's position: from the initialised process group if there is one, else from the environment."""
     if torch.distributed.is_available() and torch.distributed.is_initialized():
@@ -343,5 +353,6 @@ def job(device: str | torch.device, timeout: float, what: str) -> Iterator[Conte
 __all__ = [
     "Context", "DEFAULT_TIMEOUT", "RankFailed", "all_gather_object", "all_reduce_mean", "backend_for", "barrier",
     "broadcast_module", "broadcast_object", "check_identical", "context", "digest", "from_env", "guard", "init",
-    "is_main", "job", "local_device", "posted_failure", "rank", "rank_seed", "shard", "shard_bounds", "shutdown", "world_size",
+    "is_main", "job", "local_device", "posted_failure", "rank", "rank_seed", "shard", "shard_bounds", "shutdown",
+    "single_process", "world_size",
 ]

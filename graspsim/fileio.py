@@ -18,6 +18,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -108,6 +109,31 @@ def check_folder_path(out: str | os.PathLike, flag: str = "--out") -> Path:
     return out
 
 
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (the folder a new output would be created in)."""
+    for p in [path, *path.parents]:
+        if p.exists():
+            return p
+    return Path(".")
+
+
+def check_writable(out: str | os.PathLike, flag: str = "--out") -> Path:
+    """PermissionError unless an output at ``out`` (a folder or a file) can be created or written: ``out`` itself
+    when it is an existing folder, else the nearest existing folder above it. Tried for real (a hidden probe folder
+    is made and removed at once), because permission bits say nothing for root, read-only mounts or /proc. Run when
+    the flags are checked, so a verb that drives a robot or runs for hours does not find out at its end."""
+    out = Path(out)
+    where = out if out.is_dir() else _nearest_existing(out.parent)
+    try:
+        probe = tempfile.mkdtemp(prefix=".graspsim-probe-", dir=where)
+        os.rmdir(probe)
+    except OSError as e:
+        inside = "" if where == out else f" (inside {where})"
+        raise PermissionError(f"{flag} {out} cannot be written{inside}: {e.strerror or e}; choose another "
+                              f"{flag}") from None
+    return out
+
+
 def check_out_dir(out: str | os.PathLike, *, flag: str = "--out", overwrite: bool | None = None,
                   resume: bool | None = None) -> Path:
     """Validate a verb's output folder without writing anything; return it as a Path. ``overwrite`` / ``resume``:
@@ -118,9 +144,10 @@ def check_out_dir(out: str | os.PathLike, *, flag: str = "--out", overwrite: boo
     """
     out = check_folder_path(out, flag)
     if not out.is_dir():
-        return out
+        return check_writable(out, flag)
     if not os.access(out, os.W_OK | os.X_OK):
         raise PermissionError(f"{flag} {out} is not writable; choose another folder")
+    check_writable(out, flag)
     entries = list(out.iterdir())
     if not entries or overwrite or resume:
         return out
@@ -147,7 +174,7 @@ def check_out_file(path: str | os.PathLike, *, flag: str = "--out", overwrite: b
     if path.exists() and not (overwrite or resume):
         how = "--resume to continue it, --overwrite to replace it," if resume is not None else "--overwrite to replace it"
         raise FileExistsError(f"{flag} {path} already exists; pass {how} or choose another {flag}")
-    return path
+    return check_writable(path, flag)
 
 
 def check_in_file(path: str | os.PathLike, label: str, what: str = "file", inside: str | None = None) -> Path:

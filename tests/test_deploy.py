@@ -209,7 +209,7 @@ def test_adapter_that_raises_is_stopped_first(tmp_path, capsys):
     code, err = _cli(["--camera", "deploy_fakes:RedDotCamera", "--robot", "deploy_fakes:RaisingRobot",
                       "--out", str(tmp_path / "o"), *FAKE], capsys)
     assert code == 2
-    assert "robot adapter 'raising' (send) raised ConnectionError: arm controller went away" in err
+    assert "robot adapter 'raising' (RaisingRobot.send) raised ConnectionError: arm controller went away" in err
     assert "stop command" in err
     assert [k for k, _ in deploy_fakes.EVENTS] == ["send", "send", "stop"]
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["ended"] == "error"

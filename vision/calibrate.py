@@ -34,6 +34,7 @@ import torch
 from torch import Tensor
 
 from graspsim import runs
+from graspsim.fileio import check_writable
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import boolean, positive_int
 
@@ -147,7 +148,7 @@ def _check_out(cfg: CalibrateConfig) -> Path:
         raise FileExistsError(f"--out {out} exists; pass --overwrite to replace it")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"the folder of --out {out} does not exist")
-    return out
+    return check_writable(out)  # now, not after the frames were scored
 
 
 def calibrate(cfg: CalibrateConfig) -> dict:

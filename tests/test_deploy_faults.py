@@ -1,0 +1,342 @@
+"""Faults of ``graspsim deploy`` and ``graspsim record`` (issue 38): every fault stops the robot first, writes
+``summary.json`` and ends with one error line; refusals come before the camera or the robot is opened.
+
+Each case asserts the exit code, the one error line on stderr, the order of the fake robot's calls
+(tests/deploy_fakes.py) and the files left behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+import deploy_fakes
+from graspsim.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+VISION = ROOT / "vision" / "assets" / "segnet.pt"
+POLICY = ROOT / "tests" / "assets" / "policy_format0.pt"
+NETS = ["--vision", str(VISION), "--policy", str(POLICY)]
+FAKE = ["--hz", "100", "--time-limit", "0.5", "--warmup", "1", "--no-progress"]
+SIM = ["--camera", "sim", "--robot", "sim", "--hz", "0", "--time-limit", "0.3", "--warmup", "1", "--no-progress"]
+UNWRITABLE = Path("/proc/graspsim-no-such-dir")
+"""A folder that cannot be created, even by root (permission bits do not stop root; /proc does)."""
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fakes():
+    deploy_fakes.EVENTS.clear()
+    deploy_fakes.STAMPS.clear()
+    deploy_fakes.RELEASE.clear()
+    yield
+    deploy_fakes.RELEASE.set()  # frees a BlockingCamera's abandoned read
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str]:
+    """``graspsim <argv>`` in this process; returns the exit code and the one error line (asserting it is one)."""
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert code == 0 or len(lines) == 1, err
+    return code, (lines[0] if lines else "")
+
+
+def _kinds() -> list[str]:
+    return [k for k, _ in deploy_fakes.EVENTS]
+
+
+def _rows(path: Path) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _summary(out: Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+def _tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*")) if root.exists() else []
+
+
+# ------------------------------------------------------------------------------------------ the capture watchdog
+def test_capture_watchdog_stops_the_robot_when_the_camera_hangs(tmp_path, capsys):
+    """A read that never returns: the robot gets stop() two periods after it started, the run ends at
+    --frame-timeout + 0.5 s with one line naming the camera and the deadline, summary.json says why."""
+    out = tmp_path / "o"
+    t0 = time.monotonic()
+    code, line = _run(["deploy", *NETS, "--camera", "deploy_fakes:BlockingCamera", "--robot",
+                       "deploy_fakes:TimedRobot", "--out", str(out), "--hz", "20", "--frame-timeout", "0.2",
+                       "--time-limit", "5", "--warmup", "1", "--no-progress"], capsys)
+    took = time.monotonic() - t0
+    assert code == 2
+    assert line.startswith("graspsim deploy: error: camera 'blocking' (BlockingCamera.read) did "
+                           "not return within 0.7 s (its timeout 0.2 s + 0.5 s grace)"), line
+    assert line.endswith("the robot was sent a stop command")
+    stamps = deploy_fakes.STAMPS
+    assert [k for k, _ in stamps] == ["send", "send", "blocked", "stop", "stop"]
+    blocked, first_stop = stamps[2][1], stamps[3][1]
+    assert 0.09 <= first_stop - blocked <= 0.1 + 0.15  # two periods of 50 ms, with slack for a loaded machine
+    assert stamps[4][1] - blocked <= 0.7 + 0.3
+    assert took < 8
+    s = _summary(out)
+    assert s["ended"] == "error" and "did not return within 0.7 s" in s["error"]
+    assert s["capture_stalls"] == 1 and s["capture_deadlines_s"] == [pytest.approx(0.1), pytest.approx(0.7)]
+    assert len(_rows(out / "ticks.csv")) == 2
+    assert _tree(out) == ["summary.json", "ticks.csv"]
+
+
+def test_a_slow_read_stops_the_robot_and_the_run_goes_on(tmp_path, capsys):
+    """A read that takes 0.3 s at 20 Hz: stop() after two periods, then the run continues and completes."""
+    out = tmp_path / "o"
+    code, _ = _run(["deploy", *NETS, "--camera", "deploy_fakes:SlowCamera", "--robot", "deploy_fakes:TimedRobot",
+                    "--out", str(out), "--hz", "20", "--frame-timeout", "1", "--time-limit", "0.3", "--warmup", "1",
+                    "--no-progress"], capsys)
+    assert code == 0
+    kinds = [k for k, _ in deploy_fakes.STAMPS]
+    assert kinds[:4] == ["send", "send", "blocked", "stop"] and kinds[4] == "send" and kinds[-1] == "stop"
+    s = _summary(out)
+    assert s["ended"] == "completed" and s["capture_stalls"] == 1 and s["error"] is None
+    assert len(_rows(out / "ticks.csv")) == 6
+
+
+# ------------------------------------------------------------------------------------------ bad adapter values
+BAD_VALUES = [
+    ("deploy_fakes:NoneCamera", "deploy_fakes:LoggingRobot", 2,
+     "camera 'deploy_fakes:NoneCamera' (NoneCamera.read) returned None; expected a graspsim.dagger.cameras.Frame"),
+    ("deploy_fakes:TupleCamera", "deploy_fakes:LoggingRobot", 2,
+     "camera 'deploy_fakes:TupleCamera' (TupleCamera.read) returned a tuple of 2; expected a graspsim"),
+    ("deploy_fakes:EmptyFrameCamera", "deploy_fakes:LoggingRobot", 2,
+     "(EmptyFrameCamera.read) returned a frame whose rgb is an array of shape (0, 0, 3) uint8; expected H,W,3 uint8"),
+    ("deploy_fakes:FloatFrameCamera", "deploy_fakes:LoggingRobot", 2,
+     "(FloatFrameCamera.read) returned a frame whose rgb is an array of shape (64, 64, 3) float32"),
+    ("deploy_fakes:GreyFrameCamera", "deploy_fakes:LoggingRobot", 2,
+     "(GreyFrameCamera.read) returned a frame whose rgb is an array of shape (64, 64) uint8"),
+    ("deploy_fakes:NanTimeCamera", "deploy_fakes:LoggingRobot", 2,
+     "(NanTimeCamera.read) returned a frame time of nan; expected time.monotonic() at capture (s)"),
+    ("deploy_fakes:WallClockCamera", "deploy_fakes:LoggingRobot", 2,
+     "ahead of time.monotonic(); give time.monotonic() at capture (time.time() is another clock)"),
+    ("deploy_fakes:RedDotCamera", "deploy_fakes:TwoValueSendRobot", 3,
+     "robot adapter 'deploy_fakes:TwoValueSendRobot' (TwoValueSendRobot.send) returned an array of shape (2,) "
+     "float32 [0.0, 0.0]; expected the 4 values it sent"),
+    ("deploy_fakes:RedDotCamera", "deploy_fakes:NanSendRobot", 3,
+     "(NanSendRobot.send) returned an array of shape (4,) float32 [nan, nan, nan, nan]"),
+    ("deploy_fakes:RedDotCamera", "deploy_fakes:ExitingRobot", 3,
+     "robot adapter 'deploy_fakes:ExitingRobot' (ExitingRobot.send) raised SystemExit: 5"),
+    ("deploy_fakes:RedDotCamera", "deploy_fakes:NoneSensesRobot", 2,
+     "robot adapter 'deploy_fakes:NoneSensesRobot' (NoneSensesRobot.senses) returned None; expected Senses("),
+    ("deploy_fakes:RedDotCamera", "deploy_fakes:TupleSensesRobot", 2,
+     "(TupleSensesRobot.senses) returned a tuple of 3"),
+    ("deploy_fakes:RedDotCamera", "deploy_fakes:NanSensesRobot", 2,
+     "(NanSensesRobot.senses) returned gripper senses an array of shape (3,) float32 [nan, 0.0, 0.0]; expected 3 "
+     "finite floats"),
+    ("deploy_fakes:RedDotCamera", "deploy_fakes:NoneOutcomeRobot", 2,
+     "robot adapter 'deploy_fakes:NoneOutcomeRobot' (NoneOutcomeRobot.outcome) returned None; expected Outcome("),
+    ("deploy_fakes:RedDotCamera", "deploy_fakes:BadWorkspaceRobot", 0,
+     "(BadWorkspaceRobot.workspace) returned a tuple of 2"),
+]
+
+
+@pytest.mark.parametrize("camera, robot, sends, message", BAD_VALUES,
+                         ids=[c.split(":")[1] if "RedDot" not in c else r.split(":")[1] for c, r, _, _ in BAD_VALUES])
+def test_bad_adapter_values_stop_the_robot_and_name_the_adapter(tmp_path, capsys, camera, robot, sends, message):
+    out = tmp_path / "o"
+    code, line = _run(["deploy", *NETS, "--camera", camera, "--robot", robot, "--out", str(out), *FAKE], capsys)
+    assert code == 2 and line.startswith("graspsim deploy: error: ") and message in line, line
+    assert line.endswith("; the robot was sent a stop command")
+    assert _kinds() == ["send"] * sends + ["stop"]  # nothing sent after the bad value; stop() before the report
+    s = _summary(out)
+    assert s["ended"] == "error" and message in s["error"]
+    assert len(_rows(out / "ticks.csv")) == min(sends, 2)  # the tick whose send returned a bad value is not logged
+    assert _tree(out) == ["summary.json", "ticks.csv"]
+
+
+# ------------------------------------------------------------------------------------------ refused up front
+@pytest.mark.parametrize("verb", ["deploy", "record"])
+def test_torchrun_is_refused_before_anything_opens(tmp_path, capsys, monkeypatch, verb):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    out = tmp_path / "o"
+    args = ["--camera", "deploy_fakes:RedDotCamera", "--out", str(out)]
+    if verb == "deploy":
+        args = [*NETS, *args, "--robot", "deploy_fakes:LoggingRobot", *FAKE]
+    opened = []
+    monkeypatch.setattr(deploy_fakes.RedDotCamera, "__init__", lambda self, *a: opened.append(self))
+    code, line = _run([verb, *args], capsys)
+    assert code == 2 and line.startswith(f"graspsim {verb}: error: {verb} runs on one process; under torchrun "
+                                         "(WORLD_SIZE=2)"), line
+    because = ("open the camera and the robot, send every command again and write the same --out" if verb == "deploy"
+               else "open the same camera and write the same --out")
+    assert line.endswith(f"every rank would {because}: run it without torchrun"), line
+    assert opened == [] and deploy_fakes.EVENTS == [] and not out.exists()
+
+
+@pytest.mark.parametrize("verb", ["deploy", "record"])
+@pytest.mark.parametrize("index", ["-1", "-2", "99999999999", "256"])
+def test_bad_camera_index_never_reaches_opencv(tmp_path, capsys, monkeypatch, verb, index):
+    import cv2
+
+    monkeypatch.setattr(cv2, "VideoCapture", lambda *a: pytest.fail("cv2.VideoCapture called"))
+    out = tmp_path / "o"
+    args = [f"--camera={index}", "--out", str(out)]
+    if verb == "deploy":
+        args = [*NETS, *args, "--robot", "dry-run", *FAKE]
+    code, line = _run([verb, *args], capsys)
+    assert code == 2 and line == (f"graspsim {verb}: error: --camera {index}: an OpenCV device index is a whole "
+                                  "number from 0 to 255; or give a video file, an image folder, 'sim', 'bullet' or "
+                                  "module:Class"), line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("verb", ["deploy", "eval-sim", "calibrate"])
+def test_unwritable_out_is_refused_before_the_work(tmp_path, capsys, verb):
+    out = UNWRITABLE / "o"
+    args = {"deploy": [*NETS, "--camera", "deploy_fakes:RedDotCamera", "--robot", "deploy_fakes:LoggingRobot",
+                       "--out", str(out), *FAKE],
+            "eval-sim": ["--policy", str(POLICY), "--out", str(out), "--episodes", "1"],
+            "calibrate": ["--vision", str(VISION), "--images", str(ROOT / "data" / "sample_real" / "images"),
+                          "--out", str(out) + ".pt"]}[verb]
+    if verb == "calibrate":  # the folder of a calibrate --out must exist: /proc exists and cannot be written
+        args[-1] = "/proc/calibrated.pt"
+    t0 = time.monotonic()
+    code, line = _run([verb, *args], capsys)
+    assert code == 2 and line.startswith(f"graspsim {verb}: error: --out /proc"), line
+    assert "cannot be written" in line and "choose another --out" in line
+    assert deploy_fakes.EVENTS == []  # deploy: not a single command sent
+    assert time.monotonic() - t0 < 5  # refused before the work, not after it
+
+
+# ------------------------------------------------------------------------------------------ ONNX export folders
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> dict:
+    """An export of the shipped nets, a calibrated copy of the vision net (another sha256) and broken copies."""
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    from graspsim.dagger.export import ExportConfig, export
+    from graspsim.vision.checkpoint import load_checkpoint, save_checkpoint
+
+    root = tmp_path_factory.mktemp("onnx")
+    export(ExportConfig(vision=VISION, policy=POLICY, out=root / "x", check=False))
+    ckpt = load_checkpoint(VISION)
+    calibrated = root / "calibrated.pt"
+    save_checkpoint(calibrated, {k: v for k, v in ckpt.items() if k not in ("kind", "format_version")} |
+                    {"threshold": 0.08})
+
+    def truncate(d: Path) -> None:
+        (d / "vision.onnx").write_bytes((d / "vision.onnx").read_bytes()[:300])
+
+    for name, damage in (("truncated", truncate),
+                         ("empty", lambda d: (d / "control.onnx").write_bytes(b"")),
+                         ("no_threshold", lambda d: _drop_key(d / "contract.json", "vision", "threshold")),
+                         ("no_sources", lambda d: _drop_key(d / "contract.json", "sources", None))):
+        shutil.copytree(root / "x", root / name)
+        damage(root / name)
+    return {"root": root, "calibrated": calibrated}
+
+
+def _drop_key(path: Path, section: str, key: str | None) -> None:
+    c = json.loads(path.read_text())
+    if key is None:
+        del c[section]
+    else:
+        del c[section][key]
+    path.write_text(json.dumps(c))
+
+
+@pytest.mark.parametrize("folder, vision, message", [
+    ("x", "calibrated", "x/contract.json was exported from the vision checkpoint {VISION}, not from --vision "
+                        "{calibrated} (their sha256 differ)"),
+    ("truncated", None, "truncated/vision.onnx: onnxruntime cannot load this graph ("),
+    ("empty", None, "empty/control.onnx is empty; export again with 'graspsim export'"),
+    ("no_threshold", None, "no_threshold/contract.json lacks vision.threshold; export again"),
+    ("no_sources", None, "no_sources/contract.json lacks sources.vision.sha256, sources.policy.sha256; export again"),
+])
+def test_onnx_folder_is_checked_against_the_checkpoints(tmp_path, capsys, exported, folder, vision, message):
+    root = exported["root"]
+    vision_path = exported["calibrated"] if vision == "calibrated" else VISION
+    out = tmp_path / "o"
+    code, line = _run(["deploy", "--vision", str(vision_path), "--policy", str(POLICY), "--runtime", "onnx",
+                       "--onnx", str(root / folder), "--camera", "deploy_fakes:RedDotCamera", "--robot",
+                       "deploy_fakes:LoggingRobot", "--out", str(out), *FAKE], capsys)
+    expected = message.format(VISION=VISION, calibrated=exported["calibrated"])
+    assert code == 2 and line.startswith("graspsim deploy: error: ") and expected in line, line
+    assert deploy_fakes.EVENTS == [] and not out.exists()
+
+
+def _earlier_run(out: Path, onnx: bool) -> dict[str, bytes]:
+    out.mkdir(parents=True)
+    (out / "summary.json").write_text('{"old": true}')
+    (out / "ticks.csv").write_text("old\n")
+    (out / "notes.txt").write_text("mine")
+    if onnx:
+        (out / "onnx").mkdir()
+        (out / "onnx" / "contract.json").write_text("old")
+    return {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+
+def test_onnx_overwrite_with_a_camera_that_fails_leaves_out_as_it_was(tmp_path, capsys):
+    pytest.importorskip("onnx")
+    out = tmp_path / "o"
+    before = _earlier_run(out, onnx=False)
+    code, line = _run(["deploy", *NETS, "--runtime", "onnx", "--overwrite", "--camera", "deploy_fakes:NoSuchCamera",
+                       "--robot", "dry-run", "--out", str(out), *FAKE], capsys)
+    assert code == 2 and "no attribute 'NoSuchCamera'" in line, line
+    assert {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # no onnx/
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith((".staging", ".old"))]
+
+
+def test_a_refused_onnx_deploy_leaves_nothing_and_a_rerun_works(tmp_path, capsys):
+    pytest.importorskip("onnx")
+    out = tmp_path / "o"
+    code, _ = _run(["deploy", *NETS, "--runtime", "onnx", "--camera", "deploy_fakes:NoSuchCamera", "--robot",
+                    "dry-run", "--out", str(out), *FAKE], capsys)
+    assert code == 2 and not out.exists()
+    code, _ = _run(["deploy", *NETS, "--runtime", "onnx", "--camera", "deploy_fakes:RedDotCamera", "--robot",
+                    "dry-run", "--out", str(out), *FAKE], capsys)
+    assert code == 0 and _tree(out)[:2] == ["onnx", "onnx/contract.json"]
+    assert _summary(out)["runtime"] == "onnx"
+
+
+def test_a_torch_overwrite_removes_a_stale_onnx_folder(tmp_path, capsys):
+    out = tmp_path / "o"
+    _earlier_run(out, onnx=True)
+    code, _ = _run(["deploy", *NETS, *SIM, "--overwrite", "--out", str(out)], capsys)
+    assert code == 0
+    assert _tree(out) == ["notes.txt", "summary.json", "ticks.csv"]  # the user's notes stay, the old onnx/ goes
+    assert _summary(out)["runtime"] == "torch"
+
+
+# ------------------------------------------------------------------------------------------ record
+def test_record_keeps_its_frames_when_the_camera_raises_anything(tmp_path, capsys):
+    out = tmp_path / "r"
+    code, line = _run(["record", "--camera", "deploy_fakes:RuntimeErrorCamera", "--out", str(out), "--frames", "9",
+                       "--hz", "0"], capsys)
+    assert code == 2 and line == ("graspsim record: error: camera 'runtime-error' "
+                                  "(RuntimeErrorCamera.read) raised RuntimeError: USB bus reset"), line
+    assert _tree(out) == ["frames.csv", "images", "images/frame_0000.png", "images/frame_0001.png"]
+    assert len(_rows(out / "frames.csv")) == 2
+
+
+def test_record_keeps_its_frames_when_the_camera_hangs(tmp_path, capsys):
+    out = tmp_path / "r"
+    t0 = time.monotonic()
+    code, line = _run(["record", "--camera", "deploy_fakes:BlockingCamera", "--out", str(out), "--frames", "9",
+                       "--hz", "0", "--frame-timeout", "0.1"], capsys)
+    assert code == 2 and "(BlockingCamera.read) did not return within 0.6 s" in line, line
+    assert time.monotonic() - t0 < 5
+    assert _tree(out) == ["frames.csv", "images", "images/frame_0000.png", "images/frame_0001.png"]
+
+
+def test_record_refuses_a_float_frame_and_keeps_the_earlier_ones(tmp_path, capsys):
+    out = tmp_path / "r"
+    code, line = _run(["record", "--camera", "deploy_fakes:FloatFrameCamera", "--out", str(out), "--frames", "9",
+                       "--hz", "0"], capsys)
+    assert code == 2 and "(FloatFrameCamera.read) returned a frame whose rgb is an array of shape (64, 64, 3) " \
+                         "float32; expected H,W,3 uint8" in line, line
+    assert _tree(out) == ["frames.csv", "images", "images/frame_0000.png", "images/frame_0001.png"]
