@@ -71,7 +71,7 @@ from graspsim.validate import finite_non_negative, finite_positive, non_negative
 from .cameras import SIM_CAMERAS, Camera, CameraReader, EndOfStream, close_camera, device_index, open_camera
 from .controller import Controller, SafetyConfig
 from .robot_loop import (CSV_FIELDS, STAGES, STALE_PERIODS, TICKS_CSV, DeployError, RobotEnv, TickHooks, TickLog,
-                         capture_deadlines, guarded, latency_stats, stop_first, workspace_guard)
+                         adapter_name, capture_deadlines, guarded, latency_stats, stop_first, workspace_guard)
 from .robots import SIM_ROBOTS, Robot, SimWorld, open_robot
 from .stats import wilson
 
@@ -275,16 +275,18 @@ def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
     own_robot, own_camera, reader = robot is None, camera is None, None
     try:
         if own_robot and rob_name in SIM_ROBOTS:
+            check_world_kinds(cfg.sim, ctl.wrist)
             world = SimWorld(rob_name, cfg.sim)
         if own_robot:
-            robot = open_robot(rob_name, world)
+            robot = open_robot(rob_name, world, ctl.wrist, cfg.period or 1.0 / cfg.sim.control_hz)
+        check_wrist(robot, ctl.wrist)
         if own_camera:
             camera = open_camera(cam_name, world)
         reader = CameraReader(camera)
         if recording is None:
-            return _run(cfg, stage, camera, robot, ctl, TickLog(), reader)
+            return _run(cfg, stage, camera, robot, ctl, TickLog(wrist=ctl.wrist), reader)
         with recording:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
-            return _run(cfg, stage, camera, robot, ctl, TickLog(recording), reader)
+            return _run(cfg, stage, camera, robot, ctl, TickLog(recording, ctl.wrist), reader)
     finally:
         # a read cut short by Ctrl-C may finish within its deadline; a camera still blocked in a read is not closed
         # (nor the world it renders), and its worker thread, a daemon, is left behind
@@ -296,6 +298,29 @@ def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
                 robot.close()
         if world is not None and free:  # closing twice is harmless
             world.close()
+
+
+def check_world_kinds(sim: SimConfig, wrist: bool) -> None:
+    """ValueError unless the simulated world's target kinds (``sim``) suit the control net: a wrist-turning net (trained
+    on cubes or cylinders) needs those kinds, a sphere-only net cannot grasp them."""
+    kinds = ",".join(sim.target.kinds)
+    if wrist and not sim.wrist:
+        raise ValueError(f"the control net turns the wrist (trained on cubes or cylinders) but the simulated world "
+                         f"holds only --sim.target.kinds {kinds}; give the kinds it was trained on, e.g. "
+                         "--sim.target.kinds cube")
+    if sim.wrist and not wrist:
+        raise ValueError(f"the control net is sphere-only (no wrist) and cannot grasp --sim.target.kinds {kinds}; "
+                         f"deploy a net trained with 'graspsim dagger --sim.target.kinds {kinds}'")
+
+
+def check_wrist(robot, wrist: bool) -> None:
+    """ValueError naming the adapter when the control net turns the wrist and the adapter has none (``wrist`` not
+    True): it could not turn the fingers to a cube's faces."""
+    if wrist and getattr(robot, "wrist", False) is not True:
+        raise ValueError(f"{adapter_name(robot, 'send')} has no wrist (its attribute wrist is not True) but the control "
+                         "net turns the wrist (trained on cubes or cylinders); give an adapter with wrist = True whose "
+                         "send() takes (vx, vy, vz, wz, grip) and whose senses() add sin and cos of the wrist angle "
+                         "(docs/deploy.md)")
 
 
 def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller, tick_log: TickLog,

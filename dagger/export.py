@@ -7,7 +7,8 @@ Writes into ``--out``:
 
 * ``vision.onnx``: ``rgb`` B,3,S,S **uint8** -> ``logits`` B,S,S float32 (the /255 scaling is inside the graph; with
   mirror averaging, as the checkpoint chose it, the mirrored pass is inside too);
-* ``control.onnx``: ``mask`` B,S,S float32 (0/1) and ``gripper`` B,3 float32 -> ``raw`` B,4 float32;
+* ``control.onnx``: ``mask`` B,S,S float32 (0/1) and ``gripper`` B,3 float32 -> ``raw`` B,4 float32 (B,5 and B,5
+  for a net that turns the wrist);
 * ``contract.json``: the inputs and outputs above, the constants that turn outputs into decisions (mask threshold
   and frame gate, ``max_speed``), the source checkpoints' sha256, and, unless ``--no-check``, the parity of the
   graphs with torch float32 on ``--frames`` simulator frames (max abs difference of logits and raw outputs, mask
@@ -99,9 +100,10 @@ def _onnx_export(module: nn.Module, args: tuple, path: Path, inputs: list[str], 
                           output_names=outputs, dynamic_axes=axes)
 
 
-def parity_inputs(image_size: int, n: int, seed: int) -> tuple[Tensor, Tensor]:
+def parity_inputs(image_size: int, n: int, seed: int, wrist: bool = False) -> tuple[Tensor, Tensor]:
     """``n`` simulator frames (n,3,S,S uint8; scenes of the ``test`` stream, camera partway down) and gripper
-    senses n,3 float32 (random gap, close bit, contact bit)."""
+    senses n,3 float32 (random gap, close bit, contact bit; with ``wrist`` n,5, a random wrist angle's sine and
+    cosine appended)."""
     from graspsim import GraspEnv, SimConfig
     from graspsim.seeds import episode_seeds
 
@@ -117,13 +119,17 @@ def parity_inputs(image_size: int, n: int, seed: int) -> tuple[Tensor, Tensor]:
     obs = env.observe()
     grip = torch.stack([torch.rand(n, generator=g), (torch.rand(n, generator=g) < 0.5).float(),
                         (torch.rand(n, generator=g) < 0.2).float()], 1)
+    if wrist:  # drawn after the others, so a sphere-only export's inputs stay what they were
+        angle = (torch.rand(n, generator=g) * 2 - 1) * 0.8
+        grip = torch.cat([grip, torch.stack([angle.sin(), angle.cos()], 1)], 1)
     return obs["rgb"], grip
 
 
 def check_parity(folder: Path, seg, pol, frames: int = 256, seed: int = 0) -> dict:
     """Compare the ONNX graphs in ``folder`` with torch float32 on ``frames`` simulator frames; returns the numbers."""
     nets = OnnxNets(folder)
-    rgb, grip = parity_inputs(seg.image_size, frames, seed)
+    wrist = bool(pol.cfg.wrist)
+    rgb, grip = parity_inputs(seg.image_size, frames, seed, wrist)
     with torch.no_grad():
         t_logits = seg.logits(rgb).numpy()
         t_mask = seg.predict_mask(rgb).numpy()
@@ -131,7 +137,9 @@ def check_parity(folder: Path, seg, pol, frames: int = 256, seed: int = 0) -> di
     o_logits = np.concatenate([nets.logits(rgb[i:i + 64].numpy()) for i in range(0, frames, 64)])
     o_mask = mask_from_logits(o_logits, nets.threshold, nets.peak_threshold)
     o_raw = nets.raw(t_mask.astype(np.float32), grip.numpy())  # same mask in both: compares the control net alone
-    t_act, o_act = action_from_raw(t_raw, nets.max_speed), action_from_raw(o_raw, nets.max_speed)
+    yaw = nets.max_yaw_rate if wrist else None
+    t_act = action_from_raw(t_raw, nets.max_speed, grip.numpy(), yaw)
+    o_act = action_from_raw(o_raw, nets.max_speed, grip.numpy(), yaw)
     return {
         "frames": frames,
         "seed": seed,
@@ -141,7 +149,7 @@ def check_parity(folder: Path, seg, pol, frames: int = 256, seed: int = 0) -> di
         "frames_with_target": int(t_mask.reshape(frames, -1).any(1).sum()),
         "control_raw_max_abs_diff": float(np.abs(o_raw - t_raw).max()),
         "action_max_abs_diff": float(np.abs(o_act - t_act).max()),
-        "grip_decisions_differing": int(((o_raw[:, 3] > 0) != (t_raw[:, 3] > 0)).sum()),
+        "grip_decisions_differing": int(((o_raw[:, -1] > 0) != (t_raw[:, -1] > 0)).sum()),
         "tolerance": PARITY_TOLERANCE,
     }
 
@@ -157,12 +165,13 @@ def export(cfg: ExportConfig) -> dict:
     with staged_dir(out, lambda name: name in OUTPUTS) as stage:
         _onnx_export(_VisionGraph(model, seg.mirror_tta), (torch.zeros(1, 3, S, S, dtype=torch.uint8),),
                      stage / VISION_ONNX, ["rgb"], ["logits"], cfg.opset)
-        _onnx_export(pol.model, (torch.zeros(1, S, S), torch.zeros(1, 3)), stage / CONTROL_ONNX,
+        _onnx_export(pol.model, (torch.zeros(1, S, S), torch.zeros(1, pol.cfg.gripper_dim)), stage / CONTROL_ONNX,
                      ["mask", "gripper"], ["raw"], cfg.opset)
         contract = build_contract(opset=cfg.opset, vision_path=cfg.vision, policy_path=cfg.policy,
                                   policy_iteration=pol.iteration, image_size=S, threshold=seg.threshold,
                                   peak_threshold=seg.peak_threshold, mirror_tta=seg.mirror_tta,
-                                  max_speed=pol.cfg.max_speed)
+                                  max_speed=pol.cfg.max_speed,
+                                  max_yaw_rate=pol.cfg.max_yaw_rate if pol.cfg.wrist else None)
         write_contract(stage, contract)
         if cfg.check:
             par = check_parity(stage, seg, pol, cfg.frames, cfg.seed)

@@ -64,6 +64,10 @@ CSV_FIELDS = ("episode", "tick", "image", "frame_age_ms", "gap", "close_sense", 
               "sent_vx", "sent_vy", "sent_vz", "sent_grip", "visible", "mask_px", "stop",
               "capture_ms", "vision_ms", "control_ms", "decision_ms", "send_ms", "tick_ms")
 """Columns of ``ticks.csv``, one row per tick."""
+WRIST_CSV_FIELDS = CSV_FIELDS[:7] + ("wrist_sin", "wrist_cos") + tuple(
+    f for c in CSV_FIELDS[7:] for f in ((c[:-4] + "wz", c) if c.endswith("_grip") else (c,)))
+"""Columns of ``ticks.csv`` when the control net turns the wrist: the wrist angle's sine and cosine among the senses,
+and the yaw rate (rad/s) before each vector's grip."""
 TICKS_CSV = "ticks.csv"
 
 
@@ -104,16 +108,18 @@ def _vector(x, n: int) -> np.ndarray | None:
     return v if v.shape == (n,) and np.isfinite(v).all() else None
 
 
-def check_senses(senses, robot) -> Senses:
-    """``senses`` if ``robot.senses()`` returned a usable :class:`Senses` (``gripper`` 3 finite floats, ``tcp`` None
-    or 3 finite floats in m); else DeployError naming the adapter and what it returned."""
+def check_senses(senses, robot, width: int = 3) -> Senses:
+    """``senses`` if ``robot.senses()`` returned a usable :class:`Senses` (``gripper`` ``width`` finite floats: 3, or
+    5 with the wrist; ``tcp`` None or 3 finite floats in m); else DeployError naming the adapter and what it
+    returned."""
     who = adapter_name(robot, "senses")
     if not hasattr(senses, "gripper"):
-        raise DeployError(f"{who} returned {describe_value(senses)}; expected Senses(gripper=3 floats, tcp=None or "
-                          "3 floats in m)")
-    if _vector(senses.gripper, 3) is None:
+        raise DeployError(f"{who} returned {describe_value(senses)}; expected Senses(gripper={width} floats, "
+                          "tcp=None or 3 floats in m)")
+    if _vector(senses.gripper, width) is None:
+        wrist = ", sin and cos of the wrist angle" if width == 5 else ""
         raise DeployError(f"{who} returned gripper senses {describe_value(senses.gripper)} "
-                          f"{_short(senses.gripper)}; expected 3 finite floats (gap, close command, contact)")
+                          f"{_short(senses.gripper)}; expected {width} finite floats (gap, close command, contact{wrist})")
     tcp = getattr(senses, "tcp", None)
     if tcp is not None and _vector(tcp, 3) is None:
         raise DeployError(f"{who} returned a fingertip position {_short(tcp)}; expected None or 3 finite floats (m)")
@@ -121,15 +127,16 @@ def check_senses(senses, robot) -> Senses:
 
 
 def check_sent(sent, command: np.ndarray, robot) -> np.ndarray:
-    """What ``robot.send(command)`` says it sent, as 4 float32: ``command`` when it returned None, else its 4
-    finite values; DeployError naming the adapter for anything else (2 values would leave ``ticks.csv`` columns
-    empty)."""
+    """What ``robot.send(command)`` says it sent, as float32 of the command's width (4, or 5 with the wrist):
+    ``command`` when it returned None, else its finite values; DeployError naming the adapter for anything else (2
+    values would leave ``ticks.csv`` columns empty)."""
     if sent is None:
         return command
-    v = _vector(sent, 4)
+    v = _vector(sent, len(command))
     if v is None:
+        layout = "vx, vy, vz m/s, wz rad/s, grip" if len(command) == 5 else "vx, vy, vz m/s, grip"
         raise DeployError(f"{adapter_name(robot, 'send')} returned {describe_value(sent)} {_short(sent)}; expected "
-                          "the 4 values it sent (vx, vy, vz m/s, grip) or None")
+                          f"the {len(command)} values it sent ({layout}) or None")
     return v.astype(np.float32)
 
 
@@ -267,15 +274,16 @@ def capture(reader: CameraReader, robot, guard: Callable, timeout: float, stall_
     """The camera's latest frame (its ``read`` waiting at most ``timeout`` s, watched by ``reader``: ``on_stall``
     after ``stall_after`` s) and the robot's senses, both checked."""
     frame = guard("camera", reader.read, timeout, stall_after, on_stall)
-    senses = check_senses(guard("senses", robot.senses), robot)
+    senses = check_senses(guard("senses", robot.senses), robot, 5 if getattr(robot, "wrist", False) else 3)
     return frame, senses
 
 
-def stale_decision(closed: bool) -> Decision:
+def stale_decision(closed: bool, wrist: bool = False) -> Decision:
     """The decision for a frame too old to act on: zero velocity, the gripper kept as it is, ``stop=stale_frame``,
     no net outputs (NaN action, empty mask, NaN stage times)."""
-    return Decision(command=np.array([0.0, 0.0, 0.0, 1.0 if closed else -1.0], np.float32),
-                    action=np.full(4, np.nan, np.float32), mask=np.zeros((1, 1), bool), visible=False,
+    still = [0.0] * (4 if wrist else 3)  # the velocity, and with the wrist its yaw rate
+    return Decision(command=np.array([*still, 1.0 if closed else -1.0], np.float32),
+                    action=np.full(len(still) + 1, np.nan, np.float32), mask=np.zeros((1, 1), bool), visible=False,
                     stop="stale_frame", times_ms={"vision": math.nan, "control": math.nan})
 
 
@@ -283,7 +291,7 @@ def decide(ctl: Controller, frame: Frame, gripper: np.ndarray, age: float, perio
     """The controller's decision on ``frame`` (rgb H,W,3 uint8) and ``gripper`` (3 float32), unless the frame is
     older (``age`` s) than :data:`STALE_PERIODS` control periods (``period`` s; 0 = no stale check)."""
     if period > 0 and age > STALE_PERIODS * period:
-        return stale_decision(ctl.closed)
+        return stale_decision(ctl.closed, getattr(ctl, "wrist", False))
     return ctl.decide(frame.rgb, gripper)
 
 
@@ -302,16 +310,17 @@ def workspace_guard(vel: np.ndarray, tcp: np.ndarray | None, box, period: float)
 
 
 def guard_workspace(d: Decision, tcp: np.ndarray | None, box, period: float) -> tuple[np.ndarray, str]:
-    """The command to send (4 float32) and the tick's stop reason: the decision's command with its velocity cut at
-    the workspace ``box`` (:func:`workspace_guard`); ``stop=workspace`` when that cut and no other stop holds."""
+    """The command to send (4 float32, 5 with the wrist) and the tick's stop reason: the decision's command with its
+    velocity cut at the workspace ``box`` (:func:`workspace_guard`); ``stop=workspace`` when that cut and no other
+    stop holds."""
     command = d.command.copy()
     command[:3], cut = workspace_guard(command[:3], tcp, box, period)
     return command, d.stop or ("workspace" if cut else "")
 
 
 def send(robot, guard: Callable, command: np.ndarray) -> np.ndarray:
-    """Execute ``command`` (4 float32); returns what the adapter says it sent (4 float32; the command if it says
-    nothing; checked by :func:`check_sent`)."""
+    """Execute ``command`` (4 float32, 5 with the wrist); returns what the adapter says it sent (as wide; the command
+    if it says nothing; checked by :func:`check_sent`)."""
     return check_sent(guard("send", robot.send, command), command, robot)
 
 
@@ -359,12 +368,17 @@ def _fmt(x: float) -> str:
 
 def tick_row(episode: int, tick: int, image: str, age: float, gripper: np.ndarray, d: Decision,
              command: np.ndarray, sent: np.ndarray, stop: str, ms: dict) -> dict:
-    """One ``ticks.csv`` row (:data:`CSV_FIELDS`): ``age`` s, ``gripper`` 3, vectors of 4, ``ms`` stage times."""
+    """One ``ticks.csv`` row (:data:`CSV_FIELDS`; :data:`WRIST_CSV_FIELDS` with the wrist): ``age`` s, ``gripper`` 3
+    (5), vectors of 4 (5), ``ms`` stage times."""
     row = {"episode": episode, "tick": tick, "image": image, "frame_age_ms": _fmt(1e3 * age),
            "gap": _fmt(gripper[0]), "close_sense": _fmt(gripper[1]), "contact": _fmt(gripper[2]),
            "visible": int(d.visible), "mask_px": int(d.mask.sum()), "stop": stop}
+    wrist = len(command) == 5
+    if wrist:
+        row["wrist_sin"], row["wrist_cos"] = _fmt(gripper[3]), _fmt(gripper[4])
+    names = ("vx", "vy", "vz", "wz", "grip") if wrist else ("vx", "vy", "vz", "grip")
     for prefix, vec in (("act", d.action), ("cmd", command), ("sent", sent)):
-        for name, v in zip(("vx", "vy", "vz", "grip"), vec):
+        for name, v in zip(names, vec):
             row[f"{prefix}_{name}"] = _fmt(float(v))
     for k, v in ms.items():
         row[f"{k}_ms"] = _fmt(v)
@@ -376,13 +390,14 @@ class TickLog:
     every frame (and its exact mask where the camera knows it) and the rows streamed into the recording as they
     come, so an interrupted run keeps what it recorded."""
 
-    def __init__(self, recording=None):
+    def __init__(self, recording=None, wrist: bool = False):
         self.rows: list[dict] = []
         self.recording = recording
+        self.fields = WRIST_CSV_FIELDS if wrist else CSV_FIELDS
         self.file = None
         if recording is not None:
             self.file = open(recording.folder / TICKS_CSV, "w", newline="")
-            self.writer = csv.DictWriter(self.file, CSV_FIELDS)
+            self.writer = csv.DictWriter(self.file, self.fields)
             self.writer.writeheader()
 
     def record_frame(self, frame: Frame, episode: int, tick: int) -> str:
@@ -400,7 +415,7 @@ class TickLog:
 
     def text(self) -> str:
         buf = io.StringIO()
-        w = csv.DictWriter(buf, CSV_FIELDS)
+        w = csv.DictWriter(buf, self.fields)
         w.writeheader()
         w.writerows(self.rows)
         return buf.getvalue()
@@ -440,7 +455,7 @@ class TickHooks(Hooks):
         if not self.warmed:
             blank = np.zeros((self.ctl.image_size, self.ctl.image_size, 3), np.uint8)
             for _ in range(self.warmup):
-                self.ctl.decide(blank, np.array([1.0, 0.0, 0.0], np.float32))
+                self.ctl.decide(blank, np.array([1.0, 0.0, 0.0, 0.0, 1.0][:self.ctl.gripper_dim], np.float32))
             if callable(getattr(self.robot, "workspace", None)):
                 self.box = check_workspace(self.guard("workspace", self.robot.workspace), self.robot)
             self.warmed = True
@@ -471,7 +486,7 @@ class TickHooks(Hooks):
         frame, senses = capture(self.reader, self.robot, self.guard, self.frame_timeout, self.stall_after,
                                 self._stalled)
         t1 = self.clock()
-        gripper = np.asarray(senses.gripper, np.float32).reshape(-1)
+        gripper = np.asarray(senses.gripper, np.float32).reshape(-1)[:self.ctl.gripper_dim]  # a sphere net: 3 of 5
         age = time.monotonic() - frame.t
         d = decide(self.ctl, frame, gripper, age, self.period)
         command, stop = guard_workspace(d, getattr(senses, "tcp", None), self.box, self.horizon)
@@ -497,7 +512,7 @@ class TickHooks(Hooks):
                         1e3 * self.stall_after, self.tick, self.episode, self.give_up_after, self.stats.stalls)
 
 
-__all__ = ["CSV_FIELDS", "DeployError", "Pacer", "RobotEnv", "STAGES", "STALE_PERIODS", "TickHooks", "TickLog",
+__all__ = ["CSV_FIELDS", "WRIST_CSV_FIELDS", "DeployError", "Pacer", "RobotEnv", "STAGES", "STALE_PERIODS", "TickHooks", "TickLog",
            "TickStats", "adapter_name", "capture", "capture_deadlines", "check_outcome", "check_senses", "check_sent",
            "check_workspace", "decide", "guard_workspace", "guarded", "latency_stats", "send", "stale_decision",
            "stop_first", "tick_row", "workspace_guard"]

@@ -18,6 +18,13 @@ or write the methods yourself):
 ``close()``                     release the hardware
 ============================== =====================================================================================
 
+**The wrist.** A control net trained on cubes or cylinders turns the wrist. Its adapter says so with the class
+attribute ``wrist = True``; then ``senses()`` returns 5 gripper senses (the 3 above, then the sine and cosine of the
+wrist's yaw angle from its start, the joint encoder) and ``send`` receives 5 floats, ``(vx, vy, vz, wz, grip)`` with
+``wz`` the wrist yaw rate in rad/s (positive turns counter-clockwise seen from above), when the net turns the wrist
+(4 floats when a sphere-only net drives it). ``deploy`` refuses a wrist-turning net with an adapter whose ``wrist`` is
+not True, naming the adapter.
+
 Shipped adapters: ``bullet`` (a Franka Panda in pybullet: IK, real contacts; :class:`SimRobot`), ``sim`` (the
 batched torch simulator with one scene), ``dry-run`` (moves nothing, logs every command, idealised gripper
 senses). ``module:Class`` loads a user's adapter, constructed as ``Class()``. docs/deploy.md shows how to write one.
@@ -62,6 +69,8 @@ class Robot:
     """Interface of a robot adapter (see the module docstring)."""
 
     name = "robot"
+    wrist = False
+    """True when the adapter turns the wrist: 5 gripper senses, and 5-float commands from a wrist-turning net."""
 
     def start_episode(self, seed: int) -> None:
         pass
@@ -94,7 +103,7 @@ class SimWorld:
         self.backend, self.cfg = backend, cfg
         # every episode's scene comes from its seed (reset), so the env's own generator is never drawn from
         self.env = make_env({"sim": "torch"}.get(backend, backend), cfg, 1, "cpu")
-        self.gripper = np.zeros(3, np.float32)
+        self.gripper = np.zeros(cfg.gripper_dim, np.float32)
         self.done, self.success, self.reason = False, False, ""
 
     def _take(self, obs: dict) -> None:
@@ -135,7 +144,9 @@ class SimRobot(Robot):
     def __init__(self, world: SimWorld):
         self.world = world
         self.name = world.backend
+        self.wrist = bool(world.cfg.wrist)  # the world's target kinds decide (cubes and cylinders turn it)
         self.max_speed = float(world.cfg.max_speed)
+        self.max_yaw_rate = float(world.cfg.max_yaw_rate)
         self.stops = 0
 
     def start_episode(self, seed: int) -> None:
@@ -147,6 +158,8 @@ class SimRobot(Robot):
     def send(self, command: np.ndarray) -> np.ndarray:
         sent = np.asarray(command, np.float32).copy()
         sent[:3] = np.clip(sent[:3], -self.max_speed, self.max_speed)
+        if len(sent) == 5:
+            sent[3] = np.clip(sent[3], -self.max_yaw_rate, self.max_yaw_rate)
         self.world.step(sent)
         return sent
 
@@ -166,24 +179,31 @@ class SimRobot(Robot):
 
 
 class DryRunRobot(Robot):
-    """Moves nothing: logs every command (``log``: list of (kind, 4 floats)) and reports an ideal gripper that
-    follows the close command at once (gap 0 when closed, 1 when open; no table contact)."""
+    """Moves nothing: logs every command (``log``: list of (kind, floats)) and reports an ideal gripper that
+    follows the close command at once (gap 0 when closed, 1 when open; no table contact). With ``wrist`` it also
+    reports an ideal wrist angle, the integral of the commanded yaw rates over ``period`` s a command."""
 
     name = "dry-run"
 
-    def __init__(self):
+    def __init__(self, wrist: bool = False, period: float = 0.1):
+        self.wrist, self.period = bool(wrist), float(period)
         self.closed = False
+        self.yaw = 0.0
         self.log: list[tuple[str, list[float]]] = []
 
     def start_episode(self, seed: int) -> None:
         self.closed = False
+        self.yaw = 0.0
 
     def senses(self) -> Senses:
-        return Senses(np.array([0.0 if self.closed else 1.0, float(self.closed), 0.0], np.float32))
+        turn = [np.sin(self.yaw), np.cos(self.yaw)] if self.wrist else []
+        return Senses(np.array([0.0 if self.closed else 1.0, float(self.closed), 0.0, *turn], np.float32))
 
     def send(self, command: np.ndarray) -> np.ndarray:
         sent = np.asarray(command, np.float32).copy()
-        self.closed = bool(sent[3] > 0)
+        self.closed = bool(sent[-1] > 0)
+        if len(sent) == 5:
+            self.yaw += float(sent[3]) * self.period
         self.log.append(("send", sent.tolist()))
         log.debug("dry-run send %s", sent.tolist())
         return sent
@@ -192,16 +212,17 @@ class DryRunRobot(Robot):
         self.log.append(("stop", [0.0, 0.0, 0.0, 1.0 if self.closed else -1.0]))
 
 
-def open_robot(name: str, world: SimWorld | None = None):
+def open_robot(name: str, world: SimWorld | None = None, wrist: bool = False, period: float = 0.1):
     """The adapter ``name`` (``bullet``, ``sim``, ``dry-run`` or ``module:Class``); ``world`` is required for the
-    simulated robots. ValueError naming ``name`` when it is unknown or its class lacks a method."""
+    simulated robots; ``wrist`` and ``period`` (s) configure ``dry-run``. ValueError naming ``name`` when it is unknown
+    or its class lacks a method."""
     name = str(name).strip()
     if name in SIM_ROBOTS:
         if world is None or world.backend != name:
             raise ValueError(f"robot {name!r} needs its simulated world")
         return SimRobot(world)
     if name == "dry-run":
-        return DryRunRobot()
+        return DryRunRobot(wrist, period)
     if ":" in name:
         cls = load_class(name, "robot")
         try:

@@ -291,3 +291,13 @@ class BadWorkspaceRobot(LoggingRobot):
 
     def workspace(self):
         return (np.zeros(3), np.zeros(2))
+
+
+class WristRobot(LoggingRobot):
+    """A dry-run arm with a wrist: 5 senses (the wrist angle integrated from the commanded yaw rates)."""
+
+    name = "wrist"
+    wrist = True
+
+    def __init__(self):
+        super().__init__(wrist=True)

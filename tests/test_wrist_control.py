@@ -169,3 +169,56 @@ def test_controller_commands_the_wrist_and_stops_it_with_the_rest():
     grip = torch.tensor([[1.0, 0.0, 0.0, math.sin(0.6), math.cos(0.6)]])
     np.testing.assert_allclose(action_from_raw(raw.numpy(), 0.1, grip.numpy(), 1.5), to_action(raw, WRIST, grip).numpy(),
                                atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def wrist_policy(tmp_path_factory) -> str:
+    """A randomly initialised wrist control net at the shipped vision net's 64 px, saved as a deployable checkpoint."""
+    from graspsim.dagger.policy import save_checkpoint
+
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("wrist") / "policy.pt"
+    save_checkpoint(path, ControlNet(ControlNetConfig(wrist=True)), None, 0)
+    return str(path)
+
+
+def test_deploy_drives_the_wrist_and_refuses_adapters_without_one(wrist_policy, tmp_path):
+    import csv
+
+    from graspsim.dagger.deploy import DeployConfig, deploy
+    import deploy_fakes as fakes
+
+    d = SimConfig().to_dict()
+    d["target"]["kinds"] = ["cube"]
+    cube = SimConfig.from_dict(d)
+    kw = dict(vision="vision/assets/segnet.pt", policy=wrist_policy, hz=0, episodes=1, time_limit=0.5)
+    summary = deploy(DeployConfig(out=tmp_path / "sim", camera="sim", robot="sim", sim=cube, **kw))
+    assert summary["episodes"] == 1
+    with open(tmp_path / "sim" / "ticks.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 5 and {"wrist_sin", "wrist_cos", "cmd_wz", "sent_wz"} <= set(rows[0])
+    assert all(abs(float(r["sent_wz"])) <= cube.max_yaw_rate + 1e-6 for r in rows)
+    # an adapter with a wrist gets 5-float commands; one without is refused before any command is sent
+    fakes.EVENTS.clear()
+    deploy(DeployConfig(out=tmp_path / "w", camera="deploy_fakes:RedDotCamera", robot="deploy_fakes:WristRobot", **{**kw, "hz": 20}), camera=fakes.RedDotCamera(), robot=fakes.WristRobot())
+    sends = [c for kind, c in fakes.EVENTS if kind == "send"]
+    assert sends and all(len(c) == 5 for c in sends)
+    fakes.EVENTS.clear()
+    with pytest.raises(ValueError, match=r"robot adapter 'logging' \(LoggingRobot.send\) has no wrist"):
+        deploy(DeployConfig(out=tmp_path / "nw", camera="deploy_fakes:RedDotCamera", robot="deploy_fakes:LoggingRobot",
+                            **{**kw, "hz": 20}), camera=fakes.RedDotCamera(), robot=fakes.LoggingRobot())
+    assert not [e for e in fakes.EVENTS if e[0] == "send"]
+    with pytest.raises(ValueError, match="holds only --sim.target.kinds sphere"):
+        deploy(DeployConfig(out=tmp_path / "sph", camera="sim", robot="sim", **kw))
+
+
+def test_onnx_export_of_a_wrist_net_names_its_action_layout(wrist_policy, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from graspsim.dagger.export import ExportConfig, export
+
+    contract = export(ExportConfig(vision="vision/assets/segnet.pt", policy=wrist_policy, out=tmp_path / "onnx",
+                                   frames=32))
+    c = contract["control"]
+    assert c["action_names"] == ["vx", "vy", "vz", "wz", "grip"] and c["wrist"] is True
+    assert c["inputs"][1]["shape"] == ["batch", 5] and c["outputs"][0]["shape"] == ["batch", 5]
+    assert contract["parity"]["control_raw_max_abs_diff"] <= 1e-4 and contract["parity"]["action_max_abs_diff"] <= 1e-4
