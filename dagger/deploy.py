@@ -275,7 +275,7 @@ def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
     own_robot, own_camera, reader = robot is None, camera is None, None
     try:
         if own_robot and rob_name in SIM_ROBOTS:
-            check_world_kinds(cfg.sim, ctl.wrist)
+            check_world_kinds(cfg.sim, ctl.wrist, cfg)
             world = SimWorld(rob_name, cfg.sim)
         if own_robot:
             robot = open_robot(rob_name, world, ctl.wrist, cfg.period or 1.0 / cfg.sim.control_hz)
@@ -300,9 +300,10 @@ def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
             world.close()
 
 
-def check_world_kinds(sim: SimConfig, wrist: bool) -> None:
+def check_world_kinds(sim: SimConfig, wrist: bool, cfg: DeployConfig | None = None) -> None:
     """ValueError unless the simulated world's target kinds (``sim``) suit the control net: a wrist-turning net (trained
-    on cubes or cylinders) needs those kinds, a sphere-only net cannot grasp them."""
+    on cubes or cylinders) needs those kinds, a sphere-only net cannot grasp them, and with ``cfg`` both checkpoints
+    must have been trained on every kind of the world."""
     kinds = ",".join(sim.target.kinds)
     if wrist and not sim.wrist:
         raise ValueError(f"the control net turns the wrist (trained on cubes or cylinders) but the simulated world "
@@ -311,6 +312,15 @@ def check_world_kinds(sim: SimConfig, wrist: bool) -> None:
     if sim.wrist and not wrist:
         raise ValueError(f"the control net is sphere-only (no wrist) and cannot grasp --sim.target.kinds {kinds}; "
                          f"deploy a net trained with 'graspsim dagger --sim.target.kinds {kinds}'")
+    if cfg is not None:
+        from graspsim import runs
+
+        from .evaluate import check_vision_kinds
+        from .policy import load_checkpoint as load_control
+
+        runs.check_trained_kinds(runs.trained_kinds(load_control(cfg.policy).get("config")), sim.target.kinds,
+                                 f"control checkpoint {cfg.policy}")
+        check_vision_kinds(cfg.vision, sim)
 
 
 def check_wrist(robot, wrist: bool) -> None:

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from graspsim import FAILURE_NAMES, SimConfig, distributed
+from graspsim import runs
 from graspsim.config import TARGET_KINDS
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, replace_atomically, staged_dir
 from graspsim.keys import MASK, RGB
@@ -162,6 +163,14 @@ def summarize(res: RolloutResult) -> dict:
     }
 
 
+def check_vision_kinds(vision: Path, sim: SimConfig) -> None:
+    """ValueError naming the vision checkpoint when ``sim`` holds target kinds its net was not trained on."""
+    from graspsim.vision.checkpoint import load_checkpoint
+
+    trained = runs.trained_kinds(load_checkpoint(vision).get("config"))
+    runs.check_trained_kinds(trained, sim.target.kinds, f"vision checkpoint {vision}")
+
+
 def per_kind_success(res: RolloutResult) -> dict[str, dict]:
     """Success per target kind: ``{kind: {"success_rate", "num_success", "num_episodes", "success_ci95"}}`` in
     the order of :data:`graspsim.config.TARGET_KINDS` ({} when the backend reports no kinds)."""
@@ -228,7 +237,9 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
     dev = distributed.local_device(cfg.runtime.device)
     policy = MaskPolicy.from_checkpoint(cfg.policy, dev)
     sim = cfg.eval_sim_config()
-    check_fits_scenes(policy.cfg, sim, f"control checkpoint {cfg.policy}")
+    check_fits_scenes(policy.cfg, sim, f"control checkpoint {cfg.policy}", policy.trained_kinds)
+    if cfg.vision is not None and cfg.mask_source == "predicted":
+        check_vision_kinds(cfg.vision, sim)
     if policy.cfg.image_size != sim.image_size:
         raise ValueError(f"policy was trained at image_size {policy.cfg.image_size}, sim.image_size is {sim.image_size}")
     mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev)

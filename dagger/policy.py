@@ -74,9 +74,10 @@ def model_from_checkpoint(ckpt: dict) -> ControlNet:
     return model
 
 
-def check_fits_scenes(cfg: ControlNetConfig, sim: SimConfig, what: str) -> None:
+def check_fits_scenes(cfg: ControlNetConfig, sim: SimConfig, what: str, trained: tuple[str, ...] | None = None) -> None:
     """ValueError naming ``what`` (the checkpoint) when its net cannot drive scenes of ``sim``: a sphere-only net
-    (no wrist) for a mix with cubes or cylinders, or a wrist net for sphere-only scenes (whose actions are 4-D)."""
+    (no wrist) for a mix with cubes or cylinders, a wrist net for sphere-only scenes (whose actions are 4-D), or
+    scenes holding a kind outside ``trained`` (the kinds it was trained on, :func:`graspsim.runs.trained_kinds`)."""
     kinds = ",".join(sim.target.kinds)
     if cfg.wrist and not sim.wrist:
         raise ValueError(f"{what} turns the wrist (trained on cubes or cylinders) but the scenes hold only "
@@ -85,6 +86,8 @@ def check_fits_scenes(cfg: ControlNetConfig, sim: SimConfig, what: str) -> None:
     if sim.wrist and not cfg.wrist:
         raise ValueError(f"{what} is a sphere-only control net (4-D actions, no wrist) and cannot grasp "
                          f"--sim.target.kinds {kinds}; train one with 'graspsim dagger --sim.target.kinds {kinds}'")
+    if trained is not None:
+        runs.check_trained_kinds(trained, sim.target.kinds, what)
 
 
 class MaskPolicy:
@@ -92,16 +95,19 @@ class MaskPolicy:
     ((vx, vy, vz) m/s clipped to ``max_speed`` by the tanh, grip > 0 closes); with the wrist ``gripper`` B,5 ->
     ``B,5`` (wz rad/s before the grip). Stateless across steps."""
 
-    def __init__(self, model: ControlNet, device: str | torch.device = "cpu", iteration: int = -1):
+    def __init__(self, model: ControlNet, device: str | torch.device = "cpu", iteration: int = -1,
+                 trained_kinds: tuple[str, ...] | None = None):
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.cfg = model.cfg
         self.iteration = iteration
+        self.trained_kinds = trained_kinds
+        """Target kinds of the scenes it was trained on (from a checkpoint's run config), None when unknown."""
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> "MaskPolicy":
         ckpt = load_checkpoint(path)
-        return cls(model_from_checkpoint(ckpt), device, int(ckpt["iteration"]))
+        return cls(model_from_checkpoint(ckpt), device, int(ckpt["iteration"]), runs.trained_kinds(ckpt.get("config")))
 
     @torch.no_grad()
     def act(self, mask: Tensor, gripper: Tensor) -> Tensor:

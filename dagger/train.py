@@ -345,6 +345,9 @@ def _open_run_folder(cfg: DaggerConfig, dev: torch.device,
     rows = runs.finished_iterations(out, cfg.to_dict(), RESUMABLE_KEYS, resume=cfg.resume, what="DAgger",
                                     added=ADDED_KEYS)
     mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
+    if cfg.masks == "predicted":
+        from .evaluate import check_vision_kinds
+        check_vision_kinds(cfg.vision, cfg.sim)
     if ctx.world_size > min(cfg.episodes_per_iter, cfg.eval_episodes):
         raise ValueError(f"DaggerConfig: --episodes-per-iter {cfg.episodes_per_iter} and --eval-episodes "
                          f"{cfg.eval_episodes} must be at least the number of processes ({ctx.world_size})")

@@ -39,7 +39,7 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 import torch
 
@@ -128,6 +128,34 @@ def sim_fields_added(old: dict, new: dict) -> dict:
             if prefix is not None and prefix + "open_width" in flat_old:
                 fill[k] = base[name]
     return {**flat_old, **fill} if fill else old
+
+
+def trained_kinds(config: dict | None) -> tuple[str, ...]:
+    """The target kinds a run was trained on, from its stored config (a checkpoint's ``config``): the first
+    ``sim.target.kinds`` found (depth first, e.g. a DAgger run's ``sim`` or a pipeline's), else ``("sphere",)``, the one
+    kind of every run written before kinds existed."""
+    def find(d):
+        if not isinstance(d, dict):
+            return None
+        kinds = d.get("sim", {}).get("target", {}).get("kinds") if isinstance(d.get("sim"), dict) else None
+        if kinds:
+            return tuple(kinds)
+        for v in d.values():
+            got = find(v)
+            if got:
+                return got
+        return None
+
+    return find(config) or ("sphere",)
+
+
+def check_trained_kinds(trained: Sequence[str], kinds: Sequence[str], what: str) -> None:
+    """ValueError naming ``what`` (a checkpoint) when the scenes' target ``kinds`` hold one it was not ``trained`` on."""
+    missing = [k for k in kinds if k not in trained]
+    if missing:
+        raise ValueError(f"{what} was trained on {','.join(trained)}, not on {','.join(missing)}; give "
+                         f"--sim.target.kinds within {','.join(trained)}, or train one with "
+                         f"--sim.target.kinds {','.join(kinds)}")
 
 
 def check_resume(old: dict, new: dict, may_change: Collection[str], where: str | os.PathLike,

@@ -178,11 +178,22 @@ def wrist_policy(tmp_path_factory) -> str:
 
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("wrist") / "policy.pt"
-    save_checkpoint(path, ControlNet(ControlNetConfig(wrist=True)), None, 0)
+    save_checkpoint(path, ControlNet(ControlNetConfig(wrist=True)), None, 0,
+                    config={"sim": {"target": {"kinds": ["sphere", "cube", "cylinder"]}}})
     return str(path)
 
 
-def test_deploy_drives_the_wrist_and_refuses_adapters_without_one(wrist_policy, tmp_path):
+@pytest.fixture(scope="module")
+def cube_vision(tmp_path_factory) -> str:
+    """The shipped vision net relabelled as trained on every kind (plumbing tests only: no accuracy is read)."""
+    ckpt = torch.load("vision/assets/segnet.pt", weights_only=False)
+    ckpt["config"] = {**(ckpt.get("config") or {}), "sim": {"target": {"kinds": ["sphere", "cube", "cylinder"]}}}
+    path = tmp_path_factory.mktemp("vision") / "segnet.pt"
+    torch.save(ckpt, path)
+    return str(path)
+
+
+def test_deploy_drives_the_wrist_and_refuses_adapters_without_one(wrist_policy, cube_vision, tmp_path):
     import csv
 
     from graspsim.dagger.deploy import DeployConfig, deploy
@@ -191,7 +202,7 @@ def test_deploy_drives_the_wrist_and_refuses_adapters_without_one(wrist_policy, 
     d = SimConfig().to_dict()
     d["target"]["kinds"] = ["cube"]
     cube = SimConfig.from_dict(d)
-    kw = dict(vision="vision/assets/segnet.pt", policy=wrist_policy, hz=0, episodes=1, time_limit=0.5)
+    kw = dict(vision=cube_vision, policy=wrist_policy, hz=0, episodes=1, time_limit=0.5)
     summary = deploy(DeployConfig(out=tmp_path / "sim", camera="sim", robot="sim", sim=cube, **kw))
     assert summary["episodes"] == 1
     with open(tmp_path / "sim" / "ticks.csv") as f:
@@ -212,13 +223,29 @@ def test_deploy_drives_the_wrist_and_refuses_adapters_without_one(wrist_policy, 
         deploy(DeployConfig(out=tmp_path / "sph", camera="sim", robot="sim", **kw))
 
 
-def test_onnx_export_of_a_wrist_net_names_its_action_layout(wrist_policy, tmp_path):
+def test_onnx_export_of_a_wrist_net_names_its_action_layout(wrist_policy, cube_vision, tmp_path):
     pytest.importorskip("onnxruntime")
     from graspsim.dagger.export import ExportConfig, export
 
-    contract = export(ExportConfig(vision="vision/assets/segnet.pt", policy=wrist_policy, out=tmp_path / "onnx",
+    contract = export(ExportConfig(vision=cube_vision, policy=wrist_policy, out=tmp_path / "onnx",
                                    frames=32))
     c = contract["control"]
     assert c["action_names"] == ["vx", "vy", "vz", "wz", "grip"] and c["wrist"] is True
     assert c["inputs"][1]["shape"] == ["batch", 5] and c["outputs"][0]["shape"] == ["batch", 5]
     assert contract["parity"]["control_raw_max_abs_diff"] <= 1e-4 and contract["parity"]["action_max_abs_diff"] <= 1e-4
+
+
+def test_checkpoints_are_refused_for_kinds_they_were_not_trained_on(tmp_path):
+    from graspsim import runs
+    from graspsim.dagger.evaluate import check_vision_kinds
+
+    assert runs.trained_kinds(None) == ("sphere",)
+    assert runs.trained_kinds({"dagger": {"sim": {"target": {"kinds": ["cube"]}}}}) == ("cube",)
+    with pytest.raises(ValueError, match=r"p\.pt was trained on cube, not on cylinder; give --sim.target.kinds within "
+                                         r"cube, or train one with --sim.target.kinds cube,cylinder"):
+        check_fits_scenes(WRIST, kinds_sim("cube,cylinder"), "p.pt", ("cube",))
+    check_fits_scenes(WRIST, kinds_sim("cube"), "p.pt", ("sphere", "cube"))
+    # the shipped vision net was trained on spheres only
+    with pytest.raises(ValueError, match=r"vision checkpoint vision/assets/segnet.pt was trained on sphere, not on cube"):
+        check_vision_kinds("vision/assets/segnet.pt", kinds_sim("sphere,cube"))
+    check_vision_kinds("vision/assets/segnet.pt", SimConfig())
