@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from graspsim.state import target_half_height
 from graspsim.validate import probability
 
 
@@ -40,8 +41,8 @@ class AugmentConfig:
     """Training-only appearance randomization (all ``*_prob`` are per-frame probabilities)."""
 
     target_scale: Range = (0.75, 1.6)
-    """Target radius multiplier, uniform: with the simulator's 12.5-15 mm sphere it spans about 2-12 px across
-    at 64x64 over the approach heights (1.0, 1.0 keeps the simulator's sizes)."""
+    """Target size multiplier, uniform (every dimension of a cube or cylinder alike): with the simulator's 12.5-15 mm
+    sphere it spans about 2-12 px across at 64x64 over the approach heights (1.0, 1.0 keeps the simulator's sizes)."""
     light_tint_prob: float = 0.3
     """Coloured light on the rendered objects (a per-channel gain of the layer only, not of the photo)."""
     light_tint: Range = (0.8, 1.2)
@@ -201,13 +202,16 @@ def _target_geometry(mask: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 
 # ----------------------------------------------------------------------------------------------- stages
 def scale_targets(state, cfg: AugmentConfig, g: torch.Generator):
-    """Scale each scene's target radius by a factor drawn from ``cfg.target_scale`` (the sphere keeps resting on
-    the table). ``state``: a :class:`graspsim.State` of B scenes; returns the new state."""
+    """Scale each scene's whole target by a factor drawn from ``cfg.target_scale``: its half-width
+    (``sphere_radius``: a sphere's radius, half a cube's side, a cylinder's radius) and its half height
+    (``target_half_height``) alike, so a cube stays a cube and a cylinder keeps its proportions; the target keeps
+    resting on the table (centre at its new half height, ``graspsim.state.target_half_height``). ``state``: a
+    :class:`graspsim.State` of B scenes; returns the new state."""
     s = _u(cfg.target_scale, (state.batch_size,), g, state.device)
     s = torch.where(clean_frames(state.batch_size, cfg, state.device), torch.ones_like(s), s)
-    r = state.sphere_radius * s
-    pos = torch.cat([state.sphere_pos[:, :2], r[:, None]], 1)
-    return state.replace(sphere_radius=r, sphere_pos=pos)
+    scaled = state.replace(sphere_radius=state.sphere_radius * s, target_half_height=state.target_half_height * s)
+    pos = torch.cat([state.sphere_pos[:, :2], target_half_height(scaled)[:, None]], 1)
+    return scaled.replace(sphere_pos=pos)
 
 
 def augment_layer(color: Tensor, alpha: Tensor, mask: Tensor, bg: Tensor, kind: Tensor, cfg: AugmentConfig,

@@ -6,6 +6,11 @@ approach: fingertip height ``height`` above the table, lateral offsets chosen by
 the target should land (uniform over the image plus a margin, so some targets sit partly or wholly
 outside the frame), frames with the target between closed fingers, and target-free frames (the target
 moved behind the camera).
+
+Every target kind of ``SimConfig.target.kinds`` (sphere, cube, upright cylinder) is drawn the simulator's way: the
+target rests on the table with its centre at its half height (``graspsim.state.target_half_height``), a held
+target sits that half height (x 1.3) above the fingertips, and a held cube is turned square to the pads. With
+spheres alone the composites are exactly those drawn before kinds existed (same seed, same bytes).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from torch import Tensor
 
 from graspsim import SimConfig, render, sample_scenes
 from graspsim.render import postprocess
+from graspsim.state import KIND_BOX, target_half_height
 from graspsim.validate import probability
 
 from .augment import AugmentConfig, augment_frame, augment_layer, jpeg_frames, scale_targets
@@ -70,19 +76,22 @@ class Composite:
     """``rgb``: B,3,H,W uint8; ``mask``: B,H,W bool (target visible); ``layer_alpha``: B,H,W bool (any
     rendered object); ``kind``: B int64 (0 composite, 1 held-target composite, 2 empty composite, 3 sim frame);
     ``background``: B int64, index of the background photo in the bank's ``names`` (-1: a fully rendered sim
-    frame, which has no photo)."""
+    frame, which has no photo); ``target_kind``: B int64, the scene's target kind (``graspsim.state``
+    ``KIND_SPHERE``, ``KIND_BOX`` for a cube, ``KIND_CYLINDER``; drawn for target-free frames too)."""
 
     rgb: Tensor
     mask: Tensor
     layer_alpha: Tensor
     kind: Tensor
     background: Tensor
+    target_kind: Tensor
 
 
 @dataclass
 class Layers:
     """Rendered object layers before compositing: ``color`` B,3,H,W float (whole frame for sim frames),
-    ``alpha``/``mask`` B,H,W bool, ``kind`` B int64 (as in :class:`Composite`), ``blur``/``noise`` B."""
+    ``alpha``/``mask`` B,H,W bool, ``kind`` and ``target_kind`` B int64 (as in :class:`Composite`),
+    ``blur``/``noise`` B."""
 
     color: Tensor
     alpha: Tensor
@@ -90,6 +99,7 @@ class Layers:
     kind: Tensor
     blur: Tensor
     noise: Tensor
+    target_kind: Tensor
 
 
 def _u(lo: float, hi: float, shape, g: torch.Generator, device) -> Tensor:
@@ -101,18 +111,23 @@ def place_camera(state, cfg: SimConfig, ccfg: ComposeConfig, g: torch.Generator)
 
     kind 0 = free target somewhere in (or just outside) the view, 1 = held between closed fingers,
     2 = target removed (placed behind the camera). Shapes: B scenes; all on ``state.device``.
+
+    Any target kind: ``r`` (B m) is its half-width across the pads and ``hz`` (B m) its half height (a sphere's
+    and a cube's ``r``, a cylinder's half height); a free target's centre is at ``hz`` above the table, a held
+    one's ``1.3 hz`` above the fingertips with the fingers closed to ``2 r`` (a cube turned square to them).
     """
     B, dev = state.batch_size, state.device
     size = cfg.image_size
     r = state.sphere_radius
+    hz = target_half_height(state)  # B: = r for spheres and cubes
     h = _u(*ccfg.height, (B,), g, dev)
-    # pixel where the target centre should land, back-projected onto the plane z = sphere centre
+    # pixel where the target centre should land, back-projected onto the plane z = target centre
     m = ccfg.view_margin
     uv = _u(-m, 1.0 + m, (B, 2), g, dev) * size - size / 2
     cam = torch.cat([uv / state.focal[:, None], torch.ones((B, 1), device=dev)], 1)
     d = (state.cam_rot @ cam[..., None]).squeeze(-1)  # B,3 world direction (not normalised)
     cz = state.cam_offset[:, 2] + h  # camera height above the table
-    t = (cz - r) / (-d[:, 2]).clamp_min(1e-3)
+    t = (cz - hz) / (-d[:, 2]).clamp_min(1e-3)
     rel = state.cam_offset[:, :2] + t[:, None] * d[:, :2]  # target xy minus tcp xy
     tcp = torch.cat([state.sphere_pos[:, :2] - rel, h[:, None]], 1)
 
@@ -127,14 +142,16 @@ def place_camera(state, cfg: SimConfig, ccfg: ComposeConfig, g: torch.Generator)
         torch.full((B,), cfg.open_width, device=dev),
     )
     sphere = state.sphere_pos.clone()
-    # held: sphere between the pads, gripper lifted to a random height
+    # held: target between the pads, gripper lifted to a random height
     held = kind == 1
     lift = _u(0.0, 0.12, (B,), g, dev)
-    held_tcp = torch.cat([sphere[:, :2], (r * 0.3 + lift)[:, None]], 1)
-    held_sphere = held_tcp + torch.stack([torch.zeros_like(r), torch.zeros_like(r), r * 1.3], 1)
+    held_tcp = torch.cat([sphere[:, :2], (hz * 0.3 + lift)[:, None]], 1)
+    held_sphere = held_tcp + torch.stack([torch.zeros_like(r), torch.zeros_like(r), hz * 1.3], 1)
     tcp = torch.where(held[:, None], held_tcp, tcp)
     sphere = torch.where(held[:, None], held_sphere, sphere)
     width = torch.where(held, 2 * r, width)
+    # a held cube is squeezed square to the pads (the wrist's yaw), as the simulator's capture leaves it
+    target_yaw = torch.where(held & (state.target_kind == KIND_BOX), state.wrist_yaw, state.target_yaw)
     # empty: target 0.5 m behind the camera
     empty = kind == 2
     behind = tcp + state.cam_offset - 0.5 * state.cam_rot[:, :, 2]
@@ -150,7 +167,8 @@ def place_camera(state, cfg: SimConfig, ccfg: ComposeConfig, g: torch.Generator)
         dt = (cz[:, None] - dz) / (-dd[..., 2]).clamp_min(1e-3)
         dxy = tcp[:, None, :2] + state.cam_offset[:, None, :2] + dt[..., None] * dd[..., :2]
         dist_pos = torch.cat([dxy, dz[..., None]], -1)
-    return state.replace(tcp_pos=tcp, finger_width=width, sphere_pos=sphere, dist_pos=dist_pos), kind
+    return state.replace(tcp_pos=tcp, finger_width=width, sphere_pos=sphere, dist_pos=dist_pos,
+                         target_yaw=target_yaw), kind
 
 
 def match_target_color(bg: Tensor, color: Tensor, mask: Tensor, kind: Tensor, prob: float,
@@ -229,7 +247,8 @@ class Composer:
             mask[idx] = sim.mask
             alpha[idx] = sim.alpha
             kind = torch.where(use_sim, torch.full_like(kind, 3), kind)
-        return Layers(color=color, alpha=alpha, mask=mask, kind=kind, blur=state.blur, noise=state.image_noise)
+        return Layers(color=color, alpha=alpha, mask=mask, kind=kind, blur=state.blur, noise=state.image_noise,
+                      target_kind=state.target_kind)
 
     def composite(self, layers: Layers, generator: torch.Generator, hflip: bool = False) -> Composite:
         """Put rendered ``layers`` on fresh background crops with fresh photometric jitter and noise. With
@@ -259,7 +278,8 @@ class Composer:
         rgb = (color * 255.0 + 0.5).to(torch.uint8)
         if self.augment is not None:
             rgb = jpeg_frames(rgb, self.augment, g)
-        return Composite(rgb=rgb, mask=mask, layer_alpha=alpha, kind=layers.kind, background=bg_index)
+        return Composite(rgb=rgb, mask=mask, layer_alpha=alpha, kind=layers.kind, background=bg_index,
+                         target_kind=layers.target_kind)
 
 
 def compose_config_from_dict(d: dict) -> ComposeConfig:

@@ -15,7 +15,10 @@ gated (frames whose highest probability is below the checkpoint's ``peak_thresho
 
 Writes to ``--out``: ``predictions/<stem>.png`` (binary masks), ``overlays/<stem>.png`` (image | prediction
 | ground truth), ``report.html``, ``per_image.csv``; with masks also ``metrics.json`` and ``pr_curve.png``.
-The headline precision/recall/IoU/F1 are pooled over pixels; ``per_frame`` holds the frame-averaged ones.
+The headline precision/recall/IoU/F1 are pooled over pixels; ``per_frame`` holds the frame-averaged ones. When the
+set's ``meta.csv`` (beside ``images/``) has a ``kind`` column (sets drawn by ``render-transfer --kinds``),
+``metrics.json`` also holds ``by_kind``, one row per target kind (:func:`graspsim.vision.metrics.kind_groups`), and
+``per_image.csv`` a ``kind`` column.
 """
 
 from __future__ import annotations
@@ -39,8 +42,10 @@ from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import positive_int
 
 from .infer import PRECISIONS, Segmenter, frame_probabilities, to_frame_size
-from .image_set import MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image, write_png
-from .metrics import SegMetrics, frame_averaged, gate_frames
+from .image_set import (MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image, read_kinds,
+                        write_png)
+from .metrics import (KIND_TARGETS, SegMetrics, frame_averaged, gate_frames, kind_groups, meets_kind_targets,
+                      subset_metrics_from_counts)
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +187,15 @@ def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | N
                        "pixel count); the frame-averaged ones give every target-visible frame the same weight. "
                        "False-positive image rate over target-free frames.</p>"
                        "<img src='pr_curve.png' alt='precision-recall curve'>")
+        by_kind = summary.get("by_kind")
+        if by_kind:
+            cols = ("iou", "precision", "recall", "false_positive_image_rate", "num_target_images", "meets_targets")
+            goal = ", ".join(f"{k} {op} {b:g}" for k, (op, b) in KIND_TARGETS.items())
+            parts.append("<h2>By target kind</h2><table><tr><th>kind</th>" + "".join(f"<th>{c}</th>" for c in cols)
+                         + "</tr>" + "".join(f"<tr><td>{html.escape(k)}</td>" + "".join(f"<td>{_fmt(m[c])}</td>" for c in cols)
+                                             + "</tr>" for k, m in by_kind.items())
+                         + f"</table><p>Each kind's pixel metrics over its target frames; the false-positive image rate "
+                           f"is the set's (target-free frames show no kind). Targets: {html.escape(goal)}.</p>")
     if skipped:
         parts.append(f"<h2 class='bad'>Skipped {len(skipped)} file(s)</h2><ul>"
                      + "".join(f"<li>{html.escape(s['file'])}: {html.escape(s['reason'])}</li>" for s in skipped) + "</ul>")
@@ -326,6 +340,15 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     summary["per_frame"] = frame_averaged(counts["tp"], counts["fp"], counts["fn"], counts["gt_pixels"])
     curve = metrics.curve()
     summary["pr_area"] = _pr_plot(curve, summary, out / "pr_curve.png")
+    kinds = _frame_kinds(cfg, rows)
+    if kinds is not None:
+        for r, k in zip(rows, kinds):
+            r["kind"] = k
+        pred = np.array([r["pred_pixels"] for r in rows])
+        groups = kind_groups(kinds, counts["gt_pixels"] > 0)
+        by_kind = subset_metrics_from_counts(groups, counts["tp"], counts["fp"], counts["fn"], counts["gt_pixels"], pred,
+                                             cfg.min_pixels)
+        summary["by_kind"] = {k: {**m, "meets_targets": meets_kind_targets(m)} for k, m in by_kind.items()}
     result = {**summary, **base, "headline": "pooled", "suspect_masks": suspect,
               "definitions": {"precision/recall/iou/f1 (headline)": "pixel counts pooled over target-visible frames "
                                                                      "(non-empty mask): a frame weighs by its pixels",
@@ -335,11 +358,28 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
                                                            "over all target-free frames"},
               "pr_curve": {k: [None if not math.isfinite(float(v)) else float(v) for v in vals] for k, vals in curve.items()}}
     _write_csv(out / "per_image.csv", rows, pred_fields + ["has_target", "gt_pixels", "tp", "fp", "fn", "iou", "precision",
-                                                           "recall", "false_positive_image"])
+                                                           "recall", "false_positive_image"]
+               + (["kind"] if kinds is not None else []))
     atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
     _report(out / "report.html", cfg, rows, summary, skipped, has_masks=True)
     pf = summary["per_frame"]
     log.info("eval-real on %d images: pooled iou %.3f precision %.3f recall %.3f (frame-averaged iou %.3f precision "
              "%.3f recall %.3f), fp-images %.3f", len(rows), summary["iou"], summary["precision"], summary["recall"],
              pf["iou"], pf["precision"], pf["recall"], summary["false_positive_image_rate"])
+    for k, m in summary.get("by_kind", {}).items():
+        log.info("  %-8s iou %.3f precision %.3f recall %.3f fp-images %.3f (%d target frames; the set's %d target-free "
+                 "frames)%s", k, m["iou"], m["precision"], m["recall"], m["false_positive_image_rate"],
+                 m["num_target_images"], m["num_empty_images"], "" if m["meets_targets"] else ": misses a target")
     return result
+
+
+def _frame_kinds(cfg: EvalRealConfig, rows: list[dict]) -> list[str] | None:
+    """Each scored frame's target kind from the ``kind`` column of the ``meta.csv`` beside ``cfg.images``
+    (:func:`graspsim.vision.image_set.read_kinds`), or None without one. A metadata file that cannot be read is
+    warned about and ignored (it is optional)."""
+    try:
+        kinds = read_kinds(cfg.images, [r["stem"] for r in rows])
+    except ValueError as e:
+        log.warning("ignoring the per-frame metadata: %s", e)
+        return None
+    return None if kinds is None else [kinds[r["stem"]] for r in rows]

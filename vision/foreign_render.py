@@ -8,7 +8,9 @@ degrees, looking 50-85 degrees below the horizon) of a table plane textured with
 
 - the target: a sphere 1.25-1.5 cm across, 2.5-8 px across in the image, red to orange by default (HSV hue
   in [-0.04, 0.06], ``--target-hue``; saturation 0.6-1, value 0.45-1), matte to glossy, under a random,
-  mildly tinted directional light with shadows on most frames;
+  mildly tinted directional light with shadows on most frames; with ``--kinds`` also a cube (side 1.5-3 cm,
+  random yaw) or an upright cylinder (diameter 1.2-2.5 cm, height 2-4 cm), the simulator's sizes
+  (``graspsim.TargetConfig``), seen from the same camera distances as the sphere (so about 3-30 px across);
 - 0-4 distractors (spheres, boxes, cylinders) of other hues (outside the target's band widened by 0.08 on
   each side: [-0.12, 0.14] by default) or grey/black/white;
 - sometimes one or two grey/black fingers entering from the top, some covering part of the target;
@@ -49,6 +51,19 @@ For a target of another colour give its hue band, e.g. a blue one (the distracto
 
 The hue band is the only setting that differs from the shipped sets' command; with the default band the
 frames are exactly the shipped ones. Match the band to ``--sim.randomization.target-hue`` of training.
+
+Target kinds (``--kinds``, default ``sphere``: the shipped sets, byte for byte)::
+
+    graspsim render-transfer --split val --n 1024 --seed 11 --kinds sphere,cube,cylinder --out kinds/val
+
+Each target frame's kind is drawn uniformly from the mix, with the cube's side and yaw and the cylinder's
+diameter and height, from a stream of its own (``frame_rng(seed, k, KIND_DRAW)``), so the rest of frame ``k``
+(camera, photo, light, distractors, fingers) is drawn exactly as in the sphere-only set; a sphere frame and a
+target-free frame of a mix are the sphere-only set's frames. The camera stands as far from the target's centre
+as it would from the sphere, so a target's size in pixels follows its size in metres, as in the simulator's
+wrist camera (cubes and cylinders about 3-30 px across, median 10-12 px). With more than spheres, ``meta.csv``
+gets a ``kind`` column (:data:`graspsim.vision.image_set.KIND_COLUMN`: the kind's name, ``none`` for target-free
+frames), and ``diameter_px`` is the equivalent diameter (same area) of the unoccluded target's projected outline.
 """
 
 from __future__ import annotations
@@ -66,10 +81,11 @@ from typing import Optional, Tuple
 
 import numpy as np
 
+from graspsim import TargetConfig
 from graspsim.seeds import frame_rng
 from graspsim.validate import positive_int
 
-from .image_set import ImageSetWriter, list_images, read_image
+from .image_set import KIND_COLUMN, NO_KIND, ImageSetWriter, list_images, read_image
 
 log = logging.getLogger(__name__)
 
@@ -97,13 +113,80 @@ HFOV_DEG = (60.0, 75.0)
 PITCH_DEG = (50.0, 85.0)
 MAX_LIGHT_DISTANCE = 0.6  # farther lights make shadow texels too coarse: such frames get no shadows
 SHADOW_BIAS_MAX = 0.008
+NEAR_MAX = 0.05 - 0.002  # the farthest a frame's near plane gets (0.05 minus the smallest shadow bias)
 FAR = 100.0
 TARGET_FREE_EVERY = 4  # index % 4 == 3 is target-free: exactly 25%
 CAMERA_EFFECTS_DRAW = 1_000_003  # the draw tag of a frame's noise and blur stream (scene draws are 0, 1, ... < 50)
+KIND_DRAW = 1_000_004  # the draw tag of a frame's target kind and shape (only with a mix beyond spheres)
+SPHERE_ONLY = ("sphere",)
+_SIM_TARGET = TargetConfig()
+CUBE_SIDE_M = _SIM_TARGET.cube_side  # (0.015, 0.030): the simulator's cube sides
+CYLINDER_DIAMETER_M = _SIM_TARGET.cylinder_diameter  # (0.012, 0.025)
+CYLINDER_HEIGHT_M = _SIM_TARGET.cylinder_height  # (0.02, 0.04)
+RIM_POINTS = 32  # points per rim of a cylinder's outline
 META_FIELDS = (
     "name", "photo", "has_target", "diameter_px", "target_u", "target_v", "visible_px", "truncated", "occluded",
     "fingers", "n_distractors", "glossiness", "shadows",
 )
+"""Columns of a sphere-only set's ``meta.csv``; a set with more kinds adds :data:`KIND_COLUMN` at the end."""
+
+
+def check_kinds(kinds, owner: str = "RenderTransferConfig") -> tuple[str, ...]:
+    """The target kinds of ``kinds`` (names, or one string with commas: ``"sphere,cube"``) as a tuple; a ValueError
+    of one line names an unknown kind and the known ones (those of ``graspsim.TargetConfig``)."""
+    try:
+        return TargetConfig(kinds=kinds).kinds
+    except ValueError as e:
+        raise ValueError(str(e).replace("TargetConfig.", f"{owner}.", 1)) from None
+
+
+@dataclass(frozen=True)
+class TargetShape:
+    """One frame's target: ``kind`` (sphere, cube, cylinder), ``half_width`` (m; a sphere's or cylinder's radius,
+    half a cube's side), ``half_height`` (m; its centre's height over the table) and ``yaw`` (rad, a cube's turn
+    about the vertical)."""
+
+    kind: str
+    half_width: float
+    half_height: float
+    yaw: float = 0.0
+
+    def bound(self) -> float:
+        """Radius of the smallest sphere about the centre that holds the target (m)."""
+        if self.kind == "cube":
+            return self.half_width * math.sqrt(3.0)
+        return math.hypot(self.half_width, self.half_height) if self.kind == "cylinder" else self.half_width
+
+    def footprint(self) -> float:
+        """Radius of the target's footprint on the table (m), to keep distractors off it."""
+        return self.half_width * math.sqrt(2.0) if self.kind == "cube" else self.half_width
+
+    def outline_points(self) -> np.ndarray:
+        """Points whose convex hull is the target (P,3, m, centre at the origin): a cube's 8 corners, a cylinder's
+        two rims."""
+        a, h = self.half_width, self.half_height
+        if self.kind == "cube":
+            c, s = math.cos(self.yaw), math.sin(self.yaw)
+            xy = np.array([[x * c - y * s, x * s + y * c] for x in (-a, a) for y in (-a, a)])
+        else:
+            t = np.linspace(0.0, 2 * math.pi, RIM_POINTS, endpoint=False)
+            xy = a * np.stack([np.cos(t), np.sin(t)], 1)
+        return np.concatenate([np.c_[xy, np.full(len(xy), z)] for z in (-h, h)])
+
+
+def draw_shape(kinds: tuple[str, ...], rng: np.random.Generator) -> TargetShape:
+    """A frame's target kind, uniform over ``kinds``, and its shape in the simulator's ranges, from ``rng`` (the
+    frame's :data:`KIND_DRAW` stream; always the same five draws, so the shape of a kind does not depend on the
+    mix's other kinds' order of draws). A sphere's size is drawn with the rest of the frame (``TARGET_RADIUS_M``), so
+    its ``half_width`` here is 0."""
+    kind = kinds[int(rng.integers(len(kinds)))]
+    side, yaw = rng.uniform(*CUBE_SIDE_M), rng.uniform(0.0, 2 * math.pi)
+    diam, height = rng.uniform(*CYLINDER_DIAMETER_M), rng.uniform(*CYLINDER_HEIGHT_M)
+    if kind == "cube":
+        return TargetShape("cube", side / 2, side / 2, yaw)
+    if kind == "cylinder":
+        return TargetShape("cylinder", diam / 2, height / 2)
+    return TargetShape("sphere", 0.0, 0.0)
 
 
 @dataclass
@@ -121,6 +204,7 @@ class FrameMeta:
     n_distractors: int
     glossiness: float  # 0 = matte .. 1 = glossy; the frame's TinyRenderer specular coefficient is 1.2 x this
     shadows: bool
+    kind: str = "sphere"  # the target's kind (NO_KIND when target-free); written only for sets beyond spheres
 
 
 def _hsv_to_rgb(h: float, s: float, v: float) -> list[float]:
@@ -186,13 +270,16 @@ class ForeignRenderer:
     """Seeded TinyRenderer frame generator over the photos of one folder.
 
     ``frame(k)`` returns ``(rgb H,W,3 uint8, mask H,W bool, FrameMeta)`` and depends only on
-    (``seed``, ``k``, ``target_hue``). ``target_hue`` is the target's HSV hue band (mod 1); distractors avoid
-    it widened by :data:`DISTRACTOR_HUE_MARGIN`. Use as a context manager or call ``close()``.
+    (``seed``, ``k``, ``target_hue``, ``kinds``). ``target_hue`` is the target's HSV hue band (mod 1); distractors
+    avoid it widened by :data:`DISTRACTOR_HUE_MARGIN`. ``kinds``: the target kinds drawn per frame (module
+    docstring); spheres alone draw nothing more. Use as a context manager or call ``close()``.
     """
 
-    def __init__(self, photo_dir: str | os.PathLike, seed: int, target_hue: tuple[float, float] = TARGET_HUE):
+    def __init__(self, photo_dir: str | os.PathLike, seed: int, target_hue: tuple[float, float] = TARGET_HUE,
+                 kinds=SPHERE_ONLY):
         import pybullet as p
 
+        self.kinds = check_kinds(kinds, "ForeignRenderer")
         self.target_hue = (float(target_hue[0]), float(target_hue[1]))
         self.distractor_hue_gap = distractor_hue_gap(self.target_hue)
         self.p = p
@@ -220,14 +307,20 @@ class ForeignRenderer:
     def frame(self, index: int) -> tuple[np.ndarray, np.ndarray, FrameMeta]:
         has_target = index % TARGET_FREE_EVERY != TARGET_FREE_EVERY - 1
         free_with_distractors = (index // TARGET_FREE_EVERY) % 2 == 0
+        shape = None  # the sphere of the frame's main stream (target-free frames: exactly the sphere-only set's)
+        if self.kinds != SPHERE_ONLY and has_target:
+            shape = draw_shape(self.kinds, frame_rng(self.seed, index, KIND_DRAW))
+            shape = None if shape.kind == "sphere" else shape
         for attempt in range(50):
             rng = frame_rng(self.seed, index, attempt)
-            out = self._render(rng, index, has_target, free_with_distractors)
+            out = self._render(rng, index, has_target, free_with_distractors, shape)
             if out is not None:
                 break
         else:  # pragma: no cover - 50 failed draws would be a bug in the sampler
             raise RuntimeError(f"frame {index}: no frame with a visible target after 50 draws")
         rgb, mask, meta = out
+        if not has_target:
+            meta.kind = NO_KIND
         return self._camera_effects(rgb, frame_rng(self.seed, index, CAMERA_EFFECTS_DRAW)), mask, meta
 
     def _camera_effects(self, rgb: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -240,7 +333,9 @@ class ForeignRenderer:
         img = img + rng.normal(0.0, 1.0, img.shape).astype(np.float32) * sigma
         return np.clip(np.rint(img), 0, 255).astype(np.uint8)
 
-    def _render(self, rng, index, has_target, free_with_distractors):
+    def _render(self, rng, index, has_target, free_with_distractors, shape: TargetShape | None = None):
+        """One draw of frame ``index`` from ``rng``: (rgb, mask, FrameMeta), or None to draw again. ``shape``: a cube
+        or cylinder target in place of the sphere (None: the sphere); the stream's draws are the same either way."""
         import cv2
 
         p, cid = self.p, self.client
@@ -256,7 +351,9 @@ class ForeignRenderer:
         cam = _Camera(rng.uniform(*HFOV_DEG), rng.uniform(*PITCH_DEG), rng.uniform(0, 2 * math.pi))
         radius = rng.uniform(*TARGET_RADIUS_M)
         diam = rng.uniform(*DIAMETER_PX)
-        dist = radius / math.sin(math.atan(diam / (2 * cam.f)))
+        dist = radius / math.sin(math.atan(diam / (2 * cam.f)))  # camera to target centre, as for the sphere
+        if shape is not None:  # the same distance: the apparent size follows the size in metres
+            diam = 2 * cam.f * math.tan(math.asin(min(shape.bound() / dist, 0.99)))  # the bounding sphere's
         truncated_wanted = has_target and rng.random() < 0.15
         if truncated_wanted:
             side = rng.integers(4)
@@ -266,8 +363,15 @@ class ForeignRenderer:
         else:
             m = diam / 2 + 1
             u, v = rng.uniform(m, IMAGE_SIZE - m), rng.uniform(m, IMAGE_SIZE - m)
-        centre = np.array([0.0, 0.0, radius])
+        centre = np.array([0.0, 0.0, radius if shape is None else shape.half_height])
         cam.eye = centre - dist * cam.ray(u, v)
+        outline = None  # a cube's or cylinder's projected outline (convex polygon, 64x64 pixels) and its diameter
+        if shape is not None:
+            pu, pv, depth = cam.project(shape.outline_points() + centre)
+            if depth.min() < 1.2 * NEAR_MAX:
+                return None  # the near plane would cut the target: draw the frame again
+            outline = cv2.convexHull(np.stack([pu, pv], 1).astype(np.float32))[:, 0]
+            diam = 2 * math.sqrt(max(cv2.contourArea(outline), 1e-6) / math.pi)  # same area as the outline
 
         # light direction, shadow map and near plane. The shadow map looks at the origin with the
         # camera's field of view: the light is the nearest that covers the visible table. The near
@@ -297,8 +401,17 @@ class ForeignRenderer:
         if has_target:
             hue = rng.uniform(*self.target_hue)
             color = _hsv_to_rgb(hue, rng.uniform(0.6, 1.0), rng.uniform(0.45, 1.0))
-            vis = p.createVisualShape(p.GEOM_SPHERE, radius=radius, rgbaColor=color + [1.0], physicsClientId=cid)
-            target_id = p.createMultiBody(0, -1, vis, centre.tolist(), physicsClientId=cid)
+            orn = [0.0, 0.0, 0.0, 1.0]
+            if shape is None:
+                vis = p.createVisualShape(p.GEOM_SPHERE, radius=radius, rgbaColor=color + [1.0], physicsClientId=cid)
+            elif shape.kind == "cube":
+                vis = p.createVisualShape(p.GEOM_BOX, halfExtents=[shape.half_width] * 3, rgbaColor=color + [1.0],
+                                          physicsClientId=cid)
+                orn = list(p.getQuaternionFromEuler([0.0, 0.0, shape.yaw]))
+            else:  # an upright cylinder (pybullet's cylinder axis is z)
+                vis = p.createVisualShape(p.GEOM_CYLINDER, radius=shape.half_width, length=2 * shape.half_height,
+                                          rgbaColor=color + [1.0], physicsClientId=cid)
+            target_id = p.createMultiBody(0, -1, vis, centre.tolist(), orn, physicsClientId=cid)
 
         glossiness = float(rng.uniform(0.0, 1.0) ** 1.5)
         if target_id is not None:
@@ -310,7 +423,7 @@ class ForeignRenderer:
             n_dis = int(rng.integers(0, 5))
         else:
             n_dis = int(rng.integers(1, 5)) if free_with_distractors else 0
-        placed = [(0.0, 0.0, radius)] if has_target else []
+        placed = [(0.0, 0.0, radius if shape is None else shape.footprint())] if has_target else []
         n_placed = 0
         for _ in range(n_dis):
             n_placed += self._distractor(rng, cam, radius, placed)
@@ -356,10 +469,18 @@ class ForeignRenderer:
             if visible == 0:
                 return None  # fully hidden or out of view: draw the frame again
             r = diam / 2
-            truncated = bool(u - r < 0 or v - r < 0 or u + r > IMAGE_SIZE or v + r > IMAGE_SIZE)
+            if outline is None:
+                truncated = bool(u - r < 0 or v - r < 0 or u + r > IMAGE_SIZE or v + r > IMAGE_SIZE)
+            else:
+                truncated = bool((outline < 0).any() or (outline > IMAGE_SIZE).any())
             if finger_ids:
-                ys, xs = np.mgrid[0:RENDER_SIZE, 0:RENDER_SIZE]
-                disc = ((xs + 0.5) / SUPERSAMPLE - u) ** 2 + ((ys + 0.5) / SUPERSAMPLE - v) ** 2 <= r * r
+                if outline is None:
+                    ys, xs = np.mgrid[0:RENDER_SIZE, 0:RENDER_SIZE]
+                    disc = ((xs + 0.5) / SUPERSAMPLE - u) ** 2 + ((ys + 0.5) / SUPERSAMPLE - v) ** 2 <= r * r
+                else:
+                    disc = np.zeros((RENDER_SIZE, RENDER_SIZE), np.uint8)
+                    cv2.fillConvexPoly(disc, np.round(outline * SUPERSAMPLE - 0.5).astype(np.int32), 1)
+                    disc = disc.astype(bool)
                 occluded = bool(np.isin(seg[disc], finger_ids).any())
         meta = FrameMeta(
             name=f"frame_{index:05d}", photo=self.photo_paths[photo_i].name, has_target=has_target,
@@ -367,7 +488,7 @@ class ForeignRenderer:
             target_u=round(float(u), 3) if has_target else 0.0, target_v=round(float(v), 3) if has_target else 0.0,
             visible_px=visible,
             truncated=truncated, occluded=occluded, fingers=len(finger_ids), n_distractors=n_placed,
-            glossiness=round(glossiness, 3), shadows=shadows,
+            glossiness=round(glossiness, 3), shadows=shadows, kind="sphere" if shape is None else shape.kind,
         )
         return rgb, mask, meta
 
@@ -514,10 +635,10 @@ class ForeignRenderer:
 
 
 def generate(photo_dir: str | os.PathLike, n: int, seed: int, start: int = 0,
-             target_hue: tuple[float, float] = TARGET_HUE):
+             target_hue: tuple[float, float] = TARGET_HUE, kinds=SPHERE_ONLY):
     """Frames ``start .. start+n-1``: (rgb N,64,64,3 uint8, masks N,64,64 bool, list of FrameMeta)."""
     rgbs, masks, metas = [], [], []
-    with ForeignRenderer(photo_dir, seed, target_hue=target_hue) as r:
+    with ForeignRenderer(photo_dir, seed, target_hue=target_hue, kinds=kinds) as r:
         for k in range(start, start + n):
             rgb, mask, meta = r.frame(k)
             rgbs.append(rgb)
@@ -527,24 +648,44 @@ def generate(photo_dir: str | os.PathLike, n: int, seed: int, start: int = 0,
 
 
 def write_set(out: Path, photo_dir: Path, n: int, seed: int, overwrite: bool = False,
-              target_hue: tuple[float, float] = TARGET_HUE) -> dict:
+              target_hue: tuple[float, float] = TARGET_HUE, kinds=SPHERE_ONLY) -> dict:
     """Write frames ``0 .. n-1`` as an image set (:class:`graspsim.vision.image_set.ImageSetWriter`: ``images/`` and
-    ``masks/`` as compact PNGs named ``frame_00000.png`` ..., plus ``meta.csv`` with :data:`META_FIELDS`) and return
-    summary statistics. The set replaces an earlier one in ``out`` as a whole, and only with ``overwrite``."""
+    ``masks/`` as compact PNGs named ``frame_00000.png`` ..., plus ``meta.csv`` with :data:`META_FIELDS`, and
+    :data:`KIND_COLUMN` when ``kinds`` holds more than spheres) and return summary statistics. The set replaces an
+    earlier one in ``out`` as a whole, and only with ``overwrite``."""
     gap = distractor_hue_gap(target_hue)  # a bad band fails before anything is written
+    kinds = check_kinds(kinds)
+    with_kind = kinds != SPHERE_ONLY
+    fields = META_FIELDS + ((KIND_COLUMN,) if with_kind else ())
     metas = []
     t0 = time.perf_counter()
-    with ImageSetWriter(out, overwrite=overwrite, masks=True, digits=5, compact=True, meta_fields=META_FIELDS) as w, \
-            ForeignRenderer(photo_dir, seed, target_hue=target_hue) as r:
+    with ImageSetWriter(out, overwrite=overwrite, masks=True, digits=5, compact=True, meta_fields=fields) as w, \
+            ForeignRenderer(photo_dir, seed, target_hue=target_hue, kinds=kinds) as r:
         for k in range(n):
             rgb, mask, meta = r.frame(k)
-            w.add(rgb, mask, asdict(meta), stem=meta.name)
+            row = asdict(meta)
+            if not with_kind:
+                del row["kind"]
+            w.add(rgb, mask, row, stem=meta.name)
             metas.append(meta)
     seconds = time.perf_counter() - t0
-    return summarize(metas) | {
+    per_kind = {"kinds": list(kinds), "target_frames_by_kind": summarize_kinds(metas)} if with_kind else {}
+    return summarize(metas) | per_kind | {
         "target_hue": [float(x) for x in target_hue], "distractor_hue_gap": [round(x, 6) for x in gap],
         "seconds": round(seconds, 1), "frames_per_second": round(n / seconds, 1),
     }
+
+
+def summarize_kinds(metas: list[FrameMeta]) -> dict:
+    """Per target kind: its number of target frames and their min / median / max ``diameter_px`` and ``visible_px``."""
+    out = {}
+    for kind in sorted({m.kind for m in metas if m.has_target}):
+        d = np.array([m.diameter_px for m in metas if m.has_target and m.kind == kind])
+        vis = np.array([m.visible_px for m in metas if m.has_target and m.kind == kind])
+        out[kind] = {"frames": int(d.size),
+                     "diameter_px_min_median_max": [round(float(q), 2) for q in (d.min(), np.median(d), d.max())],
+                     "visible_px_min_median_max": [int(vis.min()), float(np.median(vis)), int(vis.max())]}
+    return out
 
 
 def summarize(metas: list[FrameMeta]) -> dict:
@@ -586,11 +727,16 @@ class RenderTransferConfig:
     """HSV hue band of the target (1.0 = full circle, negative wraps around red; default the red-orange of the
     shipped sets). Distractors avoid the band widened by 0.08 on each side. Use the band of
     --sim.randomization.target-hue in training."""
+    kinds: Tuple[str, ...] = SPHERE_ONLY
+    """Target kinds, one drawn per frame: ``sphere`` (the shipped sets), or a mix such as ``sphere,cube,cylinder``
+    (also ``sphere cube cylinder``); cubes and cylinders take the simulator's sizes. Beyond spheres, meta.csv gets a
+    ``kind`` column. Use the kinds of --sim.target.kinds in training."""
     overwrite: bool = False
     """Replace the set (images/, masks/, meta.csv) of a non-empty --out as a whole when the new one is complete."""
 
     def __post_init__(self) -> None:
         positive_int("RenderTransferConfig", "n", self.n)
+        object.__setattr__(self, "kinds", check_kinds(self.kinds))
         try:
             distractor_hue_gap(tuple(self.target_hue))
         except ValueError as e:
@@ -606,6 +752,6 @@ class RenderTransferConfig:
 def render_transfer_set(cfg: RenderTransferConfig) -> dict:
     """``graspsim render-transfer``: write the set of ``cfg`` (:func:`write_set`); returns and logs its statistics."""
     stats = write_set(cfg.out, cfg.photo_dir(), cfg.n, cfg.seed, overwrite=cfg.overwrite,
-                      target_hue=(float(cfg.target_hue[0]), float(cfg.target_hue[1])))
+                      target_hue=(float(cfg.target_hue[0]), float(cfg.target_hue[1])), kinds=cfg.kinds)
     log.info("wrote %d foreign-render frames to %s: %s", cfg.n, cfg.out, json.dumps(stats))
     return stats

@@ -47,6 +47,12 @@ META = "meta.csv"
 """Default name of the per-frame metadata file (optional)."""
 META_KEY = "name"
 """Column of the metadata file that holds a frame's stem."""
+KIND_COLUMN = "kind"
+"""Optional column of the metadata file: the target kind seen in the frame (``sphere``, ``cube``, ``cylinder``, the
+names of ``graspsim.config.TARGET_KINDS``), or :data:`NO_KIND` in a target-free frame. Evaluation splits its
+metrics by it (:func:`read_kinds`)."""
+NO_KIND = "none"
+"""The :data:`KIND_COLUMN` value of a target-free frame."""
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
 PNG = ".png"
 """Suffix of every file this module writes."""
@@ -214,6 +220,20 @@ def read_meta(path: str | os.PathLike, key: str = META_KEY) -> dict[str, dict[st
                 raise ValueError(f"metadata file {path} lists frame {r[key]!r} twice")
             rows[r[key]] = r
     return rows
+
+
+def read_kinds(images: str | os.PathLike, stems: Iterable[str]) -> Optional[dict[str, str]]:
+    """Each frame's target kind, from the :data:`KIND_COLUMN` of the metadata file beside the ``images/`` folder
+    ``images`` (``images/../meta.csv``): ``{stem: kind}`` for the ``stems`` the file lists (others get
+    :data:`NO_KIND`), or None when there is no metadata file or it has no such column. Raises like
+    :func:`read_meta`."""
+    path = Path(images).parent / META
+    if not path.is_file():
+        return None
+    rows = read_meta(path)
+    if not rows or KIND_COLUMN not in next(iter(rows.values())):
+        return None
+    return {s: (rows[s][KIND_COLUMN] or NO_KIND) if s in rows else NO_KIND for s in stems}
 
 
 # ----------------------------------------------------------------------------------------------------- writing
@@ -389,6 +409,6 @@ class ImageSetWriter:
         atomic_write_bytes(self.folder / self.meta_file, buf.getvalue().encode())
 
 
-__all__ = ["IMAGES", "IMAGE_EXTENSIONS", "ImageSetWriter", "MASKS", "MASK_MAX_LEVELS", "META", "META_KEY", "PNG",
-           "check_unique_stems", "encode_png", "find_masks", "frame_stem", "images_folder", "list_images", "load_mask",
-           "mask_files", "mask_folder_of", "read_image", "read_mask", "read_meta", "write_png"]
+__all__ = ["IMAGES", "IMAGE_EXTENSIONS", "ImageSetWriter", "KIND_COLUMN", "MASKS", "MASK_MAX_LEVELS", "META", "META_KEY",
+           "NO_KIND", "PNG", "check_unique_stems", "encode_png", "find_masks", "frame_stem", "images_folder", "list_images",
+           "load_mask", "mask_files", "mask_folder_of", "read_image", "read_kinds", "read_mask", "read_meta", "write_png"]

@@ -144,6 +144,58 @@ def subset_metrics(probs: Tensor, masks: Tensor, groups: dict[str, Tensor], thre
     return out
 
 
+KIND_TARGETS = {"iou": (">=", 0.85), "precision": (">=", 0.93), "recall": (">=", 0.88),
+                "false_positive_image_rate": ("<=", 0.03)}
+"""Issue 39's targets for every target kind on a transfer test set: (comparison, bound) per metric."""
+
+
+def kind_groups(kinds: Sequence[str], has_target) -> dict[str, np.ndarray]:
+    """The frames of each target kind's metrics row. ``kinds`` N names (``sphere``, ``cube``, ``cylinder``, or
+    anything else, e.g. ``none`` for a target-free frame), ``has_target`` N bool (the mask is not empty).
+
+    Kind ``k``'s group (N bool) holds its target-visible frames **and every target-free frame of the set**: its
+    pixel metrics (which only count target-visible frames) are that kind's, and its false-positive image rate is the
+    set's own, shared by all rows, since a target-free frame shows no kind. Kinds come in the order of
+    ``graspsim.config.TARGET_KINDS``, then any other name in sorted order; a kind without a target-visible frame
+    gets no row."""
+    from graspsim.config import TARGET_KINDS
+
+    has = np.asarray(has_target, dtype=bool)
+    names = np.asarray(list(kinds), dtype=object)
+    present = {str(k) for k in names[has]}
+    order = [k for k in TARGET_KINDS if k in present] + sorted(present - set(TARGET_KINDS))
+    return {k: (has & (names == k)) | ~has for k in order}
+
+
+def meets_kind_targets(row: dict) -> bool:
+    """True when a metrics row meets every :data:`KIND_TARGETS` bound it has a number for (NaN: not checked)."""
+    ok = True
+    for key, (op, bound) in KIND_TARGETS.items():
+        v = float(row.get(key, float("nan")))
+        if math.isfinite(v):
+            ok &= v >= bound if op == ">=" else v <= bound
+    return bool(ok)
+
+
+def subset_metrics_from_counts(groups: dict[str, np.ndarray], tp, fp, fn, gt_pixels, pred_pixels,
+                               min_pixels: int) -> dict[str, dict]:
+    """:func:`subset_metrics` from per-frame counts (each an N array, e.g. ``eval-real``'s counts at the frames'
+    own resolution) instead of probabilities: the ``SUBSET_KEYS`` metrics of each named group (N bool) of frames,
+    pooled as :class:`SegMetrics` pools them; groups that select no frame are left out."""
+    tp, fp, fn, gt, pred = (np.asarray(a, dtype=np.int64) for a in (tp, fp, fn, gt_pixels, pred_pixels))
+    out = {}
+    for name, keep in groups.items():
+        keep = np.asarray(keep, dtype=bool)
+        if not keep.any():
+            continue
+        has, empty = keep & (gt > 0), keep & (gt == 0)
+        t, f, n = int(tp[has].sum()), int(fp[has].sum()), int(fn[has].sum())
+        out[name] = {"iou": _div(t, t + f + n), "precision": _div(t, t + f), "recall": _div(t, t + n),
+                     "false_positive_image_rate": _div(int((pred[empty] >= min_pixels).sum()), int(empty.sum())),
+                     "num_target_images": int(has.sum()), "num_empty_images": int(empty.sum())}
+    return out
+
+
 def curve_from_histograms(hist_pos: np.ndarray, hist_neg: np.ndarray, empty_kth: np.ndarray,
                           thresholds: np.ndarray = THRESHOLDS) -> dict[str, np.ndarray]:
     """The PR curve from ``BINS``-bin probability histograms of target (``hist_pos``) and background

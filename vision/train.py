@@ -43,7 +43,7 @@ from graspsim.torch_util import count_parameters
 from .backgrounds import BackgroundBank, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
 from .compose import Composer
-from .eval_sets import make_set, per_background, predict_probs
+from .eval_sets import make_set, per_background, per_kind, predict_probs
 from .hdf5_frames import HDF5Frames
 from .image_set import list_images
 from .labelled import RealFrames
@@ -52,7 +52,7 @@ from .metrics import PEAKS, best_threshold, choose_thresholds_on, evaluate_set, 
 from .model import SegNet, SegNetConfig, cpu_has_fast_bf16, locator_coverage, locator_loss
 from .patches import _hdf5_share, _real_share, random_patches, training_batch
 from .train_config import DEFAULT_MODEL, UNET_MODEL, TrainVisionConfig
-from .transfer_report import load_transfer_sets, operating_point_gap, transfer_breakdown
+from .transfer_report import load_transfer_sets, operating_point_gap, transfer_breakdown, transfer_by_kind
 
 log = logging.getLogger(__name__)
 
@@ -544,12 +544,15 @@ def _final_evaluation(cfg: TrainVisionConfig, run: _Training, inputs: _Inputs, v
     # what validation promises at the chosen point, to compare with the tests
     promised = {k: evaluate_set(gate_frames(v[0], peak), v[1], threshold, cfg.min_pixels)[0] for k, v in val_sets.items()}
     log.info("rendering test composites")
-    test_rgb, test_mask, test_bg = make_set(inputs.val_composer, cfg.n_test, cfg.test_seed, with_background=True)
+    test_rgb, test_mask, test_bg, test_kind = make_set(inputs.val_composer, cfg.n_test, cfg.test_seed,
+                                                       with_background=True, with_kind=True)
     test_probs = gate_frames(predict_probs(model, test_rgb, bf16, mirror=cfg.mirror_tta), peak)
     test_summary, _ = evaluate_set(test_probs, test_mask, threshold, cfg.min_pixels)
     test_summary["peak_threshold"] = peak
     by_background = per_background(test_probs, test_mask, test_bg, inputs.val_composer.bank.names, threshold,
                                    cfg.min_pixels)
+    if cfg.sim.target.wrist:  # a mix beyond spheres: the composite test per target kind too
+        test_summary["by_kind"] = per_kind(test_probs, test_mask, test_kind, threshold, cfg.min_pixels)
     tests = {"test": test_summary}
     transfer_result: dict = {}
     if "test" in transfer:
@@ -559,6 +562,9 @@ def _final_evaluation(cfg: TrainVisionConfig, run: _Training, inputs: _Inputs, v
         transfer_result = {"transfer_test": tests["transfer_test"],
                            "transfer_test_breakdown": transfer_breakdown(tprobs, tt, threshold, cfg.min_pixels),
                            "transfer_val": promised.get("transfer")}
+        by_kind = transfer_by_kind(tprobs, tt, threshold, cfg.min_pixels)
+        if by_kind:  # the set's metadata names each frame's target kind
+            transfer_result["transfer_test_by_kind"] = by_kind
     for name, summ in tests.items():
         for k in ("iou", "precision", "recall", "f1", "false_positive_image_rate"):
             if math.isfinite(summ[k]):
@@ -580,10 +586,18 @@ def _log_tests(result: dict) -> None:
     t = result["test"]
     log.info("test (held-out backgrounds, %d frames): iou %.3f precision %.3f recall %.3f fp-images %.3f",
              t["num_images"], t["iou"], t["precision"], t["recall"], t["false_positive_image_rate"])
+    for kind, m in t.get("by_kind", {}).items():
+        log.info("  test, %-8s iou %.3f precision %.3f recall %.3f (%d target frames)", kind, m["iou"], m["precision"],
+                 m["recall"], m["num_target_images"])
     if "transfer_test" in result:
         t = result["transfer_test"]
         log.info("transfer test (another renderer on unseen photos, %d frames): iou %.3f precision %.3f recall %.3f "
                  "fp-images %.3f", t["num_images"], t["iou"], t["precision"], t["recall"], t["false_positive_image_rate"])
+    for kind, m in result.get("transfer_test_by_kind", {}).items():
+        log.info("  transfer test, %-8s iou %.3f precision %.3f recall %.3f fp-images %.3f (%d target frames; the "
+                 "set's %d target-free frames) %s", kind, m["iou"], m["precision"], m["recall"],
+                 m["false_positive_image_rate"], m["num_target_images"], m["num_empty_images"],
+                 "meets the targets" if m["meets_targets"] else "misses a target")
     for name, m in result["test_by_background"].items():
         log.info("  test on %-28s iou %.3f precision %.3f recall %.3f fp-images %.3f (%d target / %d empty frames)",
                  name, m["iou"], m["precision"], m["recall"], m["false_positive_image_rate"], m["num_target_images"],

@@ -1,8 +1,9 @@
 """Scoring on the transfer sets (targets drawn by another renderer over unseen photos; :mod:`graspsim.vision.transfer`).
 
 ``train-vision`` reports the transfer ``test/`` set beside its own composite test, broken down by what makes a
-frame hard (target size, truncation, a finger in front, distractors), and states how far each test's precision
-and false-positive image rate land from what validation promised at the chosen operating point.
+frame hard (target size, truncation, a finger in front, distractors) and, when the set's metadata names each frame's
+target kind, by kind; and it states how far each test's precision and false-positive image rate land from what
+validation promised at the chosen operating point.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .metrics import subset_metrics
+from .image_set import KIND_COLUMN, NO_KIND
+from .metrics import kind_groups, meets_kind_targets, subset_metrics
 
 if TYPE_CHECKING:
     from .transfer import TransferSet
@@ -84,6 +86,20 @@ def transfer_breakdown(probs: Tensor, tset: TransferSet, threshold: float, min_p
         "target-free, no distractors": ~has & (dist == 0),
     }
     return subset_metrics(probs, tset.mask, groups, threshold, min_pixels)
+
+
+def transfer_by_kind(probs: Tensor, tset: TransferSet, threshold: float, min_pixels: int) -> dict[str, dict]:
+    """One metrics row per target kind (:func:`graspsim.vision.metrics.kind_groups`: the kind's target frames plus the
+    set's target-free frames, whose false-positive image rate all rows share), each with ``meets_targets``
+    (:data:`graspsim.vision.metrics.KIND_TARGETS`); ``{}`` when the set's metadata has no kind column. ``probs``
+    N,H,W are the gated probabilities of ``tset``'s frames."""
+    if not any(KIND_COLUMN in m for m in tset.meta):
+        return {}
+    kinds = [m.get(KIND_COLUMN) or NO_KIND for m in tset.meta]
+    has = tset.mask.flatten(1).any(1)
+    groups = {k: torch.from_numpy(g) for k, g in kind_groups(kinds, has.numpy()).items()}
+    rows = subset_metrics(probs, tset.mask, groups, threshold, min_pixels)
+    return {k: {**row, "meets_targets": meets_kind_targets(row)} for k, row in rows.items()}
 
 
 def operating_point_gap(promised: dict[str, dict], tests: dict[str, dict]) -> dict[str, dict]:
