@@ -49,7 +49,7 @@ from graspsim import runs as run_folder
 from graspsim.fileio import atomic_write_text, check_folder_path, check_in_file, check_out_dir
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import non_negative_int, positive_int
-from graspsim.vision.backgrounds import DEFAULT_TRANSFER
+from graspsim.vision.backgrounds import DEFAULT_TRANSFER, default_transfer
 
 from .train import DaggerConfig, plot_learning_curve, run_dagger
 
@@ -178,6 +178,7 @@ class PipelineConfig:
             object.__setattr__(self, "target", ",".join(kinds))
             object.__setattr__(self, "sim", dataclasses.replace(
                 self.sim, target=dataclasses.replace(self.sim.target, kinds=kinds)))
+        object.__setattr__(self, "transfer", default_transfer(self.transfer, self.sim.target.kinds))
 
     def budgets(self) -> dict[str, int]:
         b = dict(PRESETS[self.preset])

@@ -48,6 +48,17 @@ def data_path(*parts: str) -> Path:
 DATA_DIR = data_path()
 DEFAULT_BACKGROUNDS = data_path("backgrounds")
 DEFAULT_TRANSFER = data_path("transfer")  # the foreign-render transfer sets (graspsim.vision.transfer)
+DEFAULT_KINDS_TRANSFER = data_path("transfer_kinds")
+"""The foreign-render transfer sets with spheres, cubes and cylinders (``render-transfer --kinds sphere,cube,cylinder``):
+the default transfer sets of a run whose ``sim.target.kinds`` go beyond spheres (:func:`default_transfer`)."""
+
+
+def default_transfer(transfer, kinds) -> object:
+    """``transfer`` as given, except that the default sphere sets become :data:`DEFAULT_KINDS_TRANSFER` when the
+    target ``kinds`` hold a cube or a cylinder (the sphere sets would not test them)."""
+    if transfer is not None and Path(transfer) == DEFAULT_TRANSFER and tuple(kinds) != ("sphere",):
+        return DEFAULT_KINDS_TRANSFER
+    return transfer
 
 
 def _pipeline(size: int, hue_rotation_prob: float):

@@ -15,7 +15,7 @@ from graspsim.validate import (boolean, finite_non_negative, finite_positive, po
                                probability)
 
 from .augment import AugmentConfig
-from .backgrounds import DEFAULT_BACKGROUNDS, DEFAULT_TRANSFER
+from .backgrounds import DEFAULT_BACKGROUNDS, DEFAULT_TRANSFER, default_transfer
 from .compose import ComposeConfig
 from .model import SegNetConfig
 
@@ -134,7 +134,8 @@ class TrainVisionConfig:
     the hardest camouflage, aimed at the misses on warm held-out photos. Validation and test crops never get it."""
     transfer: Optional[Path] = DEFAULT_TRANSFER
     """Folder of the transfer sets (``val/`` and ``test/`` in the eval-real format): targets drawn by another
-    renderer (pybullet's TinyRenderer) over real photos that training never reads (data/transfer/README.md).
+    renderer (pybullet's TinyRenderer) over real photos that training never reads (data/transfer/README.md). With
+    cubes or cylinders in ``--sim.target.kinds`` the default is ``data/transfer_kinds`` (all three kinds).
     ``val/`` may take part in choosing the operating point (--operating-point); ``test/`` is only reported.
     None skips both."""
     operating_point: Literal["composite", "transfer", "both"] = "both"
@@ -218,6 +219,7 @@ class TrainVisionConfig:
         for name in ("mirror_tta", "frame_gate", "bf16", "resume", "skip_bad"):
             boolean(owner, name, getattr(self, name))
         self._check_fine_tune()
+        object.__setattr__(self, "transfer", default_transfer(self.transfer, self.sim.target.kinds))
         if self.operating_point not in ("composite", "transfer", "both"):
             raise ValueError(f"TrainVisionConfig.operating_point must be composite, transfer or both; got {self.operating_point!r}")
         if self.operating_point != "composite" and self.transfer is None:
