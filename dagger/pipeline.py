@@ -375,8 +375,8 @@ def _evaluation_stages(cfg: PipelineConfig, b: dict[str, int], out: Path, vckpt:
 
 def _vision_summary(res: dict) -> dict:
     """The part of train-vision's metrics that the summary and the report show."""
-    keys = ("test", "transfer_test", "transfer_val", "transfer_test_breakdown", "operating_point", "threshold",
-            "peak_threshold", "mirror_tta", "steps")
+    keys = ("test", "transfer_test", "transfer_val", "transfer_test_breakdown", "transfer_test_by_kind",
+            "operating_point", "threshold", "peak_threshold", "mirror_tta", "steps")
     return {k: res[k] for k in keys if k in res}
 
 
@@ -403,6 +403,8 @@ def _vision_html(v: dict) -> str:
         body += f"<tr><td>{e(label)}</td>{_cells(m)}<td>{m['num_images']}</td><td>{promise}</td></tr>"
     sub = "".join(f"<tr><td>{e(k)}</td>{_cells(m)}<td>{m['num_target_images'] + m['num_empty_images']}</td><td></td></tr>"
                   for k, m in v.get("transfer_test_breakdown", {}).items())
+    by_kind = "".join(f"<tr><td>{e(k)}</td>{_cells(m)}<td>{m['num_target_images'] + m['num_empty_images']}</td>"
+                      "<td></td></tr>" for k, m in v.get("transfer_test_by_kind", {}).items())
     where = " + ".join(op.get("chosen_on", ["composite"]))
     src = f" Checkpoint: <code>{e(v['checkpoint'])}</code>." if "checkpoint" in v else ""
     model = RENAMED_VISION_MODELS.get(v.get("model"), v.get("model"))
@@ -411,6 +413,8 @@ def _vision_html(v: dict) -> str:
             f"{v.get('peak_threshold', 0.0):g}, mirror averaging {'on' if v.get('mirror_tta') else 'off'}.{src}</p>"
             "<table><tr><th>test set</th><th>IoU</th><th>precision</th><th>recall</th><th>false-positive images</th>"
             f"<th>frames</th><th>validation promised (precision / FP images)</th></tr>{body}"
+            + (f"<tr><th colspan=7>transfer test by target kind (false-positive images: the whole set's)</th></tr>"
+               f"{by_kind}" if by_kind else "")
             + (f"<tr><th colspan=7>transfer test by kind of frame</th></tr>{sub}" if sub else "") + "</table>")
 
 

@@ -129,6 +129,8 @@ def test_pipeline_target_kinds_report_per_kind_rows_and_gifs(tmp_path):
         assert all(f"{key}/{g['file']}" in html for g in s[key]["gifs"])
     conf = json.loads((out / "config.json").read_text())
     assert conf["target"] == "cube,cylinder" and conf["sim"]["target"]["kinds"] == ["cube", "cylinder"]
+    assert set(s["vision"]["transfer_test_by_kind"]) == {"sphere", "cube", "cylinder"}  # the kinds sets, per kind
+    assert "transfer test by target kind" in html
 
 
 def test_pipeline_target_errors():
