@@ -125,8 +125,11 @@ def check_frame(frame, who: str) -> Frame:
     rgb = frame.rgb
     if not (isinstance(rgb, np.ndarray) and rgb.dtype == np.uint8 and rgb.ndim == 3 and rgb.shape[2] == 3
             and rgb.shape[0] > 0 and rgb.shape[1] > 0):
+        four = isinstance(rgb, np.ndarray) and rgb.ndim == 3 and rgb.shape[2] == 4
+        hint = ("; for an RGBA (or BGRA) frame give its colour channels in the order red, green, blue, without "
+                "alpha (rgb[..., :3], or rgb[..., 2::-1] for BGRA)") if four else ""
         raise CameraError(f"{who} returned a frame whose rgb is {describe_value(rgb)}; expected H,W,3 uint8 RGB "
-                          "(H, W >= 1)")
+                          f"(H, W >= 1){hint}")
     try:
         t = float(frame.t)
     except (TypeError, ValueError):

@@ -50,6 +50,7 @@ from graspsim.fileio import atomic_write_text, check_folder_path, check_in_file,
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import non_negative_int, positive_int
 from graspsim.vision.backgrounds import DEFAULT_TRANSFER, default_transfer
+from graspsim.vision.image_set import IMAGES, MASKS
 
 from .train import DaggerConfig, plot_learning_curve, run_dagger
 
@@ -179,6 +180,8 @@ class PipelineConfig:
             object.__setattr__(self, "sim", dataclasses.replace(
                 self.sim, target=dataclasses.replace(self.sim.target, kinds=kinds)))
         object.__setattr__(self, "transfer", default_transfer(self.transfer, self.sim.target.kinds))
+        if self.transfer is not None and self.vision is None:  # now, not after the collect stage
+            check_transfer_folder(self.transfer)
 
     def budgets(self) -> dict[str, int]:
         b = dict(PRESETS[self.preset])
@@ -189,6 +192,23 @@ class PipelineConfig:
         d = json.loads(json.dumps(dataclasses.asdict(self), default=str))
         d["budgets"] = self.budgets()
         return d
+
+
+def check_transfer_folder(folder: Path) -> None:
+    """ValueError naming ``folder`` unless it holds the transfer sets the vision stage reads: ``val/`` and ``test/``,
+    each with ``images/`` and ``masks/`` (the eval-real format). Checked when the flags are parsed, so a wrong
+    ``--transfer`` is refused before the collect stage and before the run folder is made."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"--transfer {folder} does not exist (it should hold the transfer sets val/ and test/ in the "
+                         "eval-real format); point --transfer at them, or pass --transfer None to skip the transfer "
+                         "test")
+    missing = [f"{split}/{sub}/" for split in ("val", "test") for sub in (IMAGES, MASKS)
+               if not (folder / split / sub).is_dir()]
+    if missing:
+        raise ValueError(f"--transfer {folder} has no {', '.join(missing)} (the transfer sets val/ and test/, each with "
+                         "images/ and masks/; make them with graspsim render-transfer), or pass --transfer None to "
+                         "skip the transfer test")
 
 
 def _stage(summary: dict, name: str, fn, out: Path):

@@ -190,38 +190,151 @@ def check_in_file(path: str | os.PathLike, label: str, what: str = "file", insid
 
 
 @contextlib.contextmanager
-def staged_dir(out: str | os.PathLike, owns: Callable[[str], bool]) -> Iterator[Path]:
+def staged_dir(out: str | os.PathLike, owns: Callable[[str], bool], flag: str = "--out") -> Iterator[Path]:
     """Yield an empty hidden folder beside ``out`` to write a verb's outputs into; when the block finishes,
     the staged outputs replace the verb's earlier outputs in ``out`` as a whole: every entry that ``owns`` claims
     goes, every staged entry comes in, other entries stay (a missing ``out`` is created by renaming the staged
-    folder). If the block raises, the staged folder is removed and ``out`` is left exactly as it was (a missing
-    ``out`` stays missing, along with any parent folders this call created). Call :func:`check_out_dir` first."""
+    folder). Call :func:`check_out_dir` first.
+
+    If the block raises (Ctrl-C and the stop signals the command turns into it included), the staged folder is
+    removed and ``out`` is left exactly as it was (a missing ``out`` stays missing, along with any parent folders
+    this call created); an OSError about a file in the staged folder is raised again naming that file's place in
+    ``out`` (``flag`` names the option in messages). Another run that wrote its outputs into ``out`` while this one
+    worked is not replaced: FileExistsError, and this run's outputs are dropped. A Ctrl-C during the swap itself
+    (milliseconds) is held back until the swap is complete."""
     out = Path(out)
     made = [p for p in [out.parent, *out.parent.parents] if not p.exists()]
-    out.parent.mkdir(parents=True, exist_ok=True)
     stage = out.parent / f".{out.name}.{secrets.token_hex(4)}.staging"
-    stage.mkdir()
     try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        stage.mkdir()
+        before = _owned(out, owns)  # what an earlier run left: compared at the swap
         yield stage
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        for p in made:  # innermost first
-            with contextlib.suppress(OSError):
-                p.rmdir()
+    except BaseException as e:
+        try:
+            _remove(stage)
+        finally:
+            for p in made:  # innermost first
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+        if isinstance(e, OSError):
+            raise _named_in_out(e, stage, out) from None
         raise
-    if not out.exists():
-        os.replace(stage, out)
+    try:
+        _swap(stage, out, owns, before, flag)
+    except BaseException:
+        _remove(stage)
+        raise
+
+
+def _owned(out: Path, owns: Callable[[str], bool]) -> dict[str, tuple[int, int]] | None:
+    """(inode, modification time in ns) of each entry of ``out`` that ``owns`` claims; None when ``out`` is missing."""
+    if not out.is_dir():
+        return None
+    found = {}
+    for p in out.iterdir():
+        if owns(p.name):
+            with contextlib.suppress(OSError):
+                st = p.lstat()
+                found[p.name] = (st.st_ino, st.st_mtime_ns)
+    return found
+
+
+def _remove(path: Path) -> None:
+    """Remove a folder tree, finishing the job when a Ctrl-C (or a second stop signal) arrives meanwhile; the
+    interruption is raised again afterwards."""
+    pending = None
+    while True:
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+            break
+        except KeyboardInterrupt as e:
+            pending = e
+    if pending is not None:
+        raise pending
+
+
+def _named_in_out(e: OSError, stage: Path, out: Path) -> OSError:
+    """``e`` with the staged folder in its file names (and message) replaced by ``out``: a user never sees the hidden
+    folder, only the place the file was going to."""
+    def rename(x):
+        if x is None:
+            return None
+        s = str(x)
+        return s.replace(str(stage), str(out)) if str(stage) in s else x
+
+    try:
+        if e.filename is not None and e.errno is not None:
+            return type(e)(e.errno, e.strerror, rename(e.filename), None, rename(e.filename2))
+        if str(stage) in str(e):
+            return type(e)(str(e).replace(str(stage), str(out)))
+    except Exception:  # an OSError subclass of another signature
+        return OSError(str(e).replace(str(stage), str(out)))
+    return e
+
+
+def _lock(folder: Path):
+    """An exclusive advisory lock on ``folder`` (held until the returned descriptor is closed), or None where folders
+    cannot be locked; serializes the swaps of several runs into one ``--out``."""
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except (ImportError, OSError):
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _swap(stage: Path, out: Path, owns: Callable[[str], bool], before: dict | None, flag: str) -> None:
+    """Move the staged outputs into ``out`` (:func:`staged_dir`); FileExistsError when another run wrote ``out``'s
+    outputs since ``before`` was taken. Each phase is repeated until it completes when a Ctrl-C arrives (every phase
+    lists its folder afresh, so a repeat never moves an entry twice); the Ctrl-C is raised once all is in place."""
+    def taken(now) -> FileExistsError:
+        held = f" (it now holds {_names([out / n for n in now])})" if now else ""
+        return FileExistsError(f"{flag} {out} was written by another run while this one worked{held}; this run's "
+                               f"outputs were dropped, so as not to replace that run's: run again with --overwrite to "
+                               f"replace them, or choose another {flag}")
+
+    if before is None:
+        try:
+            os.rename(stage, out)  # atomic; refused when another run created a non-empty out meanwhile
+        except OSError as e:
+            if out.exists():
+                raise taken(_owned(out, owns)) from None
+            raise _named_in_out(e, stage, out) from None
         fsync_dir(out.parent)
         return
-    # replace the outputs entry by entry (keeps the folder itself, which may be a mount point or the cwd);
-    # the old outputs go to a trash folder first, so an interruption loses nothing
-    trash = out.parent / f".{out.name}.{secrets.token_hex(4)}.old"
-    trash.mkdir()
-    for p in list(out.iterdir()):
-        if owns(p.name):
-            os.replace(p, trash / p.name)
-    for p in list(stage.iterdir()):
-        os.replace(p, out / p.name)
-    fsync_dir(out)
-    stage.rmdir()
-    shutil.rmtree(trash, ignore_errors=True)
+    pending: list[BaseException] = []
+
+    def until_done(phase: Callable[[], None]) -> None:
+        while True:
+            try:
+                phase()
+                return
+            except KeyboardInterrupt as e:
+                pending.append(e)
+
+    fd = _lock(out)
+    try:
+        now = _owned(out, owns)
+        if now != before and now:
+            raise taken(now)
+        trash = out.parent / f".{out.name}.{secrets.token_hex(4)}.old"
+        until_done(lambda: trash.mkdir(exist_ok=True))
+        # replace the outputs entry by entry (keeps the folder itself, which may be a mount point or the cwd); the
+        # old outputs go to the trash folder first, so an interruption loses nothing
+        until_done(lambda: [os.replace(p, trash / p.name) for p in list(out.iterdir()) if owns(p.name)])
+        until_done(lambda: [os.replace(p, out / p.name) for p in list(stage.iterdir())])
+        until_done(lambda: fsync_dir(out))
+    finally:
+        if fd is not None:
+            os.close(fd)
+    until_done(lambda: stage.rmdir() if stage.exists() else None)
+    until_done(lambda: shutil.rmtree(trash, ignore_errors=True))
+    if pending:
+        raise pending[0]

@@ -22,12 +22,12 @@ import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from . import physics
+from . import GYM_ENV_ID, physics
 from .config import SimConfig
 from .env import GraspEnv
 from .keys import GRIPPER, MASK, RGB
 
-ENV_ID = "graspsim/WristGrasp-v0"
+ENV_ID = GYM_ENV_ID
 
 
 def _spaces(cfg: SimConfig) -> tuple[spaces.Dict, spaces.Box]:
@@ -168,11 +168,7 @@ class WristGraspVectorEnv(VectorEnv):
 
 
 def register() -> None:
-    """Register ``graspsim/WristGrasp-v0`` (idempotent)."""
-    if ENV_ID not in gym.registry:
-        gym.register(
-            id=ENV_ID,
-            entry_point="graspsim.gym_env:WristGraspEnv",
-            vector_entry_point="graspsim.gym_env:WristGraspVectorEnv",
-            max_episode_steps=None,
-        )
+    """Register ``graspsim/WristGrasp-v0`` (idempotent; ``import graspsim`` has done it already)."""
+    from . import _register_gym
+
+    _register_gym()

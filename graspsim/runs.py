@@ -264,7 +264,9 @@ def load_checkpoint(path: str | os.PathLike, kind: str, format_version: int, *, 
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=False)
     except Exception as e:  # any unpickling/zip error means "not a checkpoint"
-        raise ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__}: {e})") from None
+        reason = " ".join(str(e).split())  # pickle's messages may span lines; an error is one line
+        raise ValueError(f"{path} is not a readable torch checkpoint ({type(e).__name__}: {reason}); give a {what} "
+                         f"written by {written_by}") from None
     if not isinstance(ckpt, dict):
         raise ValueError(f"{path} is not a graspsim checkpoint (got a {type(ckpt).__name__}, expected a dict)")
     found = ckpt.get("kind")

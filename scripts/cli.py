@@ -97,8 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     import signal
 
     previous = _stop_on_signals()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        _quiet_native_logs()
         return _main(argv)
+    except KeyboardInterrupt as e:  # also while the verb's modules (torch) are still being imported
+        return _interrupted(argv[0] if argv and argv[0] in VERBS else None, e)
     except BrokenPipeError:  # the reader of our output left (graspsim show --help | head -1): not an error
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's last flush does not fail again
@@ -108,10 +112,35 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, handler)
 
 
-def _main(argv: list[str] | None) -> int:
+NATIVE_LOGS = {"OPENCV_LOG_LEVEL": "SILENT", "OPENCV_FFMPEG_LOGLEVEL": "-8"}
+"""Environment settings that keep OpenCV's own log lines ("[ WARN:0@0.01] global cap_v4l.cpp ...") and FFmpeg's
+("moov atom not found") off stderr, where they would come before our one error line that already says what failed.
+Set by the command only (process-wide), read by OpenCV when it is first imported; a value the user set is kept
+(e.g. OPENCV_LOG_LEVEL=INFO to see them)."""
+
+
+def _quiet_native_logs() -> None:
+    """Apply :data:`NATIVE_LOGS` (without importing OpenCV; when a verb has imported it already, set its level too)."""
+    for key, value in NATIVE_LOGS.items():
+        os.environ.setdefault(key, value)
+    cv2 = sys.modules.get("cv2")
+    if cv2 is not None and os.environ["OPENCV_LOG_LEVEL"] == NATIVE_LOGS["OPENCV_LOG_LEVEL"]:
+        with contextlib.suppress(AttributeError):
+            cv2.utils.logging.setLogLevel(cv2.utils.logging.LOG_LEVEL_SILENT)
+
+
+def _interrupted(verb: str | None, e: BaseException) -> int:
+    """The one line after Ctrl-C or a stop signal (:class:`_Stopped`); returns 128 + the signal's number."""
+    import signal
+
+    signum = getattr(e, "signum", signal.SIGINT)
+    print(f"graspsim{' ' + verb if verb else ''}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+    return 128 + int(signum)
+
+
+def _main(argv: list[str]) -> int:
     import tyro
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     if not argv or argv[0] in ("-h", "--help"):
         print(_usage())
         return 0
@@ -155,11 +184,7 @@ def _main(argv: list[str] | None) -> int:
     except RankFailed as e:
         return _error(verb + where, str(e))
     except KeyboardInterrupt as e:
-        import signal
-
-        signum = getattr(e, "signum", signal.SIGINT)
-        print(f"graspsim {verb}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
-        return 128 + int(signum)
+        return _interrupted(verb, e)
     return 0
 
 
@@ -207,6 +232,8 @@ def _describe(e: BaseException) -> str:
 
 
 def _error(verb: str, message: str) -> int:
+    """Print the one error line (a message that spans lines, e.g. from a third-party library, is joined into one)."""
+    message = " ".join(line.strip() for line in message.splitlines() if line.strip())
     print(f"graspsim {verb}: error: {message}", file=sys.stderr)
     return 2
 

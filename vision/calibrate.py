@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -144,11 +145,22 @@ def _check_out(cfg: CalibrateConfig) -> Path:
     out = Path(cfg.out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder; give the calibrated checkpoint's file name, e.g. {out / 'calibrated.pt'}")
+    if out.exists() and _same_file(out, Path(cfg.vision)):  # --overwrite would replace the net it calibrates
+        raise ValueError(f"--out {out} is the --vision checkpoint itself; calibrate writes a calibrated copy and keeps "
+                         "its source: choose another --out")
     if out.exists() and not cfg.overwrite:
         raise FileExistsError(f"--out {out} exists; pass --overwrite to replace it")
     if not out.parent.is_dir():
         raise FileNotFoundError(f"the folder of --out {out} does not exist")
     return check_writable(out)  # now, not after the frames were scored
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file (the same path, a symlink or a hard link to it)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def calibrate(cfg: CalibrateConfig) -> dict:

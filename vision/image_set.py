@@ -30,6 +30,7 @@ import io
 import logging
 import os
 import re
+import zlib
 from pathlib import Path
 from typing import Iterable, Mapping, Optional
 
@@ -152,12 +153,40 @@ def _to_uint8(img: np.ndarray) -> np.ndarray:
     return np.clip(img, 0, 255).astype(np.uint8)
 
 
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def png_damage(data: bytes) -> str | None:
+    """Why the PNG file ``data`` is damaged (a chunk that fails its CRC, a file cut short before its IEND chunk), or
+    None when it is whole or not a PNG at all. Checked before decoding because libpng prints its own
+    "libpng error: ..." line to stderr for such a file, ahead of the error that names the file."""
+    if not data.startswith(_PNG_SIGNATURE):
+        return None
+    at = len(_PNG_SIGNATURE)
+    while at + 12 <= len(data):
+        length = int.from_bytes(data[at:at + 4], "big")
+        kind = data[at + 4:at + 8]
+        end = at + 12 + length
+        if end > len(data):
+            break
+        if zlib.crc32(data[at + 4:end - 4]) != int.from_bytes(data[end - 4:end], "big"):
+            return f"its {kind.decode('latin-1')} chunk at byte {at} fails its checksum"
+        if kind == b"IEND":
+            return None
+        at = end
+    return f"it ends at byte {len(data)}, before its last (IEND) chunk: it was cut short"
+
+
 def _decode(path: Path, what: str) -> np.ndarray:
     import cv2
 
     if not path.is_file():
         raise FileNotFoundError(f"{what} {path} does not exist")
-    data = np.fromfile(str(path), dtype=np.uint8)
+    raw = path.read_bytes()
+    damage = png_damage(raw)
+    if damage is not None:
+        raise ValueError(f"cannot read {what} {path}: a damaged PNG file ({damage})")
+    data = np.frombuffer(raw, dtype=np.uint8)
     img = cv2.imdecode(data, cv2.IMREAD_UNCHANGED) if data.size else None
     if img is None or img.size == 0:
         raise ValueError(f"cannot read {what} {path}: unreadable or corrupt file")
@@ -320,6 +349,7 @@ class ImageSetWriter:
                  meta_fields: Optional[Iterable[str]] = None, meta_key: Optional[str] = META_KEY,
                  extra_outputs: Iterable[str] = (), flag: str = "--out"):
         self.out = check_out_dir(out, flag=flag, overwrite=overwrite)
+        self.flag = flag
         self.masks = masks
         self.prefix, self.digits, self.compact = prefix, int(digits), bool(compact)
         self.meta_file, self.meta_key = meta_file, meta_key
@@ -336,7 +366,7 @@ class ImageSetWriter:
     def __enter__(self) -> "ImageSetWriter":
         if self._stage_cm is not None or self.stems:
             raise RuntimeError("an ImageSetWriter writes one set: make a new one for another")
-        self._stage_cm = staged_dir(self.out, lambda name: name in self.outputs)
+        self._stage_cm = staged_dir(self.out, lambda name: name in self.outputs, self.flag)
         self.folder = self._stage_cm.__enter__()
         (self.folder / IMAGES).mkdir()
         if self.masks:

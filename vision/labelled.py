@@ -2,7 +2,10 @@
 stems), read whole into tensors for ``graspsim calibrate`` and for fine-tuning (``train-vision --real``).
 
 Every image needs a mask of the same width and height (all zero on a target-free frame), and all frames of one folder
-must share one size, so that they stack into one batch and a mask pixel means the same at every frame.
+must share one size, so that they stack into one batch and a mask pixel means the same at every frame. Frames must be
+colour camera frames at least :data:`MIN_FRAME_SIDE` pixels on a side (the net finds the target by its colour: on grey
+frames it finds almost nothing, and calibrating on them would choose a meaningless operating point), and masks must
+mark the target, not the background (:func:`check_masks`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,33 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .image_set import IMAGES, MASK_MAX_LEVELS, MASKS, find_masks, list_images, load_mask, mask_folder_of, read_image
+
+
+MIN_FRAME_SIDE = 16
+"""The smallest frame side (pixels) of labelled frames: a smaller frame holds no usable view of the target."""
+MAX_MEAN_TARGET = 0.5
+"""The largest mean fraction of a frame that a folder's masks may mark as target: the target is a small object, so
+masks that cover most of their frames are inverted (0 on the target, 255 elsewhere)."""
+
+
+def is_grey(img: np.ndarray) -> bool:
+    """Whether ``img`` (H,W,3 uint8) has no colour: its three channels equal everywhere (a greyscale file, or a grey
+    frame saved as RGB), and not a single flat value (an all-black frame is left to the other checks)."""
+    return bool((img[..., 0] == img[..., 1]).all() and (img[..., 1] == img[..., 2]).all() and np.ptp(img) > 0)
+
+
+def check_masks(frames: "LabelledFrames", masks: Path) -> None:
+    """ValueError naming ``masks`` (the folder) when a mask marks every pixel of its frame as target, or when the
+    masks mark more than :data:`MAX_MEAN_TARGET` of their frames on average: both mean inverted masks."""
+    cover = frames.mask.flatten(1).float().mean(1)  # N: fraction of each frame marked as target
+    full = [n for n, c in zip(frames.names, cover.tolist()) if c >= 1.0]
+    if full:
+        raise ValueError(f"masks in {masks}: {len(full)} of {len(frames)} mark every pixel of their frame as target "
+                         f"(e.g. {full[0]}); they look inverted: a mask is 255 on the target and 0 elsewhere")
+    if float(cover.mean()) > MAX_MEAN_TARGET:
+        raise ValueError(f"masks in {masks} mark {100 * float(cover.mean()):.0f}% of each frame as target on average; "
+                         "the target is a small object, so they look inverted: a mask is 255 on the target and 0 "
+                         "elsewhere")
 
 
 @dataclass
@@ -60,14 +90,21 @@ def load_labelled(images: str | os.PathLike, masks: str | os.PathLike | None = N
     """Read every image of ``images`` and its mask from ``masks`` (default: ``masks/`` beside ``images``).
 
     Raises FileNotFoundError for a missing folder or file, and ValueError naming the file(s) for an image without a
-    mask, a mask of another size than its image, frames of different sizes (or not square, with ``square``), an
-    unreadable file, or a mask that looks like a photo rather than a binary mask."""
+    mask, a mask of another size than its image, frames of different sizes (or not square, with ``square``), frames
+    smaller than :data:`MIN_FRAME_SIDE`, grey frames (:func:`is_grey`), an unreadable file, a mask that looks like a
+    photo rather than a binary mask, or inverted masks (:func:`check_masks`)."""
     images = Path(images)
     files = list_images(images)
-    pairs = find_masks(files, Path(masks) if masks is not None else mask_folder_of(images))
-    rgbs, gts, size = [], [], None
+    mask_dir = Path(masks) if masks is not None else mask_folder_of(images)
+    pairs = find_masks(files, mask_dir)
+    rgbs, gts, size, grey = [], [], None, []
     for img_path in files:
         img = read_image(img_path)
+        if min(img.shape[:2]) < MIN_FRAME_SIDE:
+            raise ValueError(f"image {img_path} is {img.shape[1]}x{img.shape[0]}; labelled frames must be at least "
+                             f"{MIN_FRAME_SIDE}x{MIN_FRAME_SIDE} pixels (give the camera's frames, not thumbnails)")
+        if is_grey(img):
+            grey.append(img_path)
         gt, levels = load_mask(pairs[img_path])
         if gt.shape != img.shape[:2]:
             raise ValueError(f"mask {pairs[img_path]} is {gt.shape[1]}x{gt.shape[0]} (WxH) but image {img_path} is "
@@ -85,8 +122,15 @@ def load_labelled(images: str | os.PathLike, masks: str | os.PathLike | None = N
                              f"all frames of {images} must have one size")
         rgbs.append(img)
         gts.append(gt)
+    if grey:
+        more = f" and {len(grey) - 1} more of the {len(files)}" if len(grey) > 1 else ""
+        raise ValueError(f"image {grey[0]}{more} in {images} has no colour (greyscale: red, green and blue are equal "
+                         "everywhere); the vision net finds the target by its colour, so give the camera's colour "
+                         "frames")
     rgb = torch.from_numpy(np.stack(rgbs)).permute(0, 3, 1, 2).contiguous()
-    return LabelledFrames(rgb, torch.from_numpy(np.stack(gts)), [p.stem for p in files], images)
+    frames = LabelledFrames(rgb, torch.from_numpy(np.stack(gts)), [p.stem for p in files], images)
+    check_masks(frames, mask_dir)
+    return frames
 
 
 class RealFrames:
@@ -97,9 +141,15 @@ class RealFrames:
     left-right with probability 1/2, on ``gen``'s device."""
 
     def __init__(self, folders: tuple[Path, ...] | list[Path], size: int):
-        sets = []
+        sets, seen = [], {}
         for folder in folders:
             folder = Path(folder)
+            key = folder.resolve()
+            if key in seen:
+                same = "" if str(seen[key]) == str(folder) else f" (as {seen[key]} and {folder})"
+                raise ValueError(f"--real {folder} is given twice{same}; its frames would count twice: give each folder "
+                                 "once")
+            seen[key] = folder
             if not (folder / IMAGES).is_dir():
                 raise FileNotFoundError(f"--real {folder} has no images/ folder (it should hold images/ and masks/, the "
                                         "eval-real format)")
@@ -142,4 +192,5 @@ class RealFrames:
         return rgb, mask
 
 
-__all__ = ["LabelledFrames", "RealFrames", "load_labelled", "mask_folder_of"]
+__all__ = ["LabelledFrames", "MAX_MEAN_TARGET", "MIN_FRAME_SIDE", "RealFrames", "check_masks", "is_grey",
+           "load_labelled", "mask_folder_of"]

@@ -93,6 +93,10 @@ def propose_masks(cfg: ProposeMasksConfig) -> dict:
     """Write one proposed mask per image and the contact sheet; returns counts (``frames``, ``with_target``,
     ``mask_like``: frames with at most ``MASK_MAX_LEVELS`` distinct values)."""
     files = list_images(cfg.images)
+    images, where = Path(cfg.images).resolve(), Path(cfg.out).resolve()
+    if where == images or images in where.parents:  # the masks and the sheet would join the frames
+        raise ValueError(f"--out {cfg.out} is {'the' if where == images else 'inside the'} --images folder; its "
+                         "masks/ and contact_sheet.png would be read as frames: choose an --out outside it")
     out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     with staged_dir(out, lambda name: name in PROPOSE_OUTPUTS) as stage:
         found, mask_like = _propose(cfg, files, stage)

@@ -54,7 +54,8 @@ from ..fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
 from ..keys import GRIPPER, MASK, RGB
 from ..runs import config_differences
 from ..validate import int_in
-from .format import ACTIONS, DATA, FORMAT, OBS, PRIVILEGED, _attr_value, _open_h5, _sorted_demos, parts_dir
+from .format import (ACTIONS, DATA, FORMAT, OBS, PRIVILEGED, _attr_value, _open_h5, _sorted_demos, parts_dir,
+                     repair_hint)
 from .read import read_episodes
 
 log = logging.getLogger(__name__)
@@ -175,33 +176,94 @@ def scan_source(path: str | os.PathLike) -> Source:
                          f"finish it with 'graspsim collect --out {path} --resume ...' or consolidate what it holds "
                          f"with 'graspsim inspect {path} --repair', then export it")
     with _open_h5(path) as f:
-        fmt = _attr_value(f.attrs.get("format", ""))
-        if fmt != FORMAT:
-            raise ValueError(f"{path} is not a graspsim episode file (its 'format' attribute is {fmt!r}, expected "
-                             f"{FORMAT!r}); export-dataset reads files written by graspsim collect or dagger")
         try:
-            config = json.loads(_attr_value(f.attrs["config"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise ValueError(f"{path}: missing or unreadable 'config' attribute ({e})") from e
-        sim = _sim_config(config, path)
-        if DATA not in f:
-            raise ValueError(f"{path} has no '{DATA}' group")
-        data = f[DATA]
-        demos = _sorted_demos(data)
-        if not demos:
-            raise ValueError(f"{path} holds no episodes; leave it out")
-        g = data[demos[0]]
-        if OBS not in g or ACTIONS not in g:
-            raise ValueError(f"{path}: {demos[0]} has no '{OBS}' group or '{ACTIONS}' array")
-        obs = {k: (tuple(v.shape[1:]), v.dtype.str) for k, v in g[OBS].items()}
-        for k in (MASK, GRIPPER):
-            if k not in obs:
-                raise ValueError(f"{path}: episodes have no obs/{k} (they have {sorted(obs)}); it is needed for "
-                                 f"{MASK_KEY if k == MASK else STATE_KEY}")
-        action_shape = tuple(g[ACTIONS].shape[1:])
-        priv = {k: (tuple(v.shape[1:]), v.dtype.str) for k, v in g[PRIVILEGED].items()} if PRIVILEGED in g else {}
-        has_rewards = "rewards" in g
-        lengths = [int(data[n].attrs["num_samples"]) for n in demos]
+            return _scan(f, path)
+        except (KeyError, OSError, RuntimeError) as e:  # h5py's errors for a damaged file name neither it nor the episode
+            raise ValueError(f"{path}: cannot be read ({_h5_reason(e)}). {repair_hint(path)}") from None
+
+
+def _h5_reason(e: BaseException) -> str:
+    """h5py's message without its quotes ("Unable to synchronously open object (can't open file)")."""
+    return str(e).strip("'\"") or type(e).__name__
+
+
+def _open_episode(path: Path, data, name: str):
+    """The group of episode ``name``; ValueError naming the file and the episode when it cannot be opened (a part
+    file of an unfinished collect that is gone, a damaged file)."""
+    import h5py
+
+    try:
+        return data[name]
+    except (KeyError, OSError) as e:
+        link = data.get(name, getlink=True)
+        if isinstance(link, h5py.ExternalLink):
+            raise ValueError(f"{path} {name}: its steps are stored in {link.filename}, which cannot be opened "
+                             f"({_h5_reason(e)}): a 'collect' stopped before it finished its file, and its "
+                             f"{parts_dir(path).name}/ folder was moved or deleted since. {repair_hint(path)}") from None
+        raise ValueError(f"{path} {name}: cannot be read ({_h5_reason(e)}). {repair_hint(path)}") from None
+
+
+def _check_episode(path: Path, data, name: str, obs_keys: list[str]) -> int:
+    """The number of steps of episode ``name`` after checking, from its metadata alone, that it can be opened, holds
+    the observations ``obs_keys`` of the file's first episode and that all its arrays have that many rows; ValueError
+    naming the file and the episode otherwise."""
+    import h5py
+
+    g = _open_episode(path, data, name)
+    if OBS not in g or ACTIONS not in g:
+        raise ValueError(f"{path} {name}: has no '{OBS}' group or '{ACTIONS}' array. {repair_hint(path)}")
+    have = sorted(g[OBS].keys())
+    if have != obs_keys:
+        missing, extra = sorted(set(obs_keys) - set(have)), sorted(set(have) - set(obs_keys))
+        what = "; ".join(x for x in (f"no obs/{', obs/'.join(missing)}" if missing else "",
+                                     f"an extra obs/{', obs/'.join(extra)}" if extra else "") if x)
+        raise ValueError(f"{path} {name}: {what} (the file's first episode has obs/{', obs/'.join(obs_keys)}); "
+                         "every episode of a dataset needs the same observations: leave the file out")
+    try:
+        steps = int(g.attrs["num_samples"])
+    except (KeyError, TypeError, ValueError):
+        steps = int(g[ACTIONS].shape[0])
+    rows = {f"{OBS}/{k}": g[OBS][k].shape[0] for k in have}
+    rows.update({k: v.shape[0] for k, v in g.items() if isinstance(v, h5py.Dataset)})  # actions, rewards, ...
+    if PRIVILEGED in g:
+        rows.update({f"{PRIVILEGED}/{k}": v.shape[0] for k, v in g[PRIVILEGED].items()})
+    wrong = {k: n for k, n in rows.items() if n != steps}
+    if wrong:
+        shown = ", ".join(f"{k} has {n}" for k, n in sorted(wrong.items()))
+        raise ValueError(f"{path} {name}: arrays of unequal lengths ({shown} steps, the episode {steps}). "
+                         f"{repair_hint(path)}")
+    return steps
+
+
+def _scan(f, path: Path) -> Source:
+    """:func:`scan_source` on the open file ``f``."""
+    fmt = _attr_value(f.attrs.get("format", ""))
+    if fmt != FORMAT:
+        raise ValueError(f"{path} is not a graspsim episode file (its 'format' attribute is {fmt!r}, expected "
+                         f"{FORMAT!r}); export-dataset reads files written by graspsim collect or dagger")
+    try:
+        config = json.loads(_attr_value(f.attrs["config"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{path}: missing or unreadable 'config' attribute ({e})") from e
+    sim = _sim_config(config, path)
+    if DATA not in f:
+        raise ValueError(f"{path} has no '{DATA}' group")
+    data = f[DATA]
+    demos = _sorted_demos(data)
+    if not demos:
+        raise ValueError(f"{path} holds no episodes; leave it out")
+    g = _open_episode(path, data, demos[0])
+    if OBS not in g or ACTIONS not in g:
+        raise ValueError(f"{path}: {demos[0]} has no '{OBS}' group or '{ACTIONS}' array")
+    obs = {k: (tuple(v.shape[1:]), v.dtype.str) for k, v in g[OBS].items()}
+    for k in (MASK, GRIPPER):
+        if k not in obs:
+            raise ValueError(f"{path}: episodes have no obs/{k} (they have {sorted(obs)}); it is needed for "
+                             f"{MASK_KEY if k == MASK else STATE_KEY}")
+    action_shape = tuple(g[ACTIONS].shape[1:])
+    priv = {k: (tuple(v.shape[1:]), v.dtype.str) for k, v in g[PRIVILEGED].items()} if PRIVILEGED in g else {}
+    has_rewards = "rewards" in g
+    lengths = [_check_episode(path, data, n, sorted(obs)) for n in demos]
     layouts = ((STATE_NAMES, ACTION_NAMES), (WRIST_STATE_NAMES, WRIST_ACTION_NAMES))
     if obs[GRIPPER][0] not in [(len(st),) for st, _ in layouts]:
         raise ValueError(f"{path}: obs/{GRIPPER} has {obs[GRIPPER][0]} values a step; expected "
@@ -646,6 +708,24 @@ def _check_finite(cols: dict[str, Any], path: Path, demo: str) -> None:
                          "re-collect the episode")
 
 
+def _episodes(src: Source, keys: list[str]) -> Iterator[tuple[str, Any]]:
+    """(demo name, episode) of ``src`` in order; an episode whose data cannot be read (a file damaged mid-way: h5py
+    raises OSError or KeyError, naming neither the file nor the episode) is a ValueError naming both."""
+    episodes = read_episodes(src.path, keys=keys)
+    for demo in src.demos:
+        try:
+            ep = next(episodes)
+        except StopIteration:
+            raise ValueError(f"{src.path}: {demo} vanished while it was exported; was the file replaced?") from None
+        except (KeyError, OSError, RuntimeError) as e:
+            raise ValueError(f"{src.path} {demo}: its data cannot be read ({_h5_reason(e)}): the file is damaged. "
+                             f"{repair_hint(src.path)}") from None
+        if ep.num_samples != src.lengths[src.demos.index(demo)] or any(
+                len(v) != ep.num_samples for v in ep.obs.values()):
+            raise ValueError(f"{src.path} {demo}: arrays of unequal lengths; the file changed while it was exported")
+        yield demo, ep
+
+
 def _write(plan: _Plan, root: Path, total_eps: int, progress) -> int:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -664,7 +744,7 @@ def _write(plan: _Plan, root: Path, total_eps: int, progress) -> int:
     try:
         for src in plan.sources:
             keys = [k for k in (RGB, MASK, GRIPPER) if k in src.obs]
-            for demo, ep in zip(src.demos, read_episodes(src.path, keys=keys)):
+            for demo, ep in _episodes(src, keys):
                 e = len(episodes)
                 T = ep.num_samples
                 cols = _frame_arrays(plan, ep, e, index, T)
