@@ -46,3 +46,33 @@ def test_shipped_net_meets_a_floor_on_a_small_transfer_set():
     # loader, preprocessing or threshold fails here while frame-to-frame noise on 192 target frames does not
     assert s["iou"] >= FLOOR_IOU and s["recall"] >= FLOOR_RECALL and s["precision"] >= FLOOR_PRECISION
     assert s["false_positive_image_rate"] <= CEIL_FP
+
+
+KINDS_CKPT = ASSETS / "segnet_kinds.pt"
+# measured on the first 256 frames of data/transfer_kinds/test (float32): IoU 0.866, precision 0.966, recall 0.893,
+# 2 of 64 false-positive images; the floors are those of the sphere net above
+
+
+def test_shipped_kinds_net_matches_its_record_and_knows_its_kinds():
+    from graspsim import runs
+
+    assert KINDS_CKPT.stat().st_size <= 5 * 2**20
+    ckpt = load_checkpoint(KINDS_CKPT)
+    assert not set(TRAINING_ONLY) & set(ckpt)
+    record = json.loads((ASSETS / "segnet_kinds.json").read_text())
+    assert record["threshold"] == ckpt["threshold"] and record["config"] == ckpt["config"]
+    assert runs.trained_kinds(ckpt["config"]) == ("sphere", "cube", "cylinder")
+    assert set(record["transfer_test_by_kind"]) == {"sphere", "cube", "cylinder"}
+
+
+def test_shipped_kinds_net_meets_a_floor_on_a_small_kinds_transfer_set():
+    from graspsim.vision.backgrounds import DEFAULT_KINDS_TRANSFER
+
+    seg = Segmenter.from_checkpoint(KINDS_CKPT, precision="fp32")
+    t = load_transfer_set("test", DEFAULT_KINDS_TRANSFER)
+    m = SegMetrics(seg.threshold)
+    with torch.inference_mode():
+        m.update(seg(t.rgb[:N]), t.mask[:N])
+    s = m.summary()
+    assert s["iou"] >= FLOOR_IOU and s["recall"] >= FLOOR_RECALL and s["precision"] >= FLOOR_PRECISION
+    assert s["false_positive_image_rate"] <= CEIL_FP
