@@ -292,7 +292,7 @@ def test_eval_sim_moving_target_and_input_errors(tmp_path):
         EvalSimConfig(policy=tmp_path / "p.pt", out=tmp_path / "x", masks="predicted")
     torch.save({"kind": "something-else"}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="graspsim-control"):
-        evaluate_sim(dataclasses.replace(cfg, policy=tmp_path / "other.pt"))
+        evaluate_sim(dataclasses.replace(cfg, policy=tmp_path / "other.pt", overwrite=True))
 
 
 def test_wilson_interval():
