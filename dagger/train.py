@@ -70,8 +70,9 @@ from .sharded import sharded_rollout
 
 log = logging.getLogger(__name__)
 
-RESUMABLE_KEYS = ("iterations", "resume", "runtime.progress", "runtime.threads", "runtime.dist_timeout")
-"""Config fields that may differ when resuming (they do not change what finished iterations did)."""
+RESUMABLE_KEYS = ("out", "iterations", "resume", "runtime.progress", "runtime.threads", "runtime.dist_timeout")
+"""Config fields that may differ when resuming (they do not change what finished iterations did; ``out`` differs
+when a run folder was moved or copied)."""
 SCHEDULES = ("linear", "exponential", "constant")
 ADDED_KEYS = {"model.wrist": False, "model.max_yaw_rate": ControlNetConfig.max_yaw_rate}
 """Settings the wrist added to the control net, at the values of a run folder written before them (spheres only),

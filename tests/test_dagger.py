@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import shutil
 from pathlib import Path
 from graspsim.runtime import RuntimeConfig
 
@@ -252,7 +253,8 @@ def test_dagger_aggregates_and_resumes_after_interruption(tmp_path):
 
 def test_resumed_run_matches_an_uninterrupted_one(tmp_path):
     a = run_dagger(dagger_cfg(tmp_path / "a", iterations=2))
-    run_dagger(dagger_cfg(tmp_path / "b", iterations=1))
+    run_dagger(dagger_cfg(tmp_path / "b0", iterations=1))
+    shutil.move(tmp_path / "b0", tmp_path / "b")  # a moved run folder resumes (its stored out differs)
     b = run_dagger(dagger_cfg(tmp_path / "b", iterations=2, resume=True))
     pa = load_checkpoint(tmp_path / "a" / "policy.pt")["model"]
     pb = load_checkpoint(tmp_path / "b" / "policy.pt")["model"]
