@@ -13,7 +13,7 @@ seen in training.
 Outputs in ``--out``: ``metrics.json`` (``success_rate``, ``num_episodes``, ``failures`` with counts of
 success / timeout / missed_grasp / pushed_away / dropped, ``failure_rates``, a 95% Wilson interval,
 mean steps, timing, per target kind ``per_kind`` (success, episodes, Wilson interval), and per episode in seed
-order ``per_episode_success`` / ``_failure`` / ``_steps``),
+order ``per_episode_success`` / ``_failure`` / ``_steps`` / ``_kind``),
 ``rollout_K.gif`` for the first ``--gifs`` episodes, of each kind with a mix of target kinds (RGB beside the mask
 the policy saw, upscaled), and ``report.md``.
 
@@ -159,6 +159,7 @@ def summarize(res: RolloutResult) -> dict:
         "per_episode_success": [bool(x) for x in res.success],
         "per_episode_failure": [FAILURE_NAMES[int(c)] for c in res.failure],
         "per_episode_steps": [int(x) for x in res.steps],
+        "per_episode_kind": [str(k) for k in res.kinds] if res.kinds is not None else [],
         "per_kind": per_kind_success(res),
     }
 
