@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import deploy_fakes
+from cli_run import run_cli
 from graspsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,14 +38,7 @@ def _fresh_fakes():
     deploy_fakes.RELEASE.set()  # frees a BlockingCamera's abandoned read
 
 
-def _run(argv: list[str], capsys) -> tuple[int, str]:
-    """``graspsim <argv>`` in this process; returns the exit code and the one error line (asserting it is one)."""
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert code == 0 or len(lines) == 1, err
-    return code, (lines[0] if lines else "")
+_run = run_cli
 
 
 def _kinds() -> list[str]:

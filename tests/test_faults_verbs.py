@@ -23,6 +23,7 @@ import pytest
 
 from deploy_fakes import RedDotCamera
 from frame_sets import write_png
+from cli_run import run_cli
 from graspsim.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,14 +33,7 @@ SAMPLE = ROOT / "data" / "sample_real"
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def _run(argv: list[str], capsys) -> tuple[int, str]:
-    """``graspsim <argv>`` in this process; returns the exit code and the one error line (asserting it is one)."""
-    code = main(argv)
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    lines = err.strip().splitlines()
-    assert code == 0 or len(lines) == 1, err
-    return code, (lines[0] if lines else "")
+_run = run_cli
 
 
 def _tree(root: Path) -> list[str]:
