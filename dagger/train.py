@@ -354,7 +354,7 @@ def _open_run_folder(cfg: DaggerConfig, dev: torch.device,
                          f"{cfg.eval_episodes} must be at least the number of processes ({ctx.world_size})")
     distributed.barrier()  # every rank has checked the folder before rank 0 writes into it
     if ctx.is_main:
-        out.mkdir(parents=True, exist_ok=True)
+        runs.claim_run_folder(out, cfg.resume)
         (out / runs.CHECKPOINTS_DIR).mkdir(exist_ok=True)
         runs.write_config(out, cfg.to_dict())
     return out, rows, mask_fn

@@ -197,6 +197,42 @@ def resume_old_defaults(old: dict, new: dict, changed: Mapping[str, tuple[Any, A
             and group(flat_new, key) == flatten_config(_jsonable(now), key)}
 
 
+LOCK_NAME = ".graspsim-run.lock"
+"""Hidden file a running job holds locked in its run folder (:func:`claim_run_folder`)."""
+_CLAIMED: dict[tuple[int, int], Any] = {}
+
+
+def claim_run_folder(run_dir: str | os.PathLike, resume: bool, flag: str = "--out") -> None:
+    """Make this process the one writer of the run folder ``run_dir`` (created if needed) until it exits: an
+    exclusive lock on :data:`LOCK_NAME` inside it, released by the operating system when the process ends (also on a
+    crash). FileExistsError naming ``flag`` when another process holds it, or when, without ``resume``, another run
+    wrote the folder's config after this one checked that it was empty (two runs started into one folder)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    handle = open(run_dir / LOCK_NAME, "a+")
+    st = os.fstat(handle.fileno())
+    key = (st.st_dev, st.st_ino)  # the lock file itself, so a folder moved while this process holds it stays claimed
+    if key in _CLAIMED:
+        handle.close()
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock, the emptiness check of check_out_dir still applies
+        fcntl = None
+    if fcntl is not None:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            raise FileExistsError(f"{flag} {run_dir} is being written by another run right now; wait for it to end "
+                                  "or choose another folder") from None
+    if not resume and (run_dir / CONFIG_NAME).exists():
+        handle.close()
+        raise FileExistsError(f"{flag} {run_dir} was written by another run that started at the same time; choose "
+                              "another folder")
+    _CLAIMED[key] = handle  # kept open (and locked) for the life of the process
+
+
 def read_config(run_dir: str | os.PathLike) -> dict | None:
     """The stored ``config.json`` of a run folder, or None if there is none; ValueError if unreadable."""
     path = Path(run_dir) / CONFIG_NAME

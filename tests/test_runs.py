@@ -148,3 +148,29 @@ def test_dagger_resumes_a_run_folder_written_before_the_runtime_group(tmp_path, 
     err = capsys.readouterr().err
     assert "lr: 0.002 -> 0.1" in err and "runtime" not in err.split("(")[0]
     assert len(json.loads((out / "metrics.json").read_text())) == 2  # the refused resume wrote nothing
+
+
+def test_a_run_folder_has_one_writer(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from graspsim import runs
+
+    out = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from graspsim import runs; "
+                               f"runs.claim_run_folder({str(out)!r}, False); print('held', flush=True); time.sleep(30)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(FileExistsError, match="is being written by another run right now"):
+            runs.claim_run_folder(out, False)
+    finally:
+        holder.kill()
+        holder.wait()
+    # the lock dies with its process; a run that started at the same time and wrote first is still seen
+    (out / runs.CONFIG_NAME).write_text("{}")
+    with pytest.raises(FileExistsError, match="written by another run that started at the same time"):
+        runs.claim_run_folder(out, False)
+    runs.claim_run_folder(out, True)  # --resume of that folder is fine
+    time.sleep(0)

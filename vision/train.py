@@ -259,7 +259,7 @@ def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
     inputs = _load_inputs(cfg, dev)
     distributed.barrier()  # every rank has checked the inputs before rank 0 writes into out/
     if ctx.is_main:
-        out.mkdir(parents=True, exist_ok=True)  # only once the inputs are known to be good
+        runs.claim_run_folder(out, cfg.resume)  # created only once the inputs are known to be good
     run = _start_training(cfg, inputs.real, ckpt_path, dev, ctx)
     validator = None
     if ctx.is_main:  # rank 0 writes, validates and logs; the others only train
