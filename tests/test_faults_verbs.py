@@ -350,6 +350,12 @@ def test_importing_the_command_does_not_import_torch():
     assert r.stdout.strip() == "False", r.stderr
 
 
+def _default_sigint() -> None:
+    """In the child: SIGINT back to its default. A test run started in the background (CI, nohup ... &) passes SIGINT
+    on as ignored, and Python then never turns it into Ctrl-C, as a user's terminal would."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_while_torch_is_imported_is_one_line(tmp_path):
     """SIGINT right after the start, while the verb's modules (torch) are imported: one line, exit 130."""
     maps_of = Path("/proc/self/maps")
@@ -359,7 +365,7 @@ def test_ctrl_c_while_torch_is_imported_is_one_line(tmp_path):
     # before the run ends: Ctrl-C is one line and 130 at any moment, the import being the moment aimed at
     proc = subprocess.Popen([sys.executable, "-m", "graspsim.cli", "eval-sim", "--policy", str(POLICY), "--out",
                              str(tmp_path / "ev"), "--episodes", "5000"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV)
+                            stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=_default_sigint)
     maps = Path(f"/proc/{proc.pid}/maps")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and proc.poll() is None:
