@@ -275,7 +275,7 @@ def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
     own_robot, own_camera, reader = robot is None, camera is None, None
     try:
         if own_robot and rob_name in SIM_ROBOTS:
-            check_world_kinds(cfg.sim, ctl.wrist, cfg)
+            check_world_kinds(cfg.sim, ctl, cfg)
             world = SimWorld(rob_name, cfg.sim)
         if own_robot:
             robot = open_robot(rob_name, world, ctl.wrist, cfg.period or 1.0 / cfg.sim.control_hz)
@@ -300,27 +300,18 @@ def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
             world.close()
 
 
-def check_world_kinds(sim: SimConfig, wrist: bool, cfg: DeployConfig | None = None) -> None:
-    """ValueError unless the simulated world's target kinds (``sim``) suit the control net: a wrist-turning net (trained
-    on cubes or cylinders) needs those kinds, a sphere-only net cannot grasp them, and with ``cfg`` both checkpoints
-    must have been trained on every kind of the world."""
-    kinds = ",".join(sim.target.kinds)
-    if wrist and not sim.wrist:
-        raise ValueError(f"the control net turns the wrist (trained on cubes or cylinders) but the simulated world "
-                         f"holds only --sim.target.kinds {kinds}; give the kinds it was trained on, e.g. "
-                         "--sim.target.kinds cube")
-    if sim.wrist and not wrist:
-        raise ValueError(f"the control net is sphere-only (no wrist) and cannot grasp --sim.target.kinds {kinds}; "
-                         f"deploy a net trained with 'graspsim dagger --sim.target.kinds {kinds}'")
-    if cfg is not None:
-        from graspsim import runs
+def check_world_kinds(sim: SimConfig, ctl: Controller, cfg: DeployConfig) -> None:
+    """ValueError unless the simulated world's target kinds (``sim``) suit the control net (the rule of
+    :func:`graspsim.dagger.policy.check_fits_scenes`, with the kinds its checkpoint was trained on) and the vision
+    net was trained on every kind of the world."""
+    from graspsim import runs
 
-        from .evaluate import check_vision_kinds
-        from .policy import load_checkpoint as load_control
+    from .evaluate import check_vision_kinds
+    from .policy import check_fits_scenes, load_checkpoint as load_control
 
-        runs.check_trained_kinds(runs.trained_kinds(load_control(cfg.policy).get("config")), sim.target.kinds,
-                                 f"control checkpoint {cfg.policy}")
-        check_vision_kinds(cfg.vision, sim)
+    trained = runs.trained_kinds(load_control(cfg.policy).get("config"))
+    check_fits_scenes(ctl, sim, f"control checkpoint {cfg.policy}", trained)
+    check_vision_kinds(cfg.vision, sim)
 
 
 def check_wrist(robot, wrist: bool) -> None:

@@ -74,13 +74,14 @@ def model_from_checkpoint(ckpt: dict) -> ControlNet:
     return model
 
 
-def check_fits_scenes(cfg: ControlNetConfig, sim: SimConfig, what: str, trained: tuple[str, ...] | None = None) -> None:
+def check_fits_scenes(cfg, sim: SimConfig, what: str, trained: tuple[str, ...] | None = None) -> None:
     """ValueError naming ``what`` (the checkpoint) when its net cannot drive scenes of ``sim``: a sphere-only net
     (no wrist) for a mix with cubes or cylinders, a wrist net for sphere-only scenes (whose actions are 4-D), or
-    scenes holding a kind outside ``trained`` (the kinds it was trained on, :func:`graspsim.runs.trained_kinds`)."""
+    scenes holding a kind outside ``trained`` (the kinds it was trained on, :func:`graspsim.runs.trained_kinds`).
+    ``cfg``: anything with the net's ``wrist`` flag (a :class:`ControlNetConfig`, or a deploy controller)."""
     kinds = ",".join(sim.target.kinds)
     if cfg.wrist and not sim.wrist:
-        raise ValueError(f"{what} turns the wrist (trained on cubes or cylinders) but the scenes hold only "
+        raise ValueError(f"{what} turns the wrist (trained on cubes or cylinders) but the simulated world holds only "
                          f"--sim.target.kinds {kinds}; give the kinds it was trained on, e.g. "
                          f"--sim.target.kinds sphere,cube,cylinder")
     if sim.wrist and not cfg.wrist:
