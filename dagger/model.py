@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from graspsim.env import GRIPPER_DIM
+from graspsim.physics import rotate_xy
 from graspsim.torch_util import count_parameters  # re-exported (defined once in graspsim.torch_util)
 from graspsim.validate import finite_positive, positive_int
 
@@ -207,8 +208,7 @@ def to_action(raw: Tensor, cfg: ControlNetConfig, gripper: Tensor | None = None)
         return torch.cat([vel, raw[:, 3:4].float()], 1)
     if gripper is None:
         raise ValueError("to_action: a net that turns the wrist needs the gripper senses (the wrist angle)")
-    s, c = gripper[:, 3].float(), gripper[:, 4].float()
-    world = torch.stack([c * vel[:, 0] - s * vel[:, 1], s * vel[:, 0] + c * vel[:, 1], vel[:, 2]], 1)
+    world = rotate_xy(vel, gripper[:, 4].float(), gripper[:, 3].float())
     wz = torch.tanh(raw[:, 3:4].float()) * cfg.max_yaw_rate
     return torch.cat([world, wz, raw[:, 4:5].float()], 1)
 
@@ -216,9 +216,7 @@ def to_action(raw: Tensor, cfg: ControlNetConfig, gripper: Tensor | None = None)
 def to_gripper_frame(action: Tensor, gripper: Tensor) -> Tensor:
     """World-frame actions ``B,5`` -> the same with (vx, vy) in the gripper's frame (the inverse turn of
     :func:`to_action`; ``gripper`` B,5 holds the sine and cosine of the wrist angle at columns 3 and 4)."""
-    s, c = gripper[:, 3], gripper[:, 4]
-    vx, vy = action[:, 0], action[:, 1]
-    return torch.cat([torch.stack([c * vx + s * vy, -s * vx + c * vy], 1), action[:, 2:]], 1)
+    return rotate_xy(action, gripper[:, 4], -gripper[:, 3])
 
 
 __all__ = ["ControlNet", "ControlNetConfig", "NUM_STATS", "count_parameters", "mask_stats", "quarter_turn_stats",

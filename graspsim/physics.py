@@ -208,8 +208,10 @@ def fold_quarter_turn(yaw: Tensor) -> Tensor:
     return torch.remainder(yaw + q / 2, q) - q / 2
 
 
-def _rotate_xy(v: Tensor, c: Tensor, s: Tensor) -> Tensor:
-    """``v`` (B,2 or B,3) with its x, y turned by the angle whose cos, sin are ``c``, ``s`` (B); z kept."""
+def rotate_xy(v: Tensor, c: Tensor, s: Tensor) -> Tensor:
+    """``v`` (B,2 or B,3) with its x, y turned by the angle whose cos, sin are ``c``, ``s`` (B); z kept. The one
+    wrist rotation: the simulator, the expert and the wrist control net (world <-> gripper frame, ``s`` negated for
+    the inverse turn) all call it; the numpy runtime mirrors it in ``graspsim.dagger.controller.action_from_raw``."""
     x = c * v[:, 0] - s * v[:, 1]
     y = s * v[:, 0] + c * v[:, 1]
     return torch.cat([torch.stack([x, y], 1), v[:, 2:]], 1)
@@ -311,19 +313,19 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
         dpsi = yaw - state.wrist_yaw
         moved = dpsi != 0
         cd, sd = torch.cos(dpsi), torch.sin(dpsi)
-        cam_offset = _where(moved, _rotate_xy(cam_offset, cd, sd), cam_offset)
+        cam_offset = _where(moved, rotate_xy(cam_offset, cd, sd), cam_offset)
         cam_rot = torch.where(moved[:, None, None], rotation_z(dpsi) @ cam_rot, cam_rot)
         carry = moved & held
-        held_offset = _where(carry, _rotate_xy(held_offset, cd, sd), held_offset)
+        held_offset = _where(carry, rotate_xy(held_offset, cd, sd), held_offset)
         target_yaw = torch.where(carry, target_yaw + dpsi, target_yaw)
     turned = yaw != 0
     cw, sw = torch.cos(yaw), torch.sin(yaw)
 
     def to_grip(v: Tensor) -> Tensor:  # world vector/position -> gripper axes (about the world origin)
-        return _where(turned, _rotate_xy(v, cw, -sw), v)
+        return _where(turned, rotate_xy(v, cw, -sw), v)
 
     def to_world(v: Tensor) -> Tensor:
-        return _where(turned, _rotate_xy(v, cw, sw), v)
+        return _where(turned, rotate_xy(v, cw, sw), v)
 
     # --- free sphere: drift (moving-target mode), bouncing off the workspace edge
     free = ~held
@@ -350,7 +352,7 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     new_y = torch.where(capture, torch.zeros_like(r), torch.where(herd, herd_y, rel[:, 1]))
     moved_y = herd | capture
     plain_y = torch.where(moved_y, tcp[:, 1] + new_y, sphere[:, 1])
-    turned_xy = tcp[:, :2] + _rotate_xy(torch.stack([rel[:, 0], new_y], 1), cw, sw)
+    turned_xy = tcp[:, :2] + rotate_xy(torch.stack([rel[:, 0], new_y], 1), cw, sw)
     sphere[:, :2] = torch.where((moved_y & turned)[:, None], turned_xy, sphere[:, :2])
     sphere[:, 1] = torch.where(turned, sphere[:, 1], plain_y)
     # a cube caught on two corners spins over its edge and is squeezed out along the pads
@@ -358,7 +360,7 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     if bool(edge_on.any()):
         sgn = torch.where(rel[:, 0] >= 0, torch.ones_like(r), -torch.ones_like(r))
         out_x = sgn * (cfg.pad_width / 2 + across + 1e-3)
-        ejected = tcp[:, :2] + _rotate_xy(torch.stack([out_x, rel[:, 1]], 1), cw, sw)
+        ejected = tcp[:, :2] + rotate_xy(torch.stack([out_x, rel[:, 1]], 1), cw, sw)
         sphere[:, :2] = torch.where(edge_on[:, None], ejected, sphere[:, :2])
         spin = torch.where(delta >= 0, torch.ones_like(r), -torch.ones_like(r)) * (math.pi / 2) - 2 * delta
         target_yaw = torch.where(edge_on, target_yaw + spin, target_yaw)
