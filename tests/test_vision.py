@@ -21,7 +21,7 @@ from graspsim.vision.evaluate import EvalRealConfig, evaluate_real
 from graspsim.vision.infer import Segmenter
 from graspsim.vision.image_set import read_image
 from graspsim.vision.metrics import SegMetrics
-from graspsim.vision.model import SegNet, SegNetConfig, cpu_has_fast_bf16
+from graspsim.vision.model import SegNet, SegNetConfig, cpu_has_fast_bf16, input_features
 from graspsim.vision.train import TrainVisionConfig
 
 torch.set_num_threads(2)
@@ -861,3 +861,19 @@ def test_hdf5_frames_load_and_errors(tmp_path):
     assert int(mask[6:].sum()) == 2
     x, mask = training_batch(composer, dataclasses.replace(cfg, patch=32), torch.Generator().manual_seed(0), fr)
     assert x.shape == (32, 3, 32, 32) and mask.shape == (32, 32, 32)
+
+
+def test_input_features_are_the_per_pixel_colour_features_in_either_layout():
+    """The chroma nets' 7 input channels, computed on whole colour planes, are bit for bit the per-pixel definition
+    (normalised RGB, chromaticity, channel spread) for plain and channels-last input, in the layout asked for."""
+    x = torch.rand(3, 3, 16, 24, generator=torch.Generator().manual_seed(0))
+    x[0, :, 0, 0] = 0.0  # a black pixel: the chromaticity's offsets keep it finite
+    total = x.sum(1, keepdim=True)
+    want = torch.cat([(x - 0.45) / 0.25, ((x + 0.02) / (total + 0.06) - 1.0 / 3.0) * 4.0,
+                      (x.amax(1, keepdim=True) - x.amin(1, keepdim=True) - 0.2) * 3.0], 1)
+    for inp in (x, x.contiguous(memory_format=torch.channels_last)):
+        for last in (False, True):
+            got = input_features(inp, 0.45, 0.25, channels_last=last)
+            assert torch.equal(got, want)
+            assert got.is_contiguous(memory_format=torch.channels_last) == last
+    assert bool(torch.isfinite(want).all())

@@ -118,7 +118,9 @@ class Segmenter:
         """``rgb`` B,3,H,W uint8 -> logits B,H,W float32 (on ``rgb``'s device)."""
         self._check(rgb)
         x = rgb.to(self.device, non_blocking=True).float().div_(255.0)
-        if self.device.type == "cpu" and self.model.cfg.arch == "unet":  # halfres reads its input in the plain layout
+        # the U-Net runs channels-last on CPU (chroma nets build their channels-last input from the plain planes,
+        # :func:`~graspsim.vision.model.input_features`); halfres reads its input in the plain layout
+        if self.device.type == "cpu" and self.model.cfg.arch == "unet" and not self.model.cfg.chroma:
             x = x.contiguous(memory_format=torch.channels_last)
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
             out = self.net.mirror_averaged(x) if self.mirror_tta else self.net(x)

@@ -230,11 +230,8 @@ class SegNet(nn.Module):
         """``x`` B,3,H,W in [0, 1] -> the first layer's input: normalised RGB (and the chroma features)."""
         if not self.cfg.chroma:
             return (x - self.MEAN) / self.STD
-        if self.cfg.arch == "halfres":
-            # element-wise work on the plain layout: on channels-last tensors these full-resolution passes cost
-            # about as much as the convolutions (profiled on CPU)
-            x = x.contiguous()
-        return torch.cat([(x - self.MEAN) / self.STD] + chroma_features(x), 1)
+        # the U-Net's convolutions run channels-last on CPU; halfres reads the plain layout
+        return input_features(x, self.MEAN, self.STD, channels_last=self.cfg.arch == "unet")
 
     def forward(self, x: Tensor, frames: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor, Tensor]:
         """``x``: B,3,H,W float in [0, 1] -> logits B,H,W. A cropped net (``crop`` > 0) runs its cascade on inputs
@@ -384,15 +381,23 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
     return folded
 
 
-def chroma_features(x: Tensor) -> list[Tensor]:
-    """Brightness-free colour of ``x`` B,3,H,W in [0, 1]: chromaticity B,3,H,W (each channel over the sum, centred
-    on grey) and the channel spread B,1,H,W (max - min, a saturation that ignores hue), both scaled to about unit
-    range."""
-    xf = x.float()
-    total = xf.sum(1, keepdim=True)
-    chrom = (xf + 0.02) / (total + 0.06) - 1.0 / 3.0
-    spread = xf.amax(1, keepdim=True) - xf.amin(1, keepdim=True)
-    return [(chrom * 4.0).to(x.dtype), ((spread - 0.2) * 3.0).to(x.dtype)]
+def input_features(x: Tensor, mean: float, std: float, channels_last: bool) -> Tensor:
+    """The chroma nets' first-layer input for ``x`` B,3,H,W in [0, 1] (either memory layout): B,7,H,W, the
+    normalised RGB ``(x - mean) / std``, then the brightness-free colour: chromaticity (each channel over the sum,
+    centred on grey) and the channel spread (max - min, a saturation that ignores hue), both scaled to about unit
+    range. With ``channels_last`` the result has channels-last memory, else the plain layout.
+
+    Every feature is computed on whole colour planes and the seven are interleaved once at the end: on CPU,
+    element-wise work across the channels of a channels-last tensor runs on stride-3 rows and cost about a fifth of
+    the cascade's time (profiled at batch 256, 2026-11-25); the values are bit for bit those of that form."""
+    r, g, b = x.float().contiguous().unbind(1)
+    total = r + g + b + 0.06
+    planes = [(c - mean) / std for c in (r, g, b)]
+    planes += [((c + 0.02) / total - 1.0 / 3.0) * 4.0 for c in (r, g, b)]
+    spread = torch.maximum(torch.maximum(r, g), b) - torch.minimum(torch.minimum(r, g), b)
+    planes.append((spread - 0.2) * 3.0)
+    out = torch.stack(planes, -1).permute(0, 3, 1, 2) if channels_last else torch.stack(planes, 1)
+    return out.to(x.dtype)
 
 
 def cpu_has_fast_bf16() -> bool:
