@@ -38,7 +38,7 @@ from torch import Tensor
 from graspsim import rng
 from graspsim.config import SimConfig
 from graspsim.env import table_contact
-from graspsim.physics import fold_quarter_turn, grasp_window
+from graspsim.physics import fold_quarter_turn, grasp_window, rotate_xy
 from graspsim.state import KIND_BOX, KIND_SPHERE
 from graspsim.validate import finite_non_negative
 
@@ -85,9 +85,7 @@ def expert_phase_and_action(priv: dict[str, Tensor], cfg: SimConfig) -> tuple[Te
     cw, sw = torch.cos(wrist), torch.sin(wrist)
 
     def to_grip(v: Tensor) -> Tensor:  # B,2 or B,3 world vector -> gripper axes (unchanged where not turned)
-        x = torch.where(turned, cw * v[:, 0] + sw * v[:, 1], v[:, 0])
-        y = torch.where(turned, -sw * v[:, 0] + cw * v[:, 1], v[:, 1])
-        return torch.cat([torch.stack([x, y], 1), v[:, 2:]], 1)
+        return torch.where(turned[:, None], rotate_xy(v, cw, -sw), v)
 
     # a cube: the turn to the nearest face pair, and its width across the pads at the present yaw
     is_cube = kind == KIND_BOX
