@@ -877,3 +877,17 @@ def test_input_features_are_the_per_pixel_colour_features_in_either_layout():
             assert torch.equal(got, want)
             assert got.is_contiguous(memory_format=torch.channels_last) == last
     assert bool(torch.isfinite(want).all())
+
+
+def test_bf16_inference_stores_bf16_weights_and_gives_autocasts_logits():
+    """With bf16 the Segmenter runs a copy of the folded net with bfloat16 weights: the logits are bit for bit those
+    of autocast over the float32 net (autocast rounds the same weights the same way), and the float32 net is kept."""
+    torch.manual_seed(0)
+    net = SegNet(CROPPED).eval()
+    seg = Segmenter(net, image_size=64, precision="bf16", mirror_tta=True)
+    rgb = torch.randint(0, 256, (4, 3, 64, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        want = seg.net.mirror_averaged((rgb.float() / 255).contiguous(memory_format=torch.channels_last)).float()
+    assert torch.equal(seg.logits(rgb), want)
+    assert next(seg.net.parameters()).dtype == torch.float32
+    assert next(seg._bf16_net().parameters()).dtype == torch.bfloat16
