@@ -52,9 +52,8 @@ def test_shipped_net_meets_a_floor_on_a_small_transfer_set(name, transfer):
 
 
 KINDS_CKPT = ASSETS / "segnet_kinds.pt"
-# measured on the first 256 frames of data/transfer_kinds/test (float32): IoU 0.867, precision 0.972, recall 0.889,
-# 0 of 64 false-positive images (the 24-px-window net shipped before it: 0.866, 0.966, 0.893, 2); the floors are
-# those of the sphere net above
+# measured on the first 256 frames of data/transfer_kinds/test (float32): IoU 0.866, precision 0.966, recall 0.893,
+# 2 of 64 false-positive images; the floors are those of the sphere net above
 
 
 def test_shipped_kinds_net_matches_its_record_and_knows_its_kinds():
