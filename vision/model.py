@@ -230,8 +230,8 @@ class SegNet(nn.Module):
         """``x`` B,3,H,W in [0, 1] -> the first layer's input: normalised RGB (and the chroma features)."""
         if not self.cfg.chroma:
             return (x - self.MEAN) / self.STD
-        # the U-Net's convolutions run channels-last on CPU; halfres reads the plain layout
-        return input_features(x, self.MEAN, self.STD, channels_last=self.cfg.arch == "unet")
+        # the U-Net's convolutions run channels-last on CPU; halfres (and every net elsewhere) reads the plain layout
+        return input_features(x, self.MEAN, self.STD, channels_last=self.cfg.arch == "unet" and x.device.type == "cpu")
 
     def forward(self, x: Tensor, frames: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor, Tensor]:
         """``x``: B,3,H,W float in [0, 1] -> logits B,H,W. A cropped net (``crop`` > 0) runs its cascade on inputs
