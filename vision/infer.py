@@ -39,7 +39,8 @@ class Segmenter:
     were chosen that way, and :meth:`from_checkpoint` follows them.
 
     ``model`` is the trained net as given; inference runs ``net``, a copy with BatchNorm folded into the convolutions
-    (:func:`~graspsim.vision.model.fold_batchnorm`), made once here: to use changed weights, build a new Segmenter.
+    (:func:`~graspsim.vision.model.fold_batchnorm`), made once here (with bf16, a copy of ``net`` with bfloat16 weights):
+    to use changed weights, build a new Segmenter.
 
     ``__call__(rgb)``: ``rgb`` B,3,H,W uint8 (H, W multiples of ``model.multiple``; the net was trained at
     ``image_size``) -> probabilities B,H,W float32 in [0, 1]. ``predict_mask(rgb, threshold=None)`` -> B,H,W bool.
