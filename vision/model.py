@@ -228,10 +228,13 @@ class SegNet(nn.Module):
 
     def _inputs(self, x: Tensor) -> Tensor:
         """``x`` B,3,H,W in [0, 1] -> the first layer's input: normalised RGB (and the chroma features)."""
+        # the one place that picks the layout: the U-Net's convolutions run channels-last on CPU; halfres (and every
+        # net on other devices) reads the plain layout
+        last = self.cfg.arch == "unet" and x.device.type == "cpu"
         if not self.cfg.chroma:
-            return (x - self.MEAN) / self.STD
-        # the U-Net's convolutions run channels-last on CPU; halfres (and every net elsewhere) reads the plain layout
-        return input_features(x, self.MEAN, self.STD, channels_last=self.cfg.arch == "unet" and x.device.type == "cpu")
+            y = (x - self.MEAN) / self.STD
+            return y.contiguous(memory_format=torch.channels_last) if last else y
+        return input_features(x, self.MEAN, self.STD, channels_last=last)
 
     def forward(self, x: Tensor, frames: Tensor | None = None) -> Tensor | tuple[Tensor, Tensor, Tensor]:
         """``x``: B,3,H,W float in [0, 1] -> logits B,H,W. A cropped net (``crop`` > 0) runs its cascade on inputs
