@@ -15,7 +15,6 @@ from graspsim.vision.metrics import SegMetrics
 from graspsim.vision.transfer import load_transfer_set
 
 ASSETS = Path(__file__).resolve().parent.parent / "vision" / "assets"
-CKPT = ASSETS / "segnet.pt"
 N = 256  # the first 256 frames of the transfer test set (64 of them target-free)
 # measured on these 256 frames (float32), the shipped cascade: IoU 0.848, precision 0.971, recall 0.870, 0 of 64
 # false-positive images (the U-Net shipped before it: 0.859, 0.963, 0.888, 0)
@@ -24,17 +23,28 @@ FLOOR_IOU, FLOOR_RECALL, FLOOR_PRECISION, CEIL_FP = 0.78, 0.80, 0.93, 6 / 64
 torch.set_num_threads(2)
 
 
-def test_shipped_checkpoint_is_small_deployable_and_matches_its_record():
-    assert CKPT.stat().st_size <= 5 * 2**20
-    ckpt = load_checkpoint(CKPT)
+def _shipped(name: str) -> tuple[dict, dict]:
+    """The shipped checkpoint ``name`` (.pt) and its record (.json), after the checks every shipped net passes: at
+    most 5 MiB, no training state, the record's threshold and training config those of the checkpoint."""
+    path = ASSETS / f"{name}.pt"
+    assert path.stat().st_size <= 5 * 2**20
+    ckpt = load_checkpoint(path)
     assert not set(TRAINING_ONLY) & set(ckpt)
-    record = json.loads((ASSETS / "segnet.json").read_text())
-    assert record["threshold"] == ckpt["threshold"] and record["peak_threshold"] == ckpt["peak_threshold"]
-    assert record["config"] == ckpt["config"] and record["steps"] == ckpt["step"]
+    record = json.loads((ASSETS / f"{name}.json").read_text())
+    assert record["threshold"] == ckpt["threshold"] and record["config"] == ckpt["config"]
+    return ckpt, record
+
+
+def test_shipped_checkpoint_is_small_deployable_and_matches_its_record():
+    ckpt, record = _shipped("segnet")
+    assert record["peak_threshold"] == ckpt["peak_threshold"]
+    assert record["steps"] == ckpt["step"]
     assert record["transfer_test"]["iou"] == pytest.approx(ckpt["metrics"]["transfer_test"]["iou"])
     assert "graspsim train-vision" in record["command"]
 
 
+# segnet_kinds.pt, measured on the first 256 frames of data/transfer_kinds/test (float32): IoU 0.866, precision
+# 0.966, recall 0.893, 2 of 64 false-positive images; it is held to the same floors
 @pytest.mark.parametrize("name, transfer", [("segnet.pt", None), ("segnet_kinds.pt", "transfer_kinds")])
 def test_shipped_net_meets_a_floor_on_a_small_transfer_set(name, transfer):
     from graspsim.vision.backgrounds import data_path
@@ -51,18 +61,9 @@ def test_shipped_net_meets_a_floor_on_a_small_transfer_set(name, transfer):
     assert s["false_positive_image_rate"] <= CEIL_FP
 
 
-KINDS_CKPT = ASSETS / "segnet_kinds.pt"
-# measured on the first 256 frames of data/transfer_kinds/test (float32): IoU 0.866, precision 0.966, recall 0.893,
-# 2 of 64 false-positive images; the floors are those of the sphere net above
-
-
 def test_shipped_kinds_net_matches_its_record_and_knows_its_kinds():
     from graspsim import runs
 
-    assert KINDS_CKPT.stat().st_size <= 5 * 2**20
-    ckpt = load_checkpoint(KINDS_CKPT)
-    assert not set(TRAINING_ONLY) & set(ckpt)
-    record = json.loads((ASSETS / "segnet_kinds.json").read_text())
-    assert record["threshold"] == ckpt["threshold"] and record["config"] == ckpt["config"]
+    ckpt, record = _shipped("segnet_kinds")
     assert runs.trained_kinds(ckpt["config"]) == ("sphere", "cube", "cylinder")
     assert set(record["transfer_test_by_kind"]) == {"sphere", "cube", "cylinder"}
