@@ -89,7 +89,8 @@ class BenchConfig:
     """Optional trained control checkpoint for the full loop (random weights of the default net otherwise)."""
     loop_rounds: int = 7
     """Rounds of alternating bare-simulator / full-loop timing windows at ``loop_batch`` (0 = skip): the median of
-    the per-round ratios is the loop's cost over the simulator, robust to load that drifts over minutes."""
+    the per-round ratios is the loop's cost over the simulator, robust to load that drifts over minutes. Taken at the
+    run's thread count and again at each other count of ``threads`` (the one-thread ratio reproduces on a shared VM)."""
     target_speedup: float = 20.0
     """Speedup target of torch over pybullet; below it the torch step is profiled."""
     profile: bool = True

@@ -47,10 +47,38 @@ def test_bench_tiny_writes_json_and_plot(tmp_path: Path):
     assert pair["batch"] == 2 and len(pair["rounds"]) == 3
     assert all(r["ratio"] == pytest.approx(r["sim_fps"] / r["loop_fps"]) for r in pair["rounds"])
     assert pair["median_ratio"] == sorted(r["ratio"] for r in pair["rounds"])[1]
+    assert loop["paired_by_threads"] == {"1": pair}  # one thread count swept: the run's own measurement only
     assert loop["vision_gflop_per_s"] == pytest.approx(loop["vision_mflop_per_frame"] * loop["vision_fps"] / 1e3)
     assert loop["sim_best_over_loop"] == pytest.approx(best_t / loop["fps"])
     assert loop["sim_same_batch_over_loop"] == pytest.approx(data["torch_sim"][1]["fps"] / loop["fps"])
     assert data["training"]["vision"]["samples_per_s"] > 0 and data["training"]["control"]["samples_per_s"] > 0
+
+
+def test_paired_ratio_at_each_thread_count(tmp_path: Path):
+    """The loop/sim ratio is measured at the run's thread count and again at every other count swept, and the
+    run's thread count is restored afterwards."""
+    import dataclasses as dc
+
+    import torch
+
+    from graspsim.dagger.throughput import load_nets, paired_by_threads
+
+    cfg = BenchConfig(out=tmp_path / "b", image_size=32, loop_batch=2, warmup=0, min_steps=1, seconds=0.01,
+                      threads=(1, 2), loop_rounds=1)
+    sim = dc.replace(cfg.sim, image_size=32)
+    seg, ctl, _ = load_nets(cfg, 32, sim)
+    from graspsim.expert import expert_action
+
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        run, by = paired_by_threads(cfg, sim, seg, ctl, expert_action)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(old)
+    assert set(by) == {"1", "2"} and run is by["2"]
+    assert by["1"]["threads"] == 1 and by["2"]["threads"] == 2
+    assert all(len(p["rounds"]) == 1 and p["median_ratio"] > 0 for p in by.values())
 
 
 def test_bench_config_errors(tmp_path: Path):
