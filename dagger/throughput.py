@@ -150,7 +150,7 @@ def paired_by_threads(cfg: BenchConfig, sim: SimConfig, seg, ctl, act: Act) -> t
     by a third while the one-thread rate stays within a few per cent, so the one-thread ratio is the one two runs
     reproduce, and the best-thread ratio is the one a user gets."""
     run_threads = torch.get_num_threads()
-    counts = [run_threads] + sorted({t or run_threads for t in cfg.threads} - {run_threads})
+    counts = [run_threads] + sorted(set(cfg.threads) - {run_threads})
     by_threads: dict[str, dict] = {}
     try:
         for th in counts:

@@ -391,7 +391,7 @@ def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig, A
     ``act`` drives the scenes (see :data:`Act`).
     ``extra(cfg, sim, act)`` (optional) returns more entries for the result (the app layer passes the full-loop
     and training measurements of :mod:`graspsim.dagger.throughput`); it runs after the simulator measurements with
-    the best torch thread count."""
+    the best torch thread count, and gets ``cfg`` with ``threads`` as the counts measured (0 resolved)."""
     import dataclasses
 
     import pybullet
@@ -399,6 +399,7 @@ def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig, A
     out = check_out_dir(cfg.out, overwrite=cfg.overwrite)
     sim = dataclasses.replace(cfg.sim, image_size=cfg.image_size)
     old_threads = torch.get_num_threads()
+    counts = tuple(t or old_threads for t in cfg.threads)  # 0 = torch's default, resolved once
     t_start = time.perf_counter()
     try:
         result: dict = {
@@ -418,15 +419,15 @@ def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig, A
         }
         _warm_caches(sim, cfg)
         result["torch_sim"] = []
-        for th in cfg.threads:
-            torch.set_num_threads(th or old_threads)
+        for th in counts:
+            torch.set_num_threads(th)
             for b in cfg.batch_sizes:
                 r = measure_torch_sim(act, sim, b, cfg.device, cfg.seed, cfg.warmup, cfg.min_steps, cfg.seconds)
                 r["threads"] = torch.get_num_threads()
                 log.info("torch sim batch %d, %d threads: %.0f frames/s", b, r["threads"], r["fps"])
                 result["torch_sim"].append(r)
         # pybullet runs one scene at a time per process; its few torch ops are tiny
-        torch.set_num_threads(max(t or old_threads for t in cfg.threads))
+        torch.set_num_threads(max(counts))
         result["bullet"] = []
         for n, w in cfg.bullet_configs:
             r = measure_bullet(act, sim, n, w, cfg.seed, cfg.warmup, cfg.min_steps, cfg.seconds)
@@ -453,7 +454,7 @@ def bench(cfg: BenchConfig, act: Act, extra: Callable[[BenchConfig, SimConfig, A
             result["speedup_vs_bullet"] = None
 
         if extra is not None:  # measurements of learning code, supplied by the app layer (no upward import)
-            result.update(extra(cfg, sim, act))
+            result.update(extra(dataclasses.replace(cfg, threads=counts), sim, act))
             loop = result.get("full_loop") or {}
             if "fps" in loop:
                 loop.update(loop_vs_sim(loop, result["torch_sim"], best_t))

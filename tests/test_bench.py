@@ -62,13 +62,12 @@ def test_paired_ratio_at_each_thread_count(tmp_path: Path):
     import torch
 
     from graspsim.dagger.throughput import load_nets, paired_by_threads
+    from graspsim.expert import expert_action
 
     cfg = BenchConfig(out=tmp_path / "b", image_size=32, loop_batch=2, warmup=0, min_steps=1, seconds=0.01,
                       threads=(1, 2), loop_rounds=1)
     sim = dc.replace(cfg.sim, image_size=32)
     seg, ctl, _ = load_nets(cfg, 32, sim)
-    from graspsim.expert import expert_action
-
     old = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -79,6 +78,24 @@ def test_paired_ratio_at_each_thread_count(tmp_path: Path):
     assert set(by) == {"1", "2"} and run is by["2"]
     assert by["1"]["threads"] == 1 and by["2"]["threads"] == 2
     assert all(len(p["rounds"]) == 1 and p["median_ratio"] > 0 for p in by.values())
+
+
+def test_thread_count_zero_is_torch_default_in_the_paired_rounds(tmp_path: Path):
+    """``threads`` 0 means torch's default thread count (here 2), for the simulator rows and the paired rounds alike,
+    whichever count turns out best."""
+    import torch
+
+    old = torch.get_num_threads()
+    cfg = BenchConfig(out=tmp_path / "b", image_size=32, batch_sizes=(2,), bullet_configs=(), loop_batch=2,
+                      train_batch=2, warmup=0, min_steps=1, seconds=0.01, threads=(0, 1), loop_rounds=1, profile=False,
+                      plot=False)
+    try:
+        torch.set_num_threads(2)
+        data = bench(cfg)
+    finally:
+        torch.set_num_threads(old)
+    assert [r["threads"] for r in data["torch_sim"]] == [2, 1]
+    assert set(data["full_loop"]["paired_by_threads"]) == {"1", "2"}
 
 
 def test_bench_config_errors(tmp_path: Path):
