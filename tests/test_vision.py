@@ -876,6 +876,10 @@ def test_input_features_are_the_per_pixel_colour_features_in_either_layout():
             got = input_features(inp, 0.45, 0.25, channels_last=last)
             assert torch.equal(got, want)
             assert got.is_contiguous(memory_format=torch.channels_last) == last
+            # in bfloat16 (what the bf16 inference net reads): the float32 values rounded once, in the same layout
+            low = input_features(inp, 0.45, 0.25, channels_last=last, dtype=torch.bfloat16)
+            assert low.dtype == torch.bfloat16 and torch.equal(low, want.to(torch.bfloat16))
+            assert low.is_contiguous(memory_format=torch.channels_last) == last
     assert bool(torch.isfinite(want).all())
 
 
@@ -889,5 +893,8 @@ def test_bf16_inference_stores_bf16_weights_and_gives_autocasts_logits():
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
         want = seg.net.mirror_averaged((rgb.float() / 255).contiguous(memory_format=torch.channels_last)).float()
     assert torch.equal(seg.logits(rgb), want)
+    # the bf16 net is handed its input features in bfloat16 already, and the float32 net keeps float32 ones
+    x = (rgb.float() / 255).contiguous(memory_format=torch.channels_last)
+    assert seg._bf16_net()._inputs(x).dtype == torch.bfloat16 and seg.net._inputs(x).dtype == torch.float32
     assert next(seg.net.parameters()).dtype == torch.float32
     assert next(seg._bf16_net().parameters()).dtype == torch.bfloat16
