@@ -18,6 +18,7 @@ BAD_FLAGS = {
     "bench_latency.py": (["--calls", "0"], "LatencyConfig.calls"),
     "bench_sim.py": (["--batch-sizes", "0"], "batch_sizes"),
     "bench_vision_train.py": (["--rounds", "0"], "--rounds"),
+    "close_probe.py": (["--policy", "x.pt", "--scenes", "0"], "CloseProbeConfig.scenes"),
     "expert_backends.py": (["--workers", "-1"], "ExpertBackendsConfig.workers"),
     "expert_kinds.py": (["--episodes", "0"], "--episodes"),
     "mask_gap.py": (["--steps", "0"], "MaskGapConfig.steps"),
