@@ -17,21 +17,22 @@ cannot observe. Scenes come from the held-out (validation) stream of ``--seed``.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 import tyro
 
-from graspsim import GraspEnv, SimConfig
+from graspsim import GraspEnv, SimConfig, physics
 from graspsim.config import TargetConfig
 from graspsim.dagger.model import to_gripper_frame
-from graspsim.dagger.policy import MaskPolicy
-from graspsim.env import observe
+from graspsim.dagger.policy import MaskPolicy, check_fits_scenes
+from graspsim.env import observe, privileged
 from graspsim.expert.fsm import expert_phase_and_action
 from graspsim.perf import tune_allocator
 from graspsim.seeds import episode_seeds
-from graspsim.state import TARGET_KIND_CODES
+from graspsim.state import TARGET_KIND_CODES, State
 from graspsim.validate import positive_int
 
 
@@ -68,21 +69,19 @@ class CloseProbeConfig:
         TargetConfig(kinds=tuple(self.kinds))  # an unknown kind fails here, naming it and the known ones
 
 
-def expert_close_states(env: GraspEnv, cfg: SimConfig) -> torch.Tensor:
-    """Drive ``env`` with the expert; freeze each scene at the step where the expert first commands a close.
-    Returns B bool: the scenes that got there within the episode length (the others are frozen where they ended)."""
-    reached = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
-    with env.rendering(False):
-        for _ in range(cfg.max_steps):
-            p = env.privileged()
-            _, action = expert_phase_and_action(p, cfg)
-            reached |= (action[:, -1] > 0) & ~p["close_cmd"].bool()
-            if bool(reached.all()):
-                break
-            before = env.state.clone()
-            env.step(action)
-            env.state = env.state.where(reached, before)  # a scene that reached its close stays there
-    return reached
+def expert_close_states(state: State, cfg: SimConfig) -> tuple[State, torch.Tensor]:
+    """Drive the scenes ``state`` with the expert; freeze each at the step where the expert first commands a close.
+    Returns (the frozen scenes, B bool: those that got there within the episode length; the others are where they
+    ended)."""
+    reached = torch.zeros(state.batch_size, dtype=torch.bool, device=state.device)
+    for _ in range(cfg.max_steps):
+        p = privileged(state)
+        _, action = expert_phase_and_action(p, cfg)
+        reached |= (action[:, -1] > 0) & ~p["close_cmd"].bool()
+        if bool(reached.all()):
+            break
+        state = physics.step(state, action, cfg).where(reached, state)  # a scene that reached its close stays there
+    return state, reached
 
 
 def main(cfg: CloseProbeConfig) -> None:
@@ -97,10 +96,10 @@ def main(cfg: CloseProbeConfig) -> None:
     if not cfg.mount_jitter:
         sim = dataclasses.replace(sim, randomization=dataclasses.replace(sim.randomization, mount_jitter_pos=0.0,
                                                                          mount_jitter_rot=0.0))
+    check_fits_scenes(pol.cfg, sim, f"control checkpoint {cfg.policy}", pol.trained_kinds)
     env = GraspEnv(sim, num_envs=cfg.scenes, seed=cfg.seed)
     env.reset(torch.arange(cfg.scenes), episode_seeds(cfg.seed, "heldout", 0, cfg.scenes))
-    reached = expert_close_states(env, sim)
-    base = env.state.clone()
+    base, reached = expert_close_states(env.state, sim)
     col = 0 if cfg.axis == "along" else 1
     w = base.wrist_yaw
     unit = torch.stack([torch.cos(w), torch.sin(w)], 1) if col == 0 else torch.stack([-torch.sin(w), torch.cos(w)], 1)
@@ -140,4 +139,9 @@ def main(cfg: CloseProbeConfig) -> None:
 
 
 if __name__ == "__main__":
-    main(tyro.cli(CloseProbeConfig, description=__doc__.splitlines()[0]))
+    try:
+        main(tyro.cli(CloseProbeConfig, description=__doc__.splitlines()[0]))
+    except (ValueError, FileNotFoundError) as e:  # a bad checkpoint, or a net that does not fit --kinds: one line
+        msg = str(e).replace("--sim.target.kinds", "--kinds")  # the shared check names the verbs' flag
+        print(f"close_probe.py: error: {msg}", file=sys.stderr)
+        sys.exit(2)

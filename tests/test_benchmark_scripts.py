@@ -42,3 +42,13 @@ def test_benchmark_rejects_a_bad_value_by_name_from_another_folder(script, tmp_p
     assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
     assert name in p.stderr, p.stderr[-2000:]
     assert "Traceback" not in p.stderr and not list(tmp_path.iterdir())  # refused before measuring or writing
+
+
+def test_close_probe_refuses_a_net_that_does_not_fit_the_kinds_in_one_line(tmp_path):
+    """A sphere-only control net cannot drive the default mix: one line naming the checkpoint and --kinds."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    policy = Path(__file__).resolve().parent / "assets" / "policy_format0.pt"
+    p = subprocess.run([sys.executable, str(BENCHMARKS / "close_probe.py"), "--policy", str(policy)], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stdout[-2000:] + p.stderr[-2000:]
+    assert "sphere-only" in p.stderr and "--kinds" in p.stderr and "Traceback" not in p.stderr
