@@ -7,7 +7,9 @@
 
 A control net trained on cubes or cylinders turns the wrist (``ctl.wrist``): it reads 5 gripper senses (the 3
 above, then the sine and cosine of the wrist angle) and commands 5 numbers, ``(vx, vy, vz, wz, grip)`` with the
-wrist yaw rate ``wz`` in rad/s.
+wrist yaw rate ``wz`` in rad/s. Such a net trained with ``SimConfig.fingertip_pixels`` (the default) also reads
+where the fingertips appear in the frame: constants of the camera mount, given once (``fingertip=``, measured as
+docs/deploy.md shows; default the nominal mount) and appended to the robot's 5 senses by :meth:`Controller.decide`.
 
 One decision is: resize the frame to the nets' input size (INTER_AREA when shrinking, as ``eval-real`` does),
 segment it (the vision net and its stored threshold and frame gate), run the control net on the mask and the
@@ -38,12 +40,12 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
-from graspsim.env import GRIPPER_DIM
+from graspsim.env import GRIPPER_DIM, fingertip_senses
 from graspsim.extras import require
 from graspsim.validate import non_negative_int
 
@@ -148,6 +150,8 @@ class TorchNets:
         self.max_speed = float(self.policy.cfg.max_speed)
         self.wrist = bool(self.policy.cfg.wrist)
         self.max_yaw_rate = float(self.policy.cfg.max_yaw_rate)
+        self.gripper_dim = int(self.policy.cfg.gripper_dim)
+        self.fingertip = self.policy.fingertip
         self.precision = "bf16" if self.seg.bf16 else "fp32"
         self.mirror_tta = bool(self.seg.mirror_tta)
 
@@ -192,6 +196,8 @@ class OnnxNets:
         self.max_speed = float(c["max_speed"])
         self.wrist = bool(c.get("wrist", False))  # contracts from before the wrist drive spheres only
         self.max_yaw_rate = float(c.get("max_yaw_rate", 0.0))
+        self.gripper_dim = int(c["inputs"][1]["shape"][1])
+        self.fingertip = c.get("fingertip")  # contracts from before the fingertip senses: none
         self.precision = "fp32"
         self.mirror_tta = bool(v["mirror_tta"])
 
@@ -214,7 +220,8 @@ class Controller:
     """Frame + gripper senses -> :class:`Decision` (see the module docstring). Holds the per-episode state
     (gripper hysteresis, lost-target count): call :meth:`reset` at every episode start."""
 
-    def __init__(self, nets, safety: SafetyConfig | None = None, clock: Callable[[], float] = time.perf_counter):
+    def __init__(self, nets, safety: SafetyConfig | None = None, clock: Callable[[], float] = time.perf_counter,
+                 fingertip: Sequence[float] | None = None):
         self.nets = nets
         self.safety = safety or SafetyConfig()
         self.image_size = int(nets.image_size)
@@ -223,18 +230,63 @@ class Controller:
         """Whether the control net turns the wrist (5 senses in, ``(vx, vy, vz, wz, grip)`` out)."""
         self.max_yaw_rate = float(getattr(nets, "max_yaw_rate", 0.0))
         self.gripper_dim = GRIPPER_DIM + 2 if self.wrist else GRIPPER_DIM
+        """How many gripper senses :meth:`decide` takes: the robot's own 3, or 5 with the wrist."""
+        self.calibration = getattr(nets, "fingertip", None)
+        """For a net that reads the fingertip senses: ``nominal``, ``low`` and ``high`` fingertip points (fractions,
+        :func:`graspsim.env.fingertip_calibration` of its training scenes); None for other nets."""
+        self.fingertip: tuple[float, ...] | None = None
+        """The fingertip points in use, ``(x0, y0, x1, y1)`` fractions of the frame (:meth:`set_fingertip`)."""
+        self.fingertip_source = ""
+        self._tip = np.zeros(0, np.float32)
         self._clock = clock
+        self.set_fingertip(fingertip, "--fingertip")
         self.reset()
 
     @classmethod
     def from_checkpoints(cls, vision: str | os.PathLike, policy: str | os.PathLike, *, precision: str = "auto",
-                         device: str = "cpu", safety: SafetyConfig | None = None) -> "Controller":
-        return cls(TorchNets(vision, policy, precision, device), safety)
+                         device: str = "cpu", safety: SafetyConfig | None = None,
+                         fingertip: Sequence[float] | None = None) -> "Controller":
+        return cls(TorchNets(vision, policy, precision, device), safety, fingertip=fingertip)
 
     @classmethod
-    def from_export(cls, folder: str | os.PathLike, *, threads: int = 0,
-                    safety: SafetyConfig | None = None) -> "Controller":
-        return cls(OnnxNets(folder, threads), safety)
+    def from_export(cls, folder: str | os.PathLike, *, threads: int = 0, safety: SafetyConfig | None = None,
+                    fingertip: Sequence[float] | None = None) -> "Controller":
+        return cls(OnnxNets(folder, threads), safety, fingertip=fingertip)
+
+    @property
+    def reads_fingertip(self) -> bool:
+        """Whether the control net reads the fingertip senses (then :meth:`decide` appends them to the robot's 5)."""
+        return self.calibration is not None
+
+    def set_fingertip(self, fractions: Sequence[float] | None, source: str) -> None:
+        """Use ``fractions`` ``(x0, y0, x1, y1)``: where the fingertip centre and the point 2 cm above it (along the
+        fingers) appear in the camera's frame, as fractions of its width and height (x right, y down), measured on
+        the robot (docs/deploy.md). None: the nominal mount of the net's training scenes. ``source`` names where the
+        values came from, for errors and the summary. ValueError naming ``source`` when they are not 4 finite numbers
+        or lie outside the range the net was trained on; for a net without fingertip senses they are not used."""
+        if not self.reads_fingertip:
+            self.fingertip, self.fingertip_source = None, ""
+            return
+        cal = self.calibration
+        if fractions is None:
+            fractions, source = cal["nominal"], "the nominal camera mount of the training scenes"
+        try:
+            v = np.asarray(fractions, np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            v = np.zeros(0)
+        if v.shape != (4,) or not np.isfinite(v).all():
+            raise ValueError(f"{source}: the fingertip points must be 4 finite numbers x0 y0 x1 y1 (fractions of the "
+                             f"frame); got {fractions!r}")
+        lo, hi = np.asarray(cal["low"]), np.asarray(cal["high"])
+        bad = [i for i in range(4) if not lo[i] <= v[i] <= hi[i]]
+        if bad:
+            names = ("x0", "y0", "x1", "y1")
+            got = ", ".join(f"{names[i]} = {v[i]:.3f} (trained {lo[i]:.3f}-{hi[i]:.3f})" for i in bad)
+            raise ValueError(f"{source}: fingertip points outside what the control net was trained on: {got}. Measure "
+                             "again (docs/deploy.md), or train with your camera's --sim.camera-offset and "
+                             "--sim.randomization.fov")
+        self.fingertip, self.fingertip_source = tuple(float(x) for x in v), source
+        self._tip = fingertip_senses(v).astype(np.float32)
 
     @property
     def runtime(self) -> str:
@@ -247,7 +299,8 @@ class Controller:
 
     def decide(self, rgb: np.ndarray, gripper: np.ndarray) -> Decision:
         """``rgb`` H,W,3 uint8, ``gripper`` 3 float32 (finger gap / open gap, last close command, table contact),
-        with the wrist 5 (then the sine and cosine of the wrist angle)."""
+        with the wrist 5 (then the sine and cosine of the wrist angle). A net that reads the fingertip senses gets
+        them appended (:meth:`set_fingertip`)."""
         gripper = np.asarray(gripper, np.float32).reshape(-1)
         if gripper.shape != (self.gripper_dim,) or not np.isfinite(gripper).all():
             raise ValueError(f"controller: gripper senses must be {self.gripper_dim} finite numbers"
@@ -257,7 +310,8 @@ class Controller:
         t0 = self._clock()
         mask = self.nets.mask(np.ascontiguousarray(x.transpose(2, 0, 1)[None]))  # 1,S,S bool
         t1 = self._clock()
-        action = self.nets.action(mask, gripper[None])[0].astype(np.float32)
+        senses = np.concatenate([gripper, self._tip]) if self._tip.size else gripper
+        action = self.nets.action(mask, senses[None])[0].astype(np.float32)
         t2 = self._clock()
         return self._rules(action, mask[0], {"vision": 1e3 * (t1 - t0), "control": 1e3 * (t2 - t1)})
 

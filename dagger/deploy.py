@@ -53,7 +53,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal, Optional, Tuple
 
 import numpy as np
 import torch
@@ -133,6 +133,11 @@ class DeployConfig:
     """Untimed decisions on a blank frame before the first tick."""
     safety: SafetyConfig = field(default_factory=SafetyConfig)
     """The controller's safety rules (gripper hysteresis, lost-target stop)."""
+    fingertip: Optional[Tuple[float, float, float, float]] = None
+    """For a wrist net with fingertip senses (trained on cubes or cylinders): where the fingertip centre and a point
+    2 cm above it appear in your camera's frame, x0 y0 x1 y1 as fractions of its width and height (docs/deploy.md,
+    "Measuring the fingertip points"). None: the adapter's fingertip() if it has one (the simulated robots report their
+    scene's), else the nominal mount of the training scenes. Other nets ignore it."""
     run: Runtime = field(default_factory=_deploy_runtime)
     """Device of the torch runtime (--runtime onnx runs on the CPU), torch and onnxruntime intra-op threads (one by
     default: see benchmarks/bench_latency.py), and --progress (one log line per finished episode)."""
@@ -225,7 +230,7 @@ def build_controller(cfg: DeployConfig, out: Path) -> Controller:
     ``out/onnx`` first)."""
     if cfg.runtime == "torch":
         return Controller.from_checkpoints(cfg.vision, cfg.policy, precision=cfg.precision, device=cfg.run.device,
-                                           safety=cfg.safety)
+                                           safety=cfg.safety, fingertip=cfg.fingertip)
     folder = cfg.onnx
     if folder is None:
         from .export import ExportConfig, export
@@ -236,7 +241,7 @@ def build_controller(cfg: DeployConfig, out: Path) -> Controller:
         from .onnx_contract import check_sources, read_contract
 
         check_sources(folder, read_contract(folder), cfg.vision, cfg.policy)
-    return Controller.from_export(folder, threads=cfg.run.threads, safety=cfg.safety)
+    return Controller.from_export(folder, threads=cfg.run.threads, safety=cfg.safety, fingertip=cfg.fingertip)
 
 
 def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | None = None,
@@ -314,6 +319,20 @@ def check_world_kinds(sim: SimConfig, ctl: Controller, cfg: DeployConfig) -> Non
     check_vision_kinds(cfg.vision, sim)
 
 
+def adapter_fingertip(cfg: DeployConfig, ctl: Controller, robot) -> bool:
+    """Whether the loop asks ``robot.fingertip()`` at each episode start: the net reads the fingertip senses, no
+    --fingertip was given and the adapter has the method. Logs which fingertip points a run uses."""
+    if not ctl.reads_fingertip:
+        if cfg.fingertip is not None:
+            log.warning("deploy: --fingertip is ignored: this control net reads no fingertip senses")
+        return False
+    if cfg.fingertip is None and callable(getattr(robot, "fingertip", None)):
+        log.info("deploy: fingertip points from %s at each episode start", adapter_name(robot, "fingertip"))
+        return True
+    log.info("deploy: fingertip points %s (%s)", " ".join(f"{v:.3f}" for v in ctl.fingertip), ctl.fingertip_source)
+    return False
+
+
 def check_wrist(robot, wrist: bool) -> None:
     """ValueError naming the adapter when the control net turns the wrist and the adapter has none (``wrist`` not
     True): it could not turn the fingers to a cube's faces."""
@@ -332,7 +351,7 @@ def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller, tick_log:
     env = RobotEnv(robot, cfg.max_ticks, guard)
     hooks = TickHooks(camera, robot, ctl, env, guard, tick_log, period=cfg.period,
                       fallback_period=1.0 / cfg.sim.control_hz, frame_timeout=cfg.frame_timeout, warmup=cfg.warmup,
-                      progress=cfg.run.progress, reader=reader)
+                      progress=cfg.run.progress, reader=reader, adapter_fingertip=adapter_fingertip(cfg, ctl, robot))
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
     t0 = time.perf_counter()
     try:
@@ -413,6 +432,9 @@ def _summary(cfg: DeployConfig, hooks: TickHooks, ctl: Controller, camera, robot
         "runtime": ctl.runtime,
         "vision_precision": getattr(ctl.nets, "precision", None),
         "mirror_tta": getattr(ctl.nets, "mirror_tta", None),
+        "fingertip": None if ctl.fingertip is None else {
+            "points": None if hooks.adapter_fingertip else list(ctl.fingertip),  # else in per_episode
+            "source": ctl.fingertip_source},
         "camera": getattr(camera, "name", str(cfg.camera)),
         "robot": getattr(robot, "name", str(cfg.robot)),
         "seconds": seconds,

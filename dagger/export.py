@@ -100,11 +100,13 @@ def _onnx_export(module: nn.Module, args: tuple, path: Path, inputs: list[str], 
                           output_names=outputs, dynamic_axes=axes)
 
 
-def parity_inputs(image_size: int, n: int, seed: int, wrist: bool = False) -> tuple[Tensor, Tensor]:
+def parity_inputs(image_size: int, n: int, seed: int, wrist: bool = False,
+                  fingertip: bool = False) -> tuple[Tensor, Tensor]:
     """``n`` simulator frames (n,3,S,S uint8; scenes of the ``test`` stream, camera partway down) and gripper
     senses n,3 float32 (random gap, close bit, contact bit; with ``wrist`` n,5, a random wrist angle's sine and
-    cosine appended)."""
+    cosine appended; with ``fingertip`` too n,9, then 4 fingertip senses of random points near the image centre)."""
     from graspsim import GraspEnv, SimConfig
+    from graspsim.env import fingertip_senses
     from graspsim.seeds import episode_seeds
 
     env = GraspEnv(SimConfig(image_size=image_size), num_envs=n, seed=seed)
@@ -122,6 +124,8 @@ def parity_inputs(image_size: int, n: int, seed: int, wrist: bool = False) -> tu
     if wrist:  # drawn after the others, so a sphere-only export's inputs stay what they were
         angle = (torch.rand(n, generator=g) * 2 - 1) * 0.8
         grip = torch.cat([grip, torch.stack([angle.sin(), angle.cos()], 1)], 1)
+    if fingertip:
+        grip = torch.cat([grip, fingertip_senses(0.4 + 0.2 * torch.rand(n, 4, generator=g))], 1)
     return obs["rgb"], grip
 
 
@@ -129,7 +133,7 @@ def check_parity(folder: Path, seg, pol, frames: int = 256, seed: int = 0) -> di
     """Compare the ONNX graphs in ``folder`` with torch float32 on ``frames`` simulator frames; returns the numbers."""
     nets = OnnxNets(folder)
     wrist = bool(pol.cfg.wrist)
-    rgb, grip = parity_inputs(seg.image_size, frames, seed, wrist)
+    rgb, grip = parity_inputs(seg.image_size, frames, seed, wrist, pol.cfg.fingertip_pixels)
     with torch.no_grad():
         t_logits = seg.logits(rgb).numpy()
         t_mask = seg.predict_mask(rgb).numpy()
@@ -171,7 +175,8 @@ def export(cfg: ExportConfig) -> dict:
                                   policy_iteration=pol.iteration, image_size=S, threshold=seg.threshold,
                                   peak_threshold=seg.peak_threshold, mirror_tta=seg.mirror_tta,
                                   max_speed=pol.cfg.max_speed,
-                                  max_yaw_rate=pol.cfg.max_yaw_rate if pol.cfg.wrist else None)
+                                  max_yaw_rate=pol.cfg.max_yaw_rate if pol.cfg.wrist else None,
+                                  fingertip=pol.fingertip)
         write_contract(stage, contract)
         if cfg.check:
             par = check_parity(stage, seg, pol, cfg.frames, cfg.seed)

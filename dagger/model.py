@@ -13,7 +13,9 @@ Inputs (policy-visible only, never privileged state):
 * ``gripper``: ``B,3`` float32 = (finger gap / open gap, last executed close command 0/1, table contact
   0/1), the simulator's ``obs["gripper"]``: it tells the net whether it is closing or holding, and when the
   fingertips touch the table (the grasp height, which the mask barely shows). With the wrist
-  (``ControlNetConfig.wrist``, for cubes and cylinders) it is ``B,5``: the sine and cosine of the wrist angle follow.
+  (``ControlNetConfig.wrist``, for cubes and cylinders) it is ``B,5``: the sine and cosine of the wrist angle follow;
+  with ``ControlNetConfig.fingertip_pixels`` ``B,9``: then the 4 fingertip senses, where the fingertip centre and a
+  point 2 cm above it appear in the image (:func:`graspsim.env.fingertip_senses`, constants of the camera mount).
 
 Output ``B,4`` float32 *raw* network values: ``out[:, :3]`` is the pre-tanh velocity (the velocity in
 m/s is ``tanh(out[:, :3]) * max_speed``) and ``out[:, 3]`` is the grip logit (> 0 closes).
@@ -38,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from graspsim.env import GRIPPER_DIM
+from graspsim.config import gripper_width
 from graspsim.physics import rotate_xy
 from graspsim.torch_util import count_parameters  # re-exported (defined once in graspsim.torch_util)
 from graspsim.validate import finite_positive, positive_int
@@ -63,6 +65,10 @@ class ControlNetConfig:
     become 5 wide (see the module doc). False is the sphere-only net of every checkpoint from before kinds existed."""
     max_yaw_rate: float = 1.5
     """Wrist yaw rate scale (rad/s) with the wrist: tanh(.) * max_yaw_rate (SimConfig.max_yaw_rate)."""
+    fingertip_pixels: bool = False
+    """With the wrist: the net also reads the 4 fingertip senses (where the fingertips appear in the image), 9 senses
+    in all. ``graspsim dagger`` sets it from ``--sim.fingertip-pixels``. False is every wrist net from before that
+    input existed (5 senses)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.image_size, int) or not 32 <= self.image_size <= 512 or self.image_size % 16:
@@ -75,12 +81,17 @@ class ControlNetConfig:
         finite_positive("ControlNetConfig", "max_speed", self.max_speed, unit="m/s")
         if not isinstance(self.wrist, bool):
             raise ValueError(f"ControlNetConfig.wrist must be true or false; got {self.wrist!r}")
+        if not isinstance(self.fingertip_pixels, bool):
+            raise ValueError(f"ControlNetConfig.fingertip_pixels must be true or false; got {self.fingertip_pixels!r}")
+        if self.fingertip_pixels and not self.wrist:
+            raise ValueError("ControlNetConfig.fingertip_pixels needs wrist = true (sphere-only nets read 3 senses)")
         finite_positive("ControlNetConfig", "max_yaw_rate", self.max_yaw_rate, unit="rad/s")
 
     @property
     def gripper_dim(self) -> int:
-        """Width of the gripper senses the net reads: 5 with the wrist, else 3 (``SimConfig.gripper_dim``)."""
-        return 5 if self.wrist else GRIPPER_DIM
+        """Width of the gripper senses the net reads: 3; 5 with the wrist; 9 with the fingertip senses too
+        (``SimConfig.gripper_dim``)."""
+        return gripper_width(self.wrist, self.fingertip_pixels)
 
     @property
     def action_dim(self) -> int:
@@ -184,7 +195,8 @@ class ControlNet(nn.Module):
         if gripper.shape != (mask.shape[0], self.cfg.gripper_dim):
             raise ValueError(f"ControlNet: gripper must be ({mask.shape[0]}, {self.cfg.gripper_dim}); got "
                              f"{tuple(gripper.shape)}" + (" (this net turns the wrist: 3 senses + sin, cos of the wrist "
-                                                         "angle)" if self.cfg.wrist else " (a sphere-only net)"))
+                                                         "angle" + (" + 4 fingertip senses)" if self.cfg.fingertip_pixels
+                                                                    else ")") if self.cfg.wrist else " (a sphere-only net)"))
         m = mask.float()
         B = m.shape[0]
         pooled = F.max_pool2d(m[:, None], 2)  # B,1,H/2,W/2: keeps every target pixel

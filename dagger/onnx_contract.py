@@ -3,7 +3,8 @@
 An export folder holds::
 
     vision.onnx     rgb B,3,S,S uint8            -> logits B,S,S float32
-    control.onnx    mask B,S,S float32 (0/1), gripper B,3 float32 -> raw B,4 float32 (B,5 -> B,5 with the wrist)
+    control.onnx    mask B,S,S float32 (0/1), gripper B,3 float32 -> raw B,4 float32 (B,5 -> B,5 with the wrist;
+                    B,9 -> B,5 with the wrist and the fingertip senses)
     contract.json   kind, format_version, opset, the sources' sha256, the two graphs' inputs and outputs, the
                     constants that turn outputs into decisions (image_size S, threshold, peak_threshold,
                     mirror_tta, max_speed; with the wrist max_yaw_rate), the action layout (action_names) and,
@@ -69,15 +70,22 @@ def sha256(path: str | os.PathLike) -> str:
 # ------------------------------------------------------------------------------------------ writing
 def build_contract(*, opset: int, vision_path: str | os.PathLike, policy_path: str | os.PathLike,
                    policy_iteration: int, image_size: int, threshold: float, peak_threshold: float, mirror_tta: bool,
-                   max_speed: float, max_yaw_rate: float | None = None) -> dict:
+                   max_speed: float, max_yaw_rate: float | None = None,
+                   fingertip: dict | None = None) -> dict:
     """The contract of one export (format version :data:`CONTRACT_VERSION`). ``image_size`` S in px,
     ``threshold``/``peak_threshold`` probabilities of the vision net's mask rule, ``max_speed`` m/s; ``max_yaw_rate``
     rad/s for a control net that turns the wrist (None: a sphere-only net). The control section names the action
-    layout (``action_names``): ``vx, vy, vz, grip``, or ``vx, vy, vz, wz, grip`` with the wrist."""
+    layout (``action_names``): ``vx, vy, vz, grip``, or ``vx, vy, vz, wz, grip`` with the wrist. ``fingertip``
+    (:func:`graspsim.env.fingertip_calibration`) for a wrist net that reads the 4 fingertip senses: the gripper input
+    is then 9 wide, and the contract keeps the nominal fingertip points and the range the net was trained on."""
     S = int(image_size)
     wrist = max_yaw_rate is not None
+    width = 3 + 2 * wrist + 4 * (fingertip is not None)
     if wrist:
         senses = ("finger gap / open gap, last close command 0/1, table contact 0/1, sin and cos of the wrist angle")
+        if fingertip is not None:
+            senses += (", then (2 * f - 1) * 10 for the fractions f = (x0, y0, x1, y1) of the image where the fingertip "
+                       "centre and a point 2 cm above it appear (control.fingertip: nominal and trained range)")
         raw = "pre-tanh velocity in the gripper frame (3), pre-tanh wrist yaw rate (1) and grip logit (1)"
         rule = ("velocity (gripper frame) = tanh(raw[:3]) * max_speed, turned into the base frame by the wrist angle "
                 "(vx = c*gx - s*gy, vy = s*gx + c*gy with s, c = gripper[3], gripper[4]); wz rad/s = tanh(raw[3]) * "
@@ -88,6 +96,8 @@ def build_contract(*, opset: int, vision_path: str | os.PathLike, policy_path: s
         rule = ("velocity m/s = tanh(raw[:3]) * max_speed (gripper-aligned base frame); raw[3] > 0 asks to close "
                 "(graspsim.dagger.controller adds hysteresis)")
     extra = {"wrist": True, "max_yaw_rate": float(max_yaw_rate)} if wrist else {"wrist": False}
+    if fingertip is not None:
+        extra["fingertip"] = {k: [float(v) for v in fingertip[k]] for k in ("nominal", "low", "high")}
     return {
         "kind": CONTRACT_KIND,
         "format_version": CONTRACT_VERSION,
@@ -109,7 +119,7 @@ def build_contract(*, opset: int, vision_path: str | os.PathLike, policy_path: s
         "control": {
             "file": CONTROL_ONNX,
             "inputs": [{"name": "mask", "shape": ["batch", S, S], "dtype": "float32", "meaning": "target mask 0/1"},
-                       {"name": "gripper", "shape": ["batch", 5 if wrist else 3], "dtype": "float32",
+                       {"name": "gripper", "shape": ["batch", width], "dtype": "float32",
                         "meaning": senses}],
             "outputs": [{"name": "raw", "shape": ["batch", 5 if wrist else 4], "dtype": "float32", "meaning": raw}],
             "max_speed": float(max_speed),

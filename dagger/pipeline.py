@@ -70,12 +70,13 @@ where the doubled segmentation cost of every DAgger, BC and evaluation rollout w
 budget. The default cascade always mirrors its window (36.7 MFLOP a frame in all)."""
 RESUMABLE_KEYS = ("resume", "runtime.progress", "runtime.threads", "gifs", "runtime.dist_timeout")
 """Settings that may differ when resuming a pipeline run folder (they do not change results)."""
-ADDED_SETTINGS = {"vision_model": "unet", "target": None}
+ADDED_SETTINGS = {"vision_model": "unet", "target": None, "sim.fingertip_pixels": False}
 """Settings added after run folders were first written, with the value that reproduces what those runs did (a
 folder without the key resumes as if it held that value)."""
-CHANGED_DEFAULTS = {"vision_model": ("unet", "cropped")}
+CHANGED_DEFAULTS = {"vision_model": ("unet", "cropped"), "sim.fingertip_pixels": (False, True)}
 """Defaults changed after run folders were written, as (before, now): a folder that trained the U-Net when it was
-the default resumes with it (:func:`graspsim.runs.resume_old_defaults`)."""
+the default resumes with it, one whose wrist nets read no fingertip senses without them
+(:func:`graspsim.runs.resume_old_defaults`)."""
 VISION_MODELS = {"cropped": "the cropped cascade", "unet": "the whole-frame U-Net"}
 """Nets the vision stage can train (``--vision-model``: ``graspsim.vision.train_config.CROPPED_MODEL`` and ``UNET_MODEL``),
 as the report names them."""
@@ -241,6 +242,9 @@ def _resumed_config(cfg: PipelineConfig, out: Path) -> PipelineConfig:
         log.info("pipeline --resume: %s trained the %s, the default then; resuming with it", out,
                  VISION_MODELS[adopted["vision_model"]])
         cfg = dataclasses.replace(cfg, vision_model=adopted["vision_model"])
+    if "sim.fingertip_pixels" in adopted:
+        log.info("pipeline --resume: %s was written before the fingertip senses; resuming without them", out)
+        cfg = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, fingertip_pixels=False))
     run_folder.check_resume(stored, cfg.to_dict(), RESUMABLE_KEYS, out / run_folder.CONFIG_NAME, ADDED_SETTINGS)
     return cfg
 

@@ -18,8 +18,13 @@ import torch
 from torch import Tensor
 
 from graspsim import SimConfig, runs
+from graspsim.config import TargetConfig, gripper_width
+from graspsim.env import fingertip_calibration
 
 from .model import ControlNet, ControlNetConfig, to_action
+
+GRIPPER_WRIST = gripper_width(True, False)
+"""Senses of a wrist net from before the fingertip senses (5): the first 5 of today's 9."""
 
 KIND = "graspsim-control"
 FORMAT_VERSION = 2
@@ -87,34 +92,58 @@ def check_fits_scenes(cfg, sim: SimConfig, what: str, trained: tuple[str, ...] |
     if sim.wrist and not cfg.wrist:
         raise ValueError(f"{what} is a sphere-only control net (4-D actions, no wrist) and cannot grasp "
                          f"--sim.target.kinds {kinds}; train one with 'graspsim dagger --sim.target.kinds {kinds}'")
+    if getattr(cfg, "fingertip_pixels", False) and not sim.fingertip_pixels:
+        raise ValueError(f"{what} reads the fingertip senses but the simulated world has --sim.no-fingertip-pixels; "
+                         "drop that flag")
     if trained is not None:
         runs.check_trained_kinds(trained, sim.target.kinds, what)
 
 
 class MaskPolicy:
     """Batched inference: ``act(mask B,H,W bool, gripper B,3 float32) -> B,4 float32`` in simulator units
-    ((vx, vy, vz) m/s clipped to ``max_speed`` by the tanh, grip > 0 closes); with the wrist ``gripper`` B,5 ->
-    ``B,5`` (wz rad/s before the grip). Stateless across steps."""
+    ((vx, vy, vz) m/s clipped to ``max_speed`` by the tanh, grip > 0 closes); with the wrist ``gripper`` B,9 (B,5
+    for a net without the fingertip senses, which reads the first 5 of 9) -> ``B,5`` (wz rad/s before the grip).
+    Stateless across steps."""
 
     def __init__(self, model: ControlNet, device: str | torch.device = "cpu", iteration: int = -1,
-                 trained_kinds: tuple[str, ...] | None = None):
+                 trained_kinds: tuple[str, ...] | None = None, trained_sim: SimConfig | None = None):
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.cfg = model.cfg
         self.iteration = iteration
         self.trained_kinds = trained_kinds
         """Target kinds of the scenes it was trained on (from a checkpoint's run config), None when unknown."""
+        self.trained_sim = trained_sim
+        """The simulator config of its training run (from a checkpoint), None when unknown."""
+
+    @property
+    def fingertip(self) -> dict[str, list[float]] | None:
+        """For a net that reads the fingertip senses, :func:`graspsim.env.fingertip_calibration` of the simulator it
+        was trained in (today's default where unknown): the nominal fingertip points and the range it saw; else None."""
+        if not self.cfg.fingertip_pixels:
+            return None
+        if getattr(self, "_fingertip", None) is None:
+            self._fingertip = fingertip_calibration(self.trained_sim or SimConfig(target=TargetConfig(("cube",))))
+        return self._fingertip
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> "MaskPolicy":
         ckpt = load_checkpoint(path)
-        return cls(model_from_checkpoint(ckpt), device, int(ckpt["iteration"]), runs.trained_kinds(ckpt.get("config")))
+        sim = runs.stored_sim(ckpt.get("config"))
+        try:
+            trained_sim = SimConfig.from_dict(sim) if sim is not None else None
+        except (TypeError, ValueError):  # a config this version cannot rebuild: the nominal camera of today's default
+            trained_sim = None
+        return cls(model_from_checkpoint(ckpt), device, int(ckpt["iteration"]), runs.trained_kinds(ckpt.get("config")),
+                   trained_sim)
 
     @torch.no_grad()
     def act(self, mask: Tensor, gripper: Tensor) -> Tensor:
         if not isinstance(mask, Tensor) or mask.dim() != 3:
             raise ValueError(f"MaskPolicy.act: mask must be a B,H,W tensor; got {getattr(mask, 'shape', type(mask).__name__)}")
         gripper = gripper.to(self.device).float()
+        if gripper.dim() == 2 and gripper.shape[1] > self.cfg.gripper_dim == GRIPPER_WRIST:
+            gripper = gripper[:, :GRIPPER_WRIST]  # a wrist net from before the fingertip senses: the 5 it knows
         raw = self.model(mask.to(self.device), gripper)
         return to_action(raw, self.cfg, gripper)
 

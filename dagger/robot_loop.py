@@ -433,13 +433,16 @@ class TickHooks(Hooks):
 
     def __init__(self, camera: Camera, robot, controller: Controller, env: RobotEnv, guard: Callable,
                  tick_log: TickLog, *, period: float, fallback_period: float, frame_timeout: float, warmup: int,
-                 progress: bool, clock=time.perf_counter, sleep=time.sleep, reader: CameraReader | None = None):
+                 progress: bool, clock=time.perf_counter, sleep=time.sleep, reader: CameraReader | None = None,
+                 adapter_fingertip: bool = False):
         self.camera, self.robot, self.ctl, self.env, self.guard = camera, robot, controller, env, guard
         self.reader = reader if reader is not None else CameraReader(camera)
         self.stall_after, self.give_up_after = capture_deadlines(period, frame_timeout)
         self.log = tick_log
         self.period, self.horizon = period, period or fallback_period
         self.frame_timeout, self.warmup, self.progress = frame_timeout, warmup, progress
+        self.adapter_fingertip = adapter_fingertip
+        """Ask the adapter's ``fingertip()`` at each episode start (a net with fingertip senses, no --fingertip)."""
         self.clock = clock
         self.pacer = Pacer(period, clock, sleep)
         self.stats = TickStats(period)
@@ -460,6 +463,13 @@ class TickHooks(Hooks):
                 self.box = check_workspace(self.guard("workspace", self.robot.workspace), self.robot)
             self.warmed = True
         self.ctl.reset()
+        if self.adapter_fingertip:
+            try:
+                self.ctl.set_fingertip(self.guard("fingertip", self.robot.fingertip), adapter_name(self.robot, "fingertip"))
+            except DeployError:
+                raise
+            except ValueError as e:
+                raise DeployError(str(e)) from None
         self.episode = int(episodes[0])
         self.tick = 0
         self.pacer.restart()
@@ -476,6 +486,8 @@ class TickHooks(Hooks):
         known = self.env.success_known
         self.episodes.append({"episode": self.episode, "seed": None, "ticks": ticks,
                               "success": success if known else None, "end": end, "stops": dict(self.ep_stops)})
+        if self.adapter_fingertip:  # the adapter's points may differ between episodes
+            self.episodes[-1]["fingertip"] = list(self.ctl.fingertip)
         if self.progress:
             log.info("episode %d: %s after %d ticks%s", self.episode, end, ticks,
                      f" (stops {self.ep_stops})" if self.ep_stops else "")

@@ -15,6 +15,10 @@ or write the methods yourself):
 ``stop()``                      command zero velocity now (keep the gripper as it is); must not raise if it can help it
 ``outcome() -> Outcome``        whether the episode is over and, where the adapter can tell, whether it succeeded
 ``workspace()``                 ``(low, high)`` 3-vectors of the allowed fingertip box, or None
+``fingertip()`` (optional)      for a wrist net with fingertip senses: ``(x0, y0, x1, y1)``, where the fingertip
+                                centre and a point 2 cm above it appear in the camera frame (fractions of its width
+                                and height), read at each episode start when ``--fingertip`` is not given; the
+                                simulated robots report their scene's exact values
 ``close()``                     release the hardware
 ============================== =====================================================================================
 
@@ -38,6 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from graspsim.config import gripper_width
 from graspsim.keys import GRIPPER, MASK, RGB
 
 from .cameras import load_class
@@ -103,15 +108,22 @@ class SimWorld:
         self.backend, self.cfg = backend, cfg
         # every episode's scene comes from its seed (reset), so the env's own generator is never drawn from
         self.env = make_env({"sim": "torch"}.get(backend, backend), cfg, 1, "cpu")
-        self.gripper = np.zeros(cfg.gripper_dim, np.float32)
+        self.senses_dim = gripper_width(cfg.wrist, False)
+        """The robot's own senses (3, or 5 with the wrist); the fingertip points are :attr:`fingertip`."""
+        self.gripper = np.zeros(self.senses_dim, np.float32)
+        self.fingertip: list[float] | None = None
+        """This episode's exact fingertip points (fractions of the image), as a calibrated arm would give them."""
         self.done, self.success, self.reason = False, False, ""
 
     def _take(self, obs: dict) -> None:
-        self.gripper = obs[GRIPPER][0].numpy().astype(np.float32)
+        self.gripper = obs[GRIPPER][0, :self.senses_dim].numpy().astype(np.float32)
 
     def reset(self, seed: int) -> None:
+        from graspsim.env import fingertip_fractions
+
         with self.env.rendering(False):
             self._take(self.env.reset([0], [int(seed)]))
+        self.fingertip = fingertip_fractions(self.env.state, self.cfg.image_size)[0].tolist()
         self.done, self.success, self.reason = False, False, ""
 
     def step(self, action: np.ndarray) -> None:
@@ -154,6 +166,10 @@ class SimRobot(Robot):
 
     def senses(self) -> Senses:
         return Senses(self.world.gripper.copy(), self.world.tcp())
+
+    def fingertip(self) -> list[float] | None:
+        """The scene's exact fingertip points (its randomised camera mount), as a calibrated arm would report them."""
+        return self.world.fingertip
 
     def send(self, command: np.ndarray) -> np.ndarray:
         sent = np.asarray(command, np.float32).copy()

@@ -82,7 +82,8 @@ def load_nets(cfg: BenchConfig, image_size: int, sim: SimConfig | None = None) -
             check_fits_scenes(ctl.cfg, sim, f"--policy {cfg.policy}")
     else:
         wrist = sim is not None and sim.wrist
-        ctl = MaskPolicy(ControlNet(ControlNetConfig(image_size=image_size, wrist=wrist)), dev)
+        ctl = MaskPolicy(ControlNet(ControlNetConfig(image_size=image_size, wrist=wrist,
+                                                     fingertip_pixels=wrist and sim.fingertip_pixels)), dev)
     notes = {"vision": str(cfg.vision or "random init, train-vision's default net"),
              "control": str(cfg.policy or "random init, train-dagger's default net"),
              "vision_arch": dataclasses.asdict(seg.model.cfg), "vision_mirror_tta": bool(seg.mirror_tta),

@@ -74,9 +74,12 @@ RESUMABLE_KEYS = ("out", "iterations", "resume", "runtime.progress", "runtime.th
 """Config fields that may differ when resuming (they do not change what finished iterations did; ``out`` differs
 when a run folder was moved or copied)."""
 SCHEDULES = ("linear", "exponential", "constant")
-ADDED_KEYS = {"model.wrist": False, "model.max_yaw_rate": ControlNetConfig.max_yaw_rate}
-"""Settings the wrist added to the control net, at the values of a run folder written before them (spheres only),
-so that folder still resumes (:func:`graspsim.runs.check_resume`)."""
+ADDED_KEYS = {"model.wrist": False, "model.max_yaw_rate": ControlNetConfig.max_yaw_rate,
+              "model.fingertip_pixels": False, "sim.fingertip_pixels": False}
+"""Settings the wrist and the fingertip senses added, at the values of a run folder written before them (spheres
+only; wrist nets with 5 senses), so that folder still resumes (:func:`graspsim.runs.check_resume`)."""
+CHANGED_DEFAULTS = {"sim.fingertip_pixels": (False, True)}
+"""Settings a run folder from before them resumes with as it was written (:func:`resumed_config`)."""
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,8 @@ class DaggerConfig:
         # the net's input size and velocity scale are the simulator's
         object.__setattr__(self, "model", dataclasses.replace(
             self.model, image_size=self.sim.image_size, max_speed=self.sim.max_speed, wrist=self.sim.wrist,
-            max_yaw_rate=self.sim.max_yaw_rate if self.sim.wrist else ControlNetConfig.max_yaw_rate))
+            max_yaw_rate=self.sim.max_yaw_rate if self.sim.wrist else ControlNetConfig.max_yaw_rate,
+            fingertip_pixels=self.sim.wrist and self.sim.fingertip_pixels))
 
     def to_dict(self) -> dict:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
@@ -306,8 +310,24 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
         return _run_dagger(cfg, progress_fn, ctx)
 
 
+def resumed_config(cfg: DaggerConfig) -> DaggerConfig:
+    """``cfg`` with ``sim.fingertip_pixels`` off where ``--resume`` continues a run folder written before the fingertip
+    senses existed (its wrist net reads 5 senses) and ``cfg`` asks for today's default; otherwise ``cfg`` itself."""
+    if not cfg.resume:
+        return cfg
+    stored = runs.read_config(cfg.out)
+    if not stored:
+        return cfg
+    adopted = runs.resume_old_defaults(stored, cfg.to_dict(), CHANGED_DEFAULTS, ADDED_KEYS)
+    if "sim.fingertip_pixels" not in adopted:
+        return cfg
+    log.info("--resume: %s was written before the fingertip senses; resuming without them", cfg.out)
+    return dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, fingertip_pixels=adopted["sim.fingertip_pixels"]))
+
+
 def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, ctx: distributed.Context) -> dict:
     """The iterations of the module docstring, from the first unfinished one to ``cfg.iterations - 1``."""
+    cfg = resumed_config(cfg)
     from torch.utils.tensorboard import SummaryWriter
 
     dev = distributed.local_device(cfg.runtime.device)

@@ -183,6 +183,12 @@ class TargetConfig:
         return self.kinds != ("sphere",)
 
 
+def gripper_width(wrist: bool, fingertip_pixels: bool) -> int:
+    """Width of the gripper senses: 3 (gap, close command, contact); with the wrist + 2 (sin, cos of its angle);
+    with the wrist and the fingertip pixels + 4 more (:func:`graspsim.env.fingertip_senses`)."""
+    return 3 + (2 + 4 * bool(fingertip_pixels)) * bool(wrist)
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """The batched simulator: geometry, control limits, camera and episode length."""
@@ -229,6 +235,11 @@ class SimConfig:
     pad_friction: float = 0.5
     """Friction coefficient between the finger pads and a cube: it sets the cube's yaw tolerance
     (:func:`graspsim.physics.cube_yaw_tolerance`)."""
+    fingertip_pixels: bool = True
+    """With the wrist, the gripper senses also say where the fingertip centre and a point 2 cm above it (along the
+    fingers) appear in the wrist image (:func:`graspsim.env.fingertip_senses`). The camera mount is randomised per
+    scene and a mask cannot show it; on a real arm these are constants measured once (docs/deploy.md). False gives
+    the 5 senses of runs before this setting. Sphere-only scenes (no wrist) never carry them."""
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     """Domain-randomization ranges."""
     target: TargetConfig = field(default_factory=TargetConfig)
@@ -242,6 +253,8 @@ class SimConfig:
                      "finger_length", "finger_thickness", "lift_height", "workspace", "max_height", "contact_height",
                      "max_yaw_rate", "max_yaw_accel", "max_wrist_yaw", "pad_friction"):
             finite_positive(owner, name, getattr(self, name))
+        if not isinstance(self.fingertip_pixels, bool):
+            raise ValueError(f"SimConfig.fingertip_pixels must be true or false; got {self.fingertip_pixels!r}")
         if len(self.camera_offset) != 3 or not all(math.isfinite(v) for v in self.camera_offset):
             raise ValueError(f"SimConfig.camera_offset must be three finite numbers; got {self.camera_offset!r}")
         if self.camera_offset[2] <= self.finger_length:
@@ -278,8 +291,9 @@ class SimConfig:
 
     @property
     def gripper_dim(self) -> int:
-        """Width of ``obs["gripper"]``: 5 with the wrist (plus sin and cos of the wrist angle), else 3."""
-        return 5 if self.wrist else 3
+        """Width of ``obs["gripper"]``: 3 without the wrist; with it 5 (plus sin and cos of the wrist angle), and 9
+        with ``fingertip_pixels`` (plus the 4 fingertip senses)."""
+        return gripper_width(self.wrist, self.fingertip_pixels)
 
     @property
     def dt(self) -> float:

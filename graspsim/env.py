@@ -20,6 +20,7 @@ Observation dict (policy-visible only):
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from typing import Sequence
 
@@ -30,7 +31,7 @@ from . import physics
 from .config import SimConfig
 from .keys import GRIPPER, MASK, OBS_KEYS, PRIVILEGED_KEYS, RGB  # noqa: F401 (OBS_KEYS, PRIVILEGED_KEYS re-exported)
 from .randomization import sample_scenes, scenes_from_seeds
-from .render import RenderOutput, render
+from .render import RenderOutput, project, render
 from .state import State, target_half_extents
 from .validate import positive_int
 
@@ -56,7 +57,66 @@ def gripper_obs(state: State, cfg: SimConfig) -> Tensor:
     senses = [state.finger_width / cfg.open_width, state.close_cmd.float(), contact]
     if cfg.wrist:
         senses += [torch.sin(state.wrist_yaw), torch.cos(state.wrist_yaw)]
+        if cfg.fingertip_pixels:
+            senses += fingertip_senses(fingertip_fractions(state, cfg.image_size)).unbind(-1)
     return torch.stack(senses, -1)
+
+
+FINGERTIP_RISE = 0.02
+"""Metres above the fingertip centre, along the fingers, of the second fingertip point (see :func:`fingertip_fractions`)."""
+FINGERTIP_SCALE = 10.0
+"""Gain of the fingertip senses: a mount's tolerance moves the points by a few hundredths of the image, and times 10
+that reaches the net at the scale of its other inputs (unscaled, cubes did worse in the measured probe)."""
+
+
+def fingertip_fractions(state: State, size: int) -> Tensor:
+    """B,4 float32 ``(x0, y0, x1, y1)``: where the fingertip centre (0) and the point ``FINGERTIP_RISE`` above it (1)
+    appear in each scene's wrist image, as fractions of the image width (x, rightwards) and height (y, downwards).
+
+    The camera is fixed to the hand and turns with the wrist, so in a scene these are constants: they carry the
+    scene's camera mount and field of view, which the mask alone cannot show. On a real arm they are measured once
+    (docs/deploy.md); :func:`nominal_fingertip_fractions` is their value for the nominal mount."""
+    up = state.tcp_pos + torch.tensor([0.0, 0.0, FINGERTIP_RISE], dtype=state.tcp_pos.dtype, device=state.tcp_pos.device)
+    pix, _ = project(state, torch.stack([state.tcp_pos, up], 1), size)  # B,2,2 pixels
+    return (pix / size).reshape(-1, 4)
+
+
+def fingertip_senses(fractions):
+    """The 4 fingertip senses from ``fractions`` (..., 4 as :func:`fingertip_fractions`; a Tensor or an ndarray):
+    ``(2 * fraction - 1) * FINGERTIP_SCALE``, so the image centre reads 0 and its edges +/-10."""
+    return (fractions * 2 - 1) * FINGERTIP_SCALE
+
+
+FINGERTIP_MARGIN = 0.02
+"""Fraction of the image (about a pixel at 64x64) that :func:`fingertip_calibration` adds on each side of the
+trained range."""
+
+
+def fingertip_calibration(cfg: SimConfig, scenes: int = 4096) -> dict[str, list[float]]:
+    """What a net trained in ``cfg``'s scenes knows of the fingertip points: ``nominal`` (the nominal mount,
+    :func:`nominal_fingertip_fractions`) and ``low`` / ``high``, the range over ``scenes`` randomised mounts (a fixed
+    draw, seed 0) widened by :data:`FINGERTIP_MARGIN`; each 4 fractions ``(x0, y0, x1, y1)``. A deploy refuses
+    measured values outside ``low``-``high``: the net never saw such a camera."""
+    state = sample_scenes(cfg, scenes, torch.Generator().manual_seed(0), "cpu")
+    frac = fingertip_fractions(state, cfg.image_size).double()
+    return {"nominal": list(nominal_fingertip_fractions(cfg)),
+            "low": (frac.min(0).values - FINGERTIP_MARGIN).tolist(),
+            "high": (frac.max(0).values + FINGERTIP_MARGIN).tolist()}
+
+
+def nominal_fingertip_fractions(cfg: SimConfig) -> tuple[float, float, float, float]:
+    """:func:`fingertip_fractions` for a camera at the nominal mount (``cfg.camera_offset``, looking at the fingertip
+    centre, no mount jitter) with the middle of the randomised field of view: the default a deploy uses when the
+    user has not measured their own."""
+    from .randomization import nominal_camera_rotation
+
+    rot = nominal_camera_rotation(cfg, "cpu").double()
+    off = torch.tensor(cfg.camera_offset, dtype=torch.float64)
+    pts = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, FINGERTIP_RISE]], dtype=torch.float64) - off
+    cam = pts @ rot  # 2,3 (right, down, forward)
+    fov = sum(cfg.randomization.fov) / 2
+    frac = cam[:, :2] / cam[:, 2:] * (0.5 / math.tan(fov / 2)) + 0.5
+    return tuple(float(v) for v in frac.reshape(-1))
 
 
 def table_contact(tcp_pos: Tensor, cfg: SimConfig) -> Tensor:

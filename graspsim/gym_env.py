@@ -24,7 +24,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from . import GYM_ENV_ID, physics
 from .config import SimConfig
-from .env import GraspEnv
+from .env import FINGERTIP_SCALE, GraspEnv
 from .keys import GRIPPER, MASK, RGB
 
 ENV_ID = GYM_ENV_ID
@@ -36,7 +36,7 @@ def _spaces(cfg: SimConfig) -> tuple[spaces.Dict, spaces.Box]:
         {
             RGB: spaces.Box(0, 255, (s, s, 3), np.uint8),
             MASK: spaces.Box(0, 1, (s, s), np.uint8),
-            GRIPPER: spaces.Box(_gripper_low(cfg), np.ones(cfg.gripper_dim, np.float32), dtype=np.float32),
+            GRIPPER: spaces.Box(*_gripper_bounds(cfg), dtype=np.float32),
         }
     )
     v = cfg.max_speed
@@ -49,9 +49,13 @@ def _spaces(cfg: SimConfig) -> tuple[spaces.Dict, spaces.Box]:
     return obs, act
 
 
-def _gripper_low(cfg: SimConfig) -> np.ndarray:
-    """Lower bounds of ``obs["gripper"]``: 0 for the gap, command and contact; -1 for the wrist's sin and cos."""
-    return np.array([0.0, 0.0, 0.0] + [-1.0, -1.0] * cfg.wrist, np.float32)
+def _gripper_bounds(cfg: SimConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Bounds of ``obs["gripper"]``: [0, 1] for the gap, command and contact; [-1, 1] for the wrist's sin and cos;
+    [-20, 20] for the fingertip senses (points up to half a frame outside it; the image's edges read +/-10)."""
+    low = [0.0, 0.0, 0.0] + [-1.0, -1.0] * cfg.wrist
+    low += [-2 * FINGERTIP_SCALE] * (cfg.gripper_dim - len(low))
+    high = [1.0] * 5 + [2 * FINGERTIP_SCALE] * (cfg.gripper_dim - 5)
+    return np.array(low, np.float32), np.array(high[:cfg.gripper_dim], np.float32)
 
 
 def _to_numpy(obs: dict[str, torch.Tensor]) -> dict[str, np.ndarray]:

@@ -23,10 +23,14 @@ PRIVILEGED_KEYS = ("tcp_pos", "sphere_pos", "sphere_radius", "finger_width", "he
 WRIST_PRIVILEGED_KEYS = ("target_kind", "target_half", "target_yaw", "wrist_yaw")
 """Privileged arrays recorded besides ``PRIVILEGED_KEYS`` when the wrist turns (``SimConfig.wrist``)."""
 
+FINGERTIP_SENSES = ("fingertip_x", "fingertip_y", "fingertip_up_x", "fingertip_up_y")
+"""Names of the 4 fingertip senses that follow the wrist's sine and cosine when ``SimConfig.fingertip_pixels`` is on
+(:func:`graspsim.env.fingertip_senses`): where the fingertip centre and a point 2 cm above it appear in the image."""
+
 
 def privileged_keys(wrist: bool) -> tuple[str, ...]:
     """The privileged arrays recorded per step: ``PRIVILEGED_KEYS``, plus ``WRIST_PRIVILEGED_KEYS`` with the wrist."""
     return PRIVILEGED_KEYS + WRIST_PRIVILEGED_KEYS if wrist else PRIVILEGED_KEYS
 
-__all__ = ["CONTROL_OBS_KEYS", "GRIPPER", "MASK", "OBS_KEYS", "PRIVILEGED_KEYS", "RGB", "WRIST_PRIVILEGED_KEYS",
+__all__ = ["CONTROL_OBS_KEYS", "FINGERTIP_SENSES", "GRIPPER", "MASK", "OBS_KEYS", "PRIVILEGED_KEYS", "RGB", "WRIST_PRIVILEGED_KEYS",
            "privileged_keys"]

@@ -107,17 +107,23 @@ def grouped_runtime(old: dict, new: dict) -> dict:
     return {**{k: v for k, v in old.items() if k not in moved}, "runtime": moved}
 
 
+SIM_FIELDS_BEFORE = {"fingertip_pixels": False}
+"""Simulator settings added after the wrist whose default changed what a run does, at the value that reproduces runs
+written before them (:func:`sim_fields_added`)."""
+
+
 def sim_fields_added(old: dict, new: dict) -> dict:
     """``old`` completed with the :class:`graspsim.SimConfig` settings that target kinds and the wrist added
-    (``target.*``, ``max_yaw_rate``, ``max_yaw_accel``, ``max_wrist_yaw``, ``pad_friction``), at the values that
-    reproduce what runs before them did (spheres only, so the wrist never turns), wherever ``new`` has them and a
+    (``target.*``, ``max_yaw_rate``, ``max_yaw_accel``, ``max_wrist_yaw``, ``pad_friction``) and later
+    (:data:`SIM_FIELDS_BEFORE`), at the values that reproduce what runs before them did (spheres only, so the wrist
+    never turns; no fingertip senses), wherever ``new`` has them and a
     stored simulator config (recognised by its ``open_width``) lacks them: a run folder written before they
     existed still resumes. Returns a flat dotted dict when something was added, else ``old`` unchanged."""
     from .config import SimConfig
 
-    base = flatten_config(_jsonable(SimConfig().to_dict()))
+    base = {**flatten_config(_jsonable(SimConfig().to_dict())), **SIM_FIELDS_BEFORE}
     names = [k for k in base if k.split(".")[0] in ("target", "max_yaw_rate", "max_yaw_accel", "max_wrist_yaw",
-                                                     "pad_friction")]
+                                                     "pad_friction", *SIM_FIELDS_BEFORE)]
     flat_old, flat_new = flatten_config(_jsonable(old)), flatten_config(_jsonable(new))
     fill = {}
     for k in flat_new:
@@ -130,23 +136,26 @@ def sim_fields_added(old: dict, new: dict) -> dict:
     return {**flat_old, **fill} if fill else old
 
 
-def trained_kinds(config: dict | None) -> tuple[str, ...]:
-    """The target kinds a run was trained on, from its stored config (a checkpoint's ``config``): the first
-    ``sim.target.kinds`` found (depth first, e.g. a DAgger run's ``sim`` or a pipeline's), else ``("sphere",)``, the one
-    kind of every run written before kinds existed."""
-    def find(d):
-        if not isinstance(d, dict):
-            return None
-        kinds = d.get("sim", {}).get("target", {}).get("kinds") if isinstance(d.get("sim"), dict) else None
-        if kinds:
-            return tuple(kinds)
-        for v in d.values():
-            got = find(v)
-            if got:
-                return got
+def stored_sim(config: dict | None) -> dict | None:
+    """The simulator config a run trained in, from its stored config (a checkpoint's ``config``): the first ``sim``
+    dict found depth first (a DAgger run's own, or a pipeline's), else None."""
+    if not isinstance(config, dict):
         return None
+    if isinstance(config.get("sim"), dict):
+        return config["sim"]
+    for v in config.values():
+        got = stored_sim(v)
+        if got is not None:
+            return got
+    return None
 
-    return find(config) or ("sphere",)
+
+def trained_kinds(config: dict | None) -> tuple[str, ...]:
+    """The target kinds a run was trained on, from its stored config (a checkpoint's ``config``): the
+    ``sim.target.kinds`` of :func:`stored_sim`, else ``("sphere",)``, the one kind of every run written before kinds
+    existed."""
+    kinds = (stored_sim(config) or {}).get("target", {}).get("kinds")
+    return tuple(kinds) if kinds else ("sphere",)
 
 
 def check_trained_kinds(trained: Sequence[str], kinds: Sequence[str], what: str) -> None:
@@ -375,5 +384,5 @@ __all__ = [
     "CHECKPOINTS_DIR", "CONFIG_NAME", "METRICS_CSV_NAME", "METRICS_NAME", "TRAINING_ONLY", "check_resume",
     "config_differences", "deployable", "describe_differences", "finished_iterations", "flatten_config",
     "grouped_runtime", "iteration_checkpoint", "load_checkpoint", "read_config", "resume_config",
-    "resume_old_defaults", "save_checkpoint", "write_config", "write_metrics",
+    "resume_old_defaults", "save_checkpoint", "stored_sim", "write_config", "write_metrics",
 ]

@@ -301,3 +301,20 @@ class WristRobot(LoggingRobot):
 
     def __init__(self):
         super().__init__(wrist=True)
+
+
+class CalibratedWristRobot(WristRobot):
+    """A wrist arm that reports its measured fingertip points (``POINTS``, fractions of the frame)."""
+
+    name = "calibrated"
+    POINTS = [0.5, 0.52, 0.5, 0.46]
+
+    def fingertip(self):
+        return list(self.POINTS)
+
+
+class MiscalibratedWristRobot(CalibratedWristRobot):
+    """Reports a fingertip point far outside any trained mount (the centre at the frame's left edge)."""
+
+    name = "miscalibrated"
+    POINTS = [0.02, 0.5, 0.5, 0.44]

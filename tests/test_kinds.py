@@ -173,7 +173,7 @@ def test_wrist_rate_is_clipped_and_rate_limited_and_turns_camera_fingers_and_sen
     assert torch.allclose(s.cam_rot, rz @ rot0, atol=1e-5)
     assert torch.allclose(s.cam_offset, (rz @ off0[..., None])[..., 0], atol=1e-6)
     g = env.observe()["gripper"]
-    assert g.shape == (2, 5) and torch.allclose(g[:, 3], torch.sin(yaw)) and torch.allclose(g[:, 4], torch.cos(yaw))
+    assert g.shape == (2, 9) and torch.allclose(g[:, 3], torch.sin(yaw)) and torch.allclose(g[:, 4], torch.cos(yaw))
     fc, _ = finger_boxes(s.tcp_pos, s.finger_width, cfg, yaw)
     across = fc[:, 0, :2] - fc[:, 1, :2]  # finger 0 minus finger 1: along the turned gripper y axis
     assert torch.allclose(across / across.norm(dim=1, keepdim=True),
@@ -398,7 +398,7 @@ def test_kinds_parse_from_the_cli_spellings_and_round_trip():
     cfg = SimConfig(target=MIX)
     assert SimConfig.from_dict(json.loads(cfg.to_json())) == cfg
     assert (SimConfig().action_dim, SimConfig().gripper_dim) == (4, 3)
-    assert (cfg.action_dim, cfg.gripper_dim) == (5, 5)
+    assert (cfg.action_dim, cfg.gripper_dim) == (5, 9)  # the wrist angle and the fingertip senses
     import tyro
 
     parsed = tyro.cli(SimConfig, args=["--target.kinds", "cube", "cylinder"])
@@ -411,7 +411,7 @@ def test_gymnasium_spaces_follow_the_kinds():
     from graspsim.gym_env import WristGraspEnv
 
     env = WristGraspEnv(SimConfig(target=MIX))
-    assert env.action_space.shape == (5,) and env.observation_space["gripper"].shape == (5,)
+    assert env.action_space.shape == (5,) and env.observation_space["gripper"].shape == (9,)
     check_env(env, skip_render_check=True)
     assert WristGraspEnv().action_space.shape == (4,)
 

@@ -346,7 +346,8 @@ def test_wrist_episodes_export_with_the_wrist_names(files, tmp_path):
     lr.export_lerobot([cube], out, images="png")
     feats = json.loads((out / "meta/info.json").read_text())["features"]
     assert feats[lr.ACTION_KEY]["names"] == ["vx", "vy", "vz", "wz", "grip"] and feats[lr.ACTION_KEY]["shape"] == [5]
-    assert feats[lr.STATE_KEY]["names"][-2:] == ["wrist_sin", "wrist_cos"]
+    assert feats[lr.STATE_KEY]["names"][3:] == ["wrist_sin", "wrist_cos", "fingertip_x", "fingertip_y",
+                                                "fingertip_up_x", "fingertip_up_y"]
     data = _table(out, "data/*/*.parquet").to_pydict()
     actions = np.concatenate([ep.actions for ep in read_episodes(cube)])
     assert np.array_equal(np.array(data[lr.ACTION_KEY], np.float32), actions)

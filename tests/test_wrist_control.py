@@ -119,9 +119,10 @@ def test_dagger_and_eval_sim_know_the_kinds(tmp_path):
     res = run_dagger(cfg)
     ckpt = torch.load(res["checkpoint"], weights_only=False)
     assert ckpt["model_config"]["wrist"] is True and ckpt["model_config"]["max_yaw_rate"] == sim.max_yaw_rate
+    assert ckpt["model_config"]["fingertip_pixels"] is True
     with h5py.File(tmp_path / "dg" / "data" / "iter_001.h5") as f:
         demo = f["data/demo_0"]
-        assert demo["actions"].shape[1] == 5 and demo["obs/gripper"].shape[1] == 5
+        assert demo["actions"].shape[1] == 5 and demo["obs/gripper"].shape[1] == 9  # 4 fingertip senses by default
         assert demo.attrs["target_kind"] in ("cube", "cylinder")
         assert {"target_kind", "target_yaw", "wrist_yaw", "target_half"} <= set(demo["privileged"])
     m = evaluate_sim(EvalSimConfig(policy=res["checkpoint"], out=tmp_path / "ev", episodes=8, num_envs=8, sim=sim,
@@ -180,16 +181,6 @@ def wrist_policy(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("wrist") / "policy.pt"
     save_checkpoint(path, ControlNet(ControlNetConfig(wrist=True)), None, 0,
                     config={"sim": {"target": {"kinds": ["sphere", "cube", "cylinder"]}}})
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def cube_vision(tmp_path_factory) -> str:
-    """The shipped vision net relabelled as trained on every kind (plumbing tests only: no accuracy is read)."""
-    ckpt = torch.load("vision/assets/segnet.pt", weights_only=False)
-    ckpt["config"] = {**(ckpt.get("config") or {}), "sim": {"target": {"kinds": ["sphere", "cube", "cylinder"]}}}
-    path = tmp_path_factory.mktemp("vision") / "segnet.pt"
-    torch.save(ckpt, path)
     return str(path)
 
 

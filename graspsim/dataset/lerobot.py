@@ -51,7 +51,7 @@ import numpy as np
 
 from .. import extras
 from ..fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
-from ..keys import GRIPPER, MASK, RGB
+from ..keys import FINGERTIP_SENSES, GRIPPER, MASK, RGB
 from ..runs import config_differences
 from ..validate import int_in
 from .format import (ACTIONS, DATA, FORMAT, OBS, PRIVILEGED, _attr_value, _open_h5, _sorted_demos, parts_dir,
@@ -79,8 +79,13 @@ ACTION_NAMES = ("vx", "vy", "vz", "grip")
 WRIST_STATE_NAMES = STATE_NAMES + ("wrist_sin", "wrist_cos")
 """``observation.state`` of episodes with the turning wrist (cubes or cylinders in the mix): the wrist angle's sine
 and cosine follow."""
+FINGERTIP_STATE_NAMES = WRIST_STATE_NAMES + FINGERTIP_SENSES
+"""``observation.state`` of wrist episodes with the fingertip senses (``SimConfig.fingertip_pixels``): the 4 follow."""
 WRIST_ACTION_NAMES = ("vx", "vy", "vz", "wz", "grip")
 """``action`` of episodes with the turning wrist: the wrist yaw rate (rad/s) before the grip."""
+STATE_LAYOUTS = ((STATE_NAMES, ACTION_NAMES), (WRIST_STATE_NAMES, WRIST_ACTION_NAMES),
+                 (FINGERTIP_STATE_NAMES, WRIST_ACTION_NAMES))
+"""The (state names, action names) an episode file may hold, told apart by its gripper senses' width."""
 DEFAULT_TASK = "grasp the small sphere"
 
 SIDECAR = "meta/graspsim_source.json"
@@ -264,7 +269,7 @@ def _scan(f, path: Path) -> Source:
     priv = {k: (tuple(v.shape[1:]), v.dtype.str) for k, v in g[PRIVILEGED].items()} if PRIVILEGED in g else {}
     has_rewards = "rewards" in g
     lengths = [_check_episode(path, data, n, sorted(obs)) for n in demos]
-    layouts = ((STATE_NAMES, ACTION_NAMES), (WRIST_STATE_NAMES, WRIST_ACTION_NAMES))
+    layouts = STATE_LAYOUTS
     if obs[GRIPPER][0] not in [(len(st),) for st, _ in layouts]:
         raise ValueError(f"{path}: obs/{GRIPPER} has {obs[GRIPPER][0]} values a step; expected "
                          + " or ".join(f"{len(st)} ({', '.join(st)})" for st, _ in layouts))
@@ -579,8 +584,7 @@ def plan_export(paths: Sequence[str | os.PathLike], *, images: str = "video", co
         log.warning("export-dataset: %s holds no obs/%s (DAgger files keep only masks); the dataset has no image "
                     "feature", first.path, RGB)
     feats[MASK_KEY] = {"dtype": "bool", "shape": list(first.obs[MASK][0]), "names": ["height", "width"]}
-    wrist = first.action_shape == (len(WRIST_ACTION_NAMES),)
-    state_names, action_names = (WRIST_STATE_NAMES, WRIST_ACTION_NAMES) if wrist else (STATE_NAMES, ACTION_NAMES)
+    state_names, action_names = next(lay for lay in STATE_LAYOUTS if first.obs[GRIPPER][0] == (len(lay[0]),))
     feats[STATE_KEY] = {"dtype": "float32", "shape": [len(state_names)], "names": list(state_names)}
     feats[ACTION_KEY] = {"dtype": "float32", "shape": [len(action_names)], "names": list(action_names)}
     feats[DONE_KEY] = {"dtype": "bool", "shape": [1], "names": None}
@@ -878,7 +882,7 @@ def _write_sidecar(root: Path, plan: _Plan) -> None:
 
 __all__ = [
     "ACTION_KEY", "ACTION_NAMES", "CODEBASE_VERSION", "CODECS", "DEFAULT_CRF", "DEFAULT_TASK", "DONE_KEY",
-    "FeatureStats", "IMAGE_KEY", "INSTALL_HINT", "MASK_KEY", "PRIVILEGED_PREFIX", "REWARD_KEY", "SIDECAR",
-    "STATE_KEY", "STATE_NAMES", "SUCCESS_KEY", "WRIST_ACTION_NAMES", "WRIST_STATE_NAMES", "Source", "check_codec", "check_sources", "export_lerobot",
+    "FINGERTIP_STATE_NAMES", "FeatureStats", "IMAGE_KEY", "INSTALL_HINT", "MASK_KEY", "PRIVILEGED_PREFIX", "REWARD_KEY", "SIDECAR",
+    "STATE_KEY", "STATE_LAYOUTS", "STATE_NAMES", "SUCCESS_KEY", "WRIST_ACTION_NAMES", "WRIST_STATE_NAMES", "Source", "check_codec", "check_sources", "export_lerobot",
     "plan_export", "require_extra", "scan_source",
 ]
