@@ -356,6 +356,29 @@ def test_cropped_cascade_is_the_unet_on_the_located_window(tmp_path):
         TrainVisionConfig(out=tmp_path / "x", model=CROPPED, patch=24)
 
 
+def test_recentred_window_takes_the_centroid_of_the_confident_cells_near_the_best_one():
+    """SegNetConfig.recentre: the window is centred on the probability-weighted centroid of the cells above
+    RECENTRE_LOGIT within ``recentre`` cells of the best one; far cells and weak cells do not pull it; 0 keeps the best
+    cell, bit for bit as before."""
+    from graspsim.vision.model import window_indices
+
+    cells = torch.full((3, 16, 16), -5.0)
+    cells[0, 4:9, 4:9] = 3.0  # a 5x5-cell blob (centre cell 6, 6 -> pixel 26) ...
+    cells[0, 4, 4] = 4.0  # ... whose best cell is its corner (cell 4, 4 -> pixel 18)
+    cells[1] = cells[0]
+    cells[1, 14, 14] = 3.5  # a confident cell far away (10 cells off) does not pull the window
+    cells[2, 7, 9] = 2.0  # alone: the best cell
+    cells[2, 7, 10] = 0.5  # a weak neighbour below RECENTRE_LOGIT does not count
+    old = window_indices(cells, 16, (64, 64))
+    assert int(old[0, 0]) == (18 - 8) * 64 + (18 - 8)  # the best cell: the blob's far half is cut
+    new = window_indices(cells, 16, (64, 64), recentre=4)
+    for b, (r0, c0) in enumerate(((18, 18), (18, 18), (22, 30))):
+        assert int(new[b, 0]) == r0 * 64 + c0, b
+    torch.testing.assert_close(window_indices(cells, 16, (64, 64), recentre=0), old, rtol=0, atol=0)
+    with pytest.raises(ValueError, match="recentre"):
+        SegNetConfig(crop=16, recentre=-1)
+
+
 def test_cropped_context_reaches_the_window_and_the_patches_of_its_frame():
     """``SegNetConfig.context``: the locator's pooled whole-frame features shift the window U-Net's bottleneck. At
     inference both mirror views of a frame's window get that frame's context; in training, patch i gets the context

@@ -66,6 +66,11 @@ class SegNetConfig:
     locator_channels: int = 8
     """``crop`` > 0: channels of the locator's first (half-resolution) stage; its quarter- and eighth-resolution
     stages have 2x and 4x as many."""
+    recentre: int = 0
+    """``crop`` > 0: centre the window on the centroid of the locator's confident cells (logit > 1, weighted by their
+    probability) within this many cells of the best one, instead of on the best cell itself: a large target's best
+    cell often lies near its edge, and a window centred there cuts the target. 0 (every checkpoint before it) = the
+    best cell. An inference setting: the weights do not change with it."""
     context: bool = False
     """``crop`` > 0: the locator's eighth-resolution features, pooled over the whole frame (mean and max), are added
     to the window U-Net's bottleneck, so the window is judged with what the rest of the frame looks like."""
@@ -96,6 +101,7 @@ class SegNetConfig:
         if self.crop and self.arch != "unet":
             raise ValueError("SegNetConfig.crop needs arch='unet'")
         boolean("SegNetConfig", "context", self.context)
+        int_in("SegNetConfig", "recentre", self.recentre, 0, 64)
         if self.context and not self.crop:
             raise ValueError("SegNetConfig.context is the window U-Net's view of the whole frame: it needs crop > 0")
         if self.crop % self.multiple:
@@ -141,16 +147,33 @@ class Locator(nn.Module):
         return cells, torch.cat([d.mean((2, 3)), d.amax((2, 3))], 1)
 
 
-def window_indices(cells: Tensor, side: int, size: tuple[int, int]) -> Tensor:
+RECENTRE_LOGIT = 1.0
+"""Cells above this logit count in the window's centroid (:attr:`SegNetConfig.recentre`)."""
+
+
+def window_indices(cells: Tensor, side: int, size: tuple[int, int], recentre: int = 0) -> Tensor:
     """Flat pixel indices B,side*side (row-major, into frames of ``size`` = H, W) of the ``side`` x ``side`` window
-    of every frame centred on the best cell of ``cells`` B,h,w (logits of :data:`LOCATOR_STRIDE`-px cells), moved
-    inside the frame where it would stick out. Built without the batch size in any shape, so an ONNX export keeps a
-    dynamic batch."""
+    of every frame centred on the best cell of ``cells`` B,h,w (logits of :data:`LOCATOR_STRIDE`-px cells), or with
+    ``recentre`` > 0 on the probability-weighted centroid of the cells above :data:`RECENTRE_LOGIT` within
+    ``recentre`` cells of it (:attr:`SegNetConfig.recentre`), moved inside the frame where it would stick out. Built
+    without the batch size in any shape, so an ONNX export keeps a dynamic batch."""
     H, W = size
-    w = cells.shape[-1]
+    h, w = cells.shape[-2:]
     best = cells.flatten(1).argmax(1)
-    cy = torch.div(best, w, rounding_mode="floor") * LOCATOR_STRIDE + LOCATOR_STRIDE // 2
-    cx = (best % w) * LOCATOR_STRIDE + LOCATOR_STRIDE // 2
+    by, bx = torch.div(best, w, rounding_mode="floor"), best % w
+    half = LOCATOR_STRIDE // 2
+    if recentre:
+        gy = torch.arange(h, device=cells.device)[None, :, None]
+        gx = torch.arange(w, device=cells.device)[None, None, :]
+        near = ((gy - by[:, None, None]).abs() <= recentre) & ((gx - bx[:, None, None]).abs() <= recentre)
+        weight = torch.sigmoid(cells.float()) * (near & (cells > RECENTRE_LOGIT))
+        weight = weight + 1e-6 * ((gy == by[:, None, None]) & (gx == bx[:, None, None]))  # the best cell if alone
+        total = weight.sum((1, 2))
+        cy = torch.round((weight * gy).sum((1, 2)) / total * LOCATOR_STRIDE).long() + half
+        cx = torch.round((weight * gx).sum((1, 2)) / total * LOCATOR_STRIDE).long() + half
+    else:
+        cy = by * LOCATOR_STRIDE + half
+        cx = bx * LOCATOR_STRIDE + half
     y0 = (cy - side // 2).clamp(0, H - side)
     x0 = (cx - side // 2).clamp(0, W - side)
     k = torch.arange(side, device=cells.device)
@@ -253,7 +276,7 @@ class SegNet(nn.Module):
                 raise ValueError("SegNet.forward(frames=...) is for cropped nets (SegNetConfig.crop > 0)")
             f = self._inputs(frames)
             cells, ctx = self._locate(f)
-            index = window_indices(cells.detach(), self.cfg.crop, tuple(f.shape[-2:]))
+            index = window_indices(cells.detach(), self.cfg.crop, tuple(f.shape[-2:]), self.cfg.recentre)
             win = gather_windows(f, index, self.cfg.crop)
             if ctx is not None:  # patch i was cut from frame i // (patches per frame)
                 if x.shape[0] % f.shape[0]:
@@ -327,7 +350,7 @@ class SegNet(nn.Module):
             raise ValueError(f"a cropped SegNet needs frames at least {side} px with sides multiples of "
                              f"{2 * LOCATOR_STRIDE}; got {H}x{W}")
         cells, ctx = self._locate(f)
-        index = window_indices(cells, side, (H, W))
+        index = window_indices(cells, side, (H, W), self.cfg.recentre)
         win = gather_windows(f, index, side)
         out = self._unet(win, ctx)
         if mirror:
@@ -362,7 +385,7 @@ def locator_coverage(model: SegNet, rgb: Tensor, mask: Tensor, chunk: int = 256)
     for i in range(0, rgb.shape[0], chunk):
         m = mask[i:i + chunk].to(dev)
         cells = model.locate(rgb[i:i + chunk].to(dev).float() / 255.0)
-        index = window_indices(cells, model.cfg.crop, tuple(m.shape[-2:]))
+        index = window_indices(cells, model.cfg.crop, tuple(m.shape[-2:]), model.cfg.recentre)
         inside += int(m.flatten(1).gather(1, index).sum())
         total += int(m.sum())
     model.train(was)
