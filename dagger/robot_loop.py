@@ -464,11 +464,10 @@ class TickHooks(Hooks):
             self.warmed = True
         self.ctl.reset()
         if self.adapter_fingertip:
+            points = self.guard("fingertip", self.robot.fingertip)  # an adapter that raises: a DeployError already
             try:
-                self.ctl.set_fingertip(self.guard("fingertip", self.robot.fingertip), adapter_name(self.robot, "fingertip"))
-            except DeployError:
-                raise
-            except ValueError as e:
+                self.ctl.set_fingertip(points, adapter_name(self.robot, "fingertip"))
+            except ValueError as e:  # values that are no fingertip points, or outside the trained range
                 raise DeployError(str(e)) from None
         self.episode = int(episodes[0])
         self.tick = 0
