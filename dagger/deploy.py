@@ -329,7 +329,13 @@ def adapter_fingertip(cfg: DeployConfig, ctl: Controller, robot) -> bool:
     if cfg.fingertip is None and callable(getattr(robot, "fingertip", None)):
         log.info("deploy: fingertip points from %s at each episode start", adapter_name(robot, "fingertip"))
         return True
-    log.info("deploy: fingertip points %s (%s)", " ".join(f"{v:.3f}" for v in ctl.fingertip), ctl.fingertip_source)
+    points = " ".join(f"{v:.3f}" for v in ctl.fingertip)
+    if cfg.fingertip is None and str(cfg.robot).strip() not in (*SIM_ROBOTS, "dry-run"):
+        log.warning("deploy: no --fingertip and %s has no fingertip(): using the nominal mount's points %s; measure "
+                    "your camera's (docs/deploy.md, 'Measuring the fingertip points')", adapter_name(robot, "senses"),
+                    points)
+    else:
+        log.info("deploy: fingertip points %s (%s)", points, ctl.fingertip_source)
     return False
 
 

@@ -152,7 +152,8 @@ def test_controller_appends_the_fingertip_senses_and_checks_them():
         Controller(nets, fingertip=(0.5, 0.5))
 
 
-def test_deploy_gives_the_fingertips_from_flag_adapter_or_nominal_mount(fingertip_policy, cube_vision, tmp_path):
+def test_deploy_gives_the_fingertips_from_flag_adapter_or_nominal_mount(fingertip_policy, cube_vision, tmp_path,
+                                                                         caplog):
     from graspsim.dagger.deploy import DeployConfig, deploy
     from graspsim.dagger.robot_loop import DeployError
     import deploy_fakes as fakes
@@ -175,9 +176,11 @@ def test_deploy_gives_the_fingertips_from_flag_adapter_or_nominal_mount(fingerti
                camera=fakes.RedDotCamera(), robot=fakes.CalibratedWristRobot())
     assert s["fingertip"]["points"] is None
     assert s["per_episode"][0]["fingertip"] == pytest.approx(fakes.CalibratedWristRobot.POINTS)
-    s = deploy(DeployConfig(out=tmp_path / "nom", camera="x:y", robot="x:y", **robot_kw),
-               camera=fakes.RedDotCamera(), robot=fakes.WristRobot())
+    with caplog.at_level("WARNING", logger="graspsim.dagger.deploy"):
+        s = deploy(DeployConfig(out=tmp_path / "nom", camera="x:y", robot="x:y", **robot_kw),
+                   camera=fakes.RedDotCamera(), robot=fakes.WristRobot())
     assert s["fingertip"]["source"] == "the nominal camera mount of the training scenes"
+    assert "no --fingertip and robot adapter 'wrist'" in caplog.text and "measure your camera's" in caplog.text
     fakes.EVENTS.clear()
     with pytest.raises(DeployError, match=r"robot adapter 'miscalibrated' \(MiscalibratedWristRobot.fingertip\): "
                                           r"fingertip points outside .* x0 = 0\.020"):
