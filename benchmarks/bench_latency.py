@@ -87,7 +87,9 @@ def main(cfg: LatencyConfig) -> dict:
     for mirror in (True, False):
         nets[f"onnx-fp32{'-mirror' if mirror else ''}"] = OnnxNets(tmp / f"m{int(mirror)}", threads=cfg.threads)
     ckpt_mirror = TorchNets(cfg.vision, cfg.policy).mirror_tta
-    rgb, grip = parity_inputs(nets[next(iter(nets))].image_size, 64, 0)
+    first = nets[next(iter(nets))]
+    wrist, fingertip = bool(first.wrist), first.fingertip is not None  # a wrist net reads 5 senses (9 with fingertips)
+    rgb, grip = parity_inputs(first.image_size, 64, 0, wrist, fingertip)
     frames = [np.ascontiguousarray(f.permute(1, 2, 0).numpy()) for f in rgb]
     senses = grip.numpy()
     ctls = {name: Controller(n) for name, n in nets.items() if name.endswith("-mirror") == ckpt_mirror}
@@ -99,7 +101,7 @@ def main(cfg: LatencyConfig) -> dict:
         n.action(np.zeros((1, n.image_size, n.image_size), bool) | (k % 2 == 0), senses[k % 64][None])
 
     def decision(c, k):
-        c.decide(frames[k % 64], senses[k % 64])
+        c.decide(frames[k % 64], senses[k % 64][:c.gripper_dim])  # the robot's own senses; the controller adds the rest
 
     jobs = [("vision", name, vision, n) for name, n in nets.items()]
     jobs += [("control", name.split("-")[0], control, n) for name, n in nets.items() if name in ("torch-fp32", "onnx-fp32")]

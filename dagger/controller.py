@@ -49,7 +49,7 @@ from graspsim.env import GRIPPER_DIM, fingertip_senses
 from graspsim.extras import require
 from graspsim.validate import non_negative_int
 
-from .onnx_contract import CONTROL_ONNX, VISION_ONNX, load_nets, read_contract
+from .onnx_contract import CONTROL_ONNX, VISION_ONNX, control_gripper_width, load_nets, read_contract
 
 STOP_REASONS = ("", "non_finite", "target_lost", "stale_frame", "time_limit", "workspace", "shutdown")
 """Why a tick's velocity was forced (``""`` = not forced); the controller sets the first three, the loop the rest."""
@@ -196,7 +196,7 @@ class OnnxNets:
         self.max_speed = float(c["max_speed"])
         self.wrist = bool(c.get("wrist", False))  # contracts from before the wrist drive spheres only
         self.max_yaw_rate = float(c.get("max_yaw_rate", 0.0))
-        self.gripper_dim = int(c["inputs"][1]["shape"][1])
+        self.gripper_dim = control_gripper_width(self.contract)  # read_contract checked it against wrist, fingertip
         self.fingertip = c.get("fingertip")  # contracts from before the fingertip senses: none
         self.precision = "fp32"
         self.mirror_tta = bool(v["mirror_tta"])

@@ -63,8 +63,8 @@ class Aggregate:
 
     def __init__(self, image_size: int, device: str | torch.device = "cpu", gripper_dim: int = GRIPPER_DIM,
                  action_dim: int = 4):
-        """``gripper_dim`` and ``action_dim``: 3 and 4 for sphere-only scenes, 5 and 5 with the wrist
-        (``SimConfig.gripper_dim`` / ``action_dim``)."""
+        """``gripper_dim`` and ``action_dim``: 3 and 4 for sphere-only scenes, 9 (5 without the fingertip senses) and 5
+        with the wrist (``SimConfig.gripper_dim`` / ``action_dim``)."""
         self.device = torch.device(device)
         H = image_size
         self.mask = torch.zeros((0, H, H), dtype=torch.bool, device=self.device)
@@ -138,7 +138,7 @@ class Aggregate:
         return agg
 
     def sample(self, batch_size: int, generator: torch.Generator, by: str = "step") -> tuple[Tensor, Tensor, Tensor]:
-        """Minibatch with replacement: (mask B,H,W bool, gripper B,3 (B,5 with the wrist), actions B,4 (B,5)).
+        """Minibatch with replacement: (mask B,H,W bool, gripper B,3 (B,9 or B,5 with the wrist), actions B,4 (B,5)).
 
         ``by="step"``: every stored step equally likely. ``by="episode"``: every episode equally likely
         (then a uniform step of it), so long failed episodes (a learner hovering until the timeout) do

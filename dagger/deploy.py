@@ -71,8 +71,9 @@ from graspsim.validate import finite_non_negative, finite_positive, non_negative
 from .cameras import SIM_CAMERAS, Camera, CameraReader, EndOfStream, close_camera, device_index, open_camera
 from .controller import Controller, SafetyConfig
 from .robot_loop import (CSV_FIELDS, STAGES, STALE_PERIODS, TICKS_CSV, DeployError, RobotEnv, TickHooks, TickLog,
-                         adapter_name, capture_deadlines, guarded, latency_stats, stop_first, workspace_guard)
-from .robots import SIM_ROBOTS, Robot, SimWorld, open_robot
+                         adapter_name, capture_deadlines, guarded, latency_stats, read_fingertip, stop_first,
+                         workspace_guard)
+from .robots import SIM_ROBOTS, Robot, SimRobot, SimWorld, open_robot
 from .stats import wilson
 
 log = logging.getLogger(__name__)
@@ -319,14 +320,17 @@ def check_world_kinds(sim: SimConfig, ctl: Controller, cfg: DeployConfig) -> Non
     check_vision_kinds(cfg.vision, sim)
 
 
-def adapter_fingertip(cfg: DeployConfig, ctl: Controller, robot) -> bool:
+def adapter_fingertip(cfg: DeployConfig, ctl: Controller, robot, guard) -> bool:
     """Whether the loop asks ``robot.fingertip()`` at each episode start: the net reads the fingertip senses, no
-    --fingertip was given and the adapter has the method. Logs which fingertip points a run uses."""
+    --fingertip was given and the adapter has the method. Its points are read and checked once here, before the first
+    episode moves the arm (a simulated robot, which knows them only once its scene is built, is checked at each
+    episode start). Logs which fingertip points a run uses."""
     if not ctl.reads_fingertip:
         if cfg.fingertip is not None:
             log.warning("deploy: --fingertip is ignored: this control net reads no fingertip senses")
         return False
     if cfg.fingertip is None and callable(getattr(robot, "fingertip", None)):
+        read_fingertip(ctl, robot, guard, allow_none=isinstance(robot, SimRobot))
         log.info("deploy: fingertip points from %s at each episode start", adapter_name(robot, "fingertip"))
         return True
     points = " ".join(f"{v:.3f}" for v in ctl.fingertip)
@@ -357,7 +361,8 @@ def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller, tick_log:
     env = RobotEnv(robot, cfg.max_ticks, guard)
     hooks = TickHooks(camera, robot, ctl, env, guard, tick_log, period=cfg.period,
                       fallback_period=1.0 / cfg.sim.control_hz, frame_timeout=cfg.frame_timeout, warmup=cfg.warmup,
-                      progress=cfg.run.progress, reader=reader, adapter_fingertip=adapter_fingertip(cfg, ctl, robot))
+                      progress=cfg.run.progress, reader=reader,
+                      adapter_fingertip=adapter_fingertip(cfg, ctl, robot, guard))
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
     t0 = time.perf_counter()
     try:

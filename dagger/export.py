@@ -8,7 +8,7 @@ Writes into ``--out``:
 * ``vision.onnx``: ``rgb`` B,3,S,S **uint8** -> ``logits`` B,S,S float32 (the /255 scaling is inside the graph; with
   mirror averaging, as the checkpoint chose it, the mirrored pass is inside too);
 * ``control.onnx``: ``mask`` B,S,S float32 (0/1) and ``gripper`` B,3 float32 -> ``raw`` B,4 float32 (B,5 and B,5
-  for a net that turns the wrist);
+  for a net that turns the wrist; B,9 and B,5 for one that also reads the fingertip senses);
 * ``contract.json``: the inputs and outputs above, the constants that turn outputs into decisions (mask threshold
   and frame gate, ``max_speed``), the source checkpoints' sha256, and, unless ``--no-check``, the parity of the
   graphs with torch float32 on ``--frames`` simulator frames (max abs difference of logits and raw outputs, mask

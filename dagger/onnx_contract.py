@@ -36,7 +36,7 @@ CONTRACT_VERSION = 1
 OUTPUTS = (VISION_ONNX, CONTROL_ONNX, CONTRACT_FILE)
 """Everything an export writes into its folder (and replaces as a whole with --overwrite)."""
 REQUIRED_KEYS = ("sources.vision.sha256", "sources.policy.sha256", "vision.image_size", "vision.threshold",
-                 "vision.peak_threshold", "vision.mirror_tta", "control.max_speed")
+                 "vision.peak_threshold", "vision.mirror_tta", "control.max_speed", "control.inputs")
 """Dotted keys of a contract that readers use; :func:`read_contract` refuses a contract without one of them."""
 
 
@@ -155,12 +155,27 @@ def read_contract(folder: str | os.PathLike) -> dict:
     missing = [k for k in REQUIRED_KEYS if _lookup(contract, k) is None]
     if missing:
         raise ValueError(f"{path} lacks {', '.join(missing)}; export again with 'graspsim export'")
+    width = control_gripper_width(contract)
+    expected = 3 + 2 * bool(contract["control"].get("wrist")) + 4 * ("fingertip" in contract["control"])
+    if width != expected:
+        raise ValueError(f"{path}: the control graph's gripper input is {width} wide, but its wrist and fingertip "
+                         f"entries say {expected}; export again with 'graspsim export'")
     for name in (VISION_ONNX, CONTROL_ONNX):
         if not (folder / name).is_file():
             raise ValueError(f"{folder}: {name} is missing; export again with 'graspsim export'")
         if (folder / name).stat().st_size == 0:
             raise ValueError(f"{folder / name} is empty; export again with 'graspsim export'")
     return contract
+
+
+def control_gripper_width(contract: dict) -> int | None:
+    """Width of the control graph's ``gripper`` input as the contract states it (None when it does not)."""
+    for inp in contract["control"].get("inputs") or []:
+        if isinstance(inp, dict) and inp.get("name") == "gripper":
+            shape = inp.get("shape")
+            if isinstance(shape, list) and len(shape) == 2 and isinstance(shape[1], int):
+                return shape[1]
+    return None
 
 
 def _lookup(d: dict, dotted: str):
@@ -186,5 +201,6 @@ def check_sources(folder: str | os.PathLike, contract: dict, vision: str | os.Pa
 
 
 __all__ = ["CONTRACT_FILE", "CONTRACT_KIND", "CONTRACT_VERSION", "CONTROL_ONNX", "OUTPUTS", "REQUIRED_KEYS",
-           "VISION_ONNX", "build_contract", "check_image_sizes", "check_sources", "load_nets", "read_contract",
+           "VISION_ONNX", "build_contract", "check_image_sizes", "check_sources", "control_gripper_width", "load_nets",
+           "read_contract",
            "sha256", "write_contract"]

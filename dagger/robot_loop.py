@@ -426,6 +426,24 @@ class TickLog:
             self.file = None
 
 
+def read_fingertip(ctl: Controller, robot, guard: Callable, allow_none: bool = False) -> None:
+    """Give the controller the adapter's ``fingertip()`` points (checked by :meth:`Controller.set_fingertip`).
+    DeployError naming the adapter when it raises, returns None (unless ``allow_none``: a simulated robot knows its
+    points only once a scene is built) or returns values that are no fingertip points or lie outside the trained
+    range."""
+    who = adapter_name(robot, "fingertip")
+    points = guard("fingertip", robot.fingertip)  # an adapter that raises: a DeployError already
+    if points is None:
+        if allow_none:
+            return
+        raise DeployError(f"{who} returned None; return the 4 fingertip points x0 y0 x1 y1 (fractions of the frame), "
+                          "or drop the method and give --fingertip")
+    try:
+        ctl.set_fingertip(points, who)
+    except ValueError as e:  # values that are no fingertip points, or outside the trained range
+        raise DeployError(str(e)) from None
+
+
 # ------------------------------------------------------------------------------------------ the hooks
 class TickHooks(Hooks):
     """One tick per driver step (see the module docstring). ``warmup`` untimed decisions on a blank frame before
@@ -464,11 +482,7 @@ class TickHooks(Hooks):
             self.warmed = True
         self.ctl.reset()
         if self.adapter_fingertip:
-            points = self.guard("fingertip", self.robot.fingertip)  # an adapter that raises: a DeployError already
-            try:
-                self.ctl.set_fingertip(points, adapter_name(self.robot, "fingertip"))
-            except ValueError as e:  # values that are no fingertip points, or outside the trained range
-                raise DeployError(str(e)) from None
+            read_fingertip(self.ctl, self.robot, self.guard)
         self.episode = int(episodes[0])
         self.tick = 0
         self.pacer.restart()
@@ -525,5 +539,5 @@ class TickHooks(Hooks):
 
 __all__ = ["CSV_FIELDS", "WRIST_CSV_FIELDS", "DeployError", "Pacer", "RobotEnv", "STAGES", "STALE_PERIODS", "TickHooks", "TickLog",
            "TickStats", "adapter_name", "capture", "capture_deadlines", "check_outcome", "check_senses", "check_sent",
-           "check_workspace", "decide", "guard_workspace", "guarded", "latency_stats", "send", "stale_decision",
+           "check_workspace", "decide", "guard_workspace", "guarded", "latency_stats", "read_fingertip", "send", "stale_decision",
            "stop_first", "tick_row", "workspace_guard"]

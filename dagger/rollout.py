@@ -161,8 +161,8 @@ def rollout(env, seeds: list[int], *, policy: PolicyFn | None = None, beta: floa
     Args:
         env: batched environment; its ``num_envs`` scenes run in parallel.
         seeds: episode seeds (one episode each; :func:`graspsim.seeds.episode_seeds`).
-        policy: learner ``(mask B,H,W bool, gripper B,3) -> B,4`` in simulator units (``B,5`` and ``B,5`` with
-            the wrist); None = expert only.
+        policy: learner ``(mask B,H,W bool, gripper B,3) -> B,4`` in simulator units (``B,9`` and ``B,5`` with
+            the wrist and the fingertip senses, ``B,5`` and ``B,5`` without them); None = expert only.
         beta: probability that an episode is driven by the expert (drawn once per episode from its own key,
             :mod:`graspsim.rng`, like every random number of an episode: the outcome of a seed does not depend
             on the batch it ran in).

@@ -10,7 +10,8 @@ seeded generator for scenes drawn without episode seeds.
 Observation dict (policy-visible only):
   ``rgb``: B,3,H,W uint8; ``mask``: B,H,W bool (exact visible-target mask);
   ``gripper``: B,3 float32 = (finger gap / open gap, last executed close command as 0/1, table contact 0/1),
-  with the wrist (``cfg.wrist``, a target mix beyond spheres) B,5: then also (sin, cos) of the wrist angle.
+  with the wrist (``cfg.wrist``, a target mix beyond spheres) B,5: then also (sin, cos) of the wrist angle, and
+  B,9 with ``cfg.fingertip_pixels`` (the default): then the 4 fingertip senses (:func:`fingertip_senses`).
   These are the gripper's own senses (finger encoder, its last command, a force/contact sensor that says
   the fingertips touch the table, see ``SimConfig.contact_height``); nothing about the target.
 
@@ -37,7 +38,8 @@ from .validate import positive_int
 
 GRIPPER_DIM = 3
 """Width of ``obs["gripper"]`` without the wrist: (finger gap / open gap, last close command 0/1, table contact 0/1).
-With the wrist it is ``SimConfig.gripper_dim`` = 5 (sine and cosine of the wrist angle appended)."""
+With the wrist it is ``SimConfig.gripper_dim`` = 5 (sine and cosine of the wrist angle appended), 9 with the
+fingertip senses."""
 
 
 def observe(state: State, cfg: SimConfig, generator: torch.Generator | None = None) -> dict[str, Tensor]:

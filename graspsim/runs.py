@@ -109,7 +109,8 @@ def grouped_runtime(old: dict, new: dict) -> dict:
 
 SIM_FIELDS_BEFORE = {"fingertip_pixels": False}
 """Simulator settings added after the wrist whose default changed what a run does, at the value that reproduces runs
-written before them (:func:`sim_fields_added`)."""
+written before them (:func:`sim_fields_added`). They only act with the wrist: a stored sphere-only config takes the
+requested value (it would have run the same either way)."""
 
 
 def sim_fields_added(old: dict, new: dict) -> dict:
@@ -133,6 +134,8 @@ def sim_fields_added(old: dict, new: dict) -> dict:
             prefix = k[: -len(name)] if k.endswith(name) and (k == name or k.endswith("." + name)) else None
             if prefix is not None and prefix + "open_width" in flat_old:
                 fill[k] = base[name]
+                if name in SIM_FIELDS_BEFORE and flat_old.get(prefix + "target.kinds", ["sphere"]) == ["sphere"]:
+                    fill[k] = flat_new[k]  # no wrist: the setting changes nothing
     return {**flat_old, **fill} if fill else old
 
 

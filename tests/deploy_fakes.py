@@ -314,7 +314,21 @@ class CalibratedWristRobot(WristRobot):
 
 
 class MiscalibratedWristRobot(CalibratedWristRobot):
-    """Reports a fingertip point far outside any trained mount (the centre at the frame's left edge)."""
+    """Reports a fingertip point far outside any trained mount (the centre at the frame's left edge); logs
+    ("start", []) when asked to start an episode (it would move to its home pose)."""
 
     name = "miscalibrated"
     POINTS = [0.02, 0.5, 0.5, 0.44]
+
+    def start_episode(self, seed):
+        EVENTS.append(("start", []))
+        super().start_episode(seed)
+
+
+class UncalibratedWristRobot(MiscalibratedWristRobot):
+    """Has fingertip() but returns None."""
+
+    name = "uncalibrated"
+
+    def fingertip(self):
+        return None

@@ -186,7 +186,12 @@ def test_deploy_gives_the_fingertips_from_flag_adapter_or_nominal_mount(fingerti
                                           r"fingertip points outside .* x0 = 0\.020"):
         deploy(DeployConfig(out=tmp_path / "bad", camera="x:y", robot="x:y", **robot_kw),
                camera=fakes.RedDotCamera(), robot=fakes.MiscalibratedWristRobot())
-    assert not [e for e in fakes.EVENTS if e[0] == "send"]  # refused before the first command
+    assert not fakes.EVENTS  # refused before the arm was asked to do anything, its home pose included
+    with pytest.raises(DeployError, match=r"robot adapter 'uncalibrated' \(UncalibratedWristRobot.fingertip\) returned "
+                                          r"None"):
+        deploy(DeployConfig(out=tmp_path / "none", camera="x:y", robot="x:y", **robot_kw),
+               camera=fakes.RedDotCamera(), robot=fakes.UncalibratedWristRobot())
+    assert not fakes.EVENTS
     with pytest.raises(ValueError, match=r"--fingertip: fingertip points outside"):
         deploy(DeployConfig(out=tmp_path / "badflag", camera="sim", robot="sim", sim=cube,
                             fingertip=(0.5, 0.9, 0.5, 0.44), **kw))
@@ -208,6 +213,61 @@ def test_onnx_export_carries_the_fingertip_senses(fingertip_policy, cube_vision,
     rgb = np.random.default_rng(0).integers(0, 255, (64, 64, 3), dtype=np.uint8)
     senses = np.array([1, 0, 1, 0.2, 0.98], np.float32)
     np.testing.assert_allclose(onnx_ctl.decide(rgb, senses).action, torch_ctl.decide(rgb, senses).action, atol=1e-4)
+
+
+def test_old_configs_without_the_setting_resume_where_it_changes_nothing():
+    """A stored config from before ``fingertip_pixels``: sphere-only scenes (no wrist) compare as today's request, so
+    collect, train-vision and LeRobot export take old and new sphere files together; wrist scenes compare as False (5
+    senses), so a resume that would mix 5- and 9-sense episodes is refused, naming the setting."""
+    from graspsim import runs
+    from graspsim.runs import sim_fields_added
+    from graspsim.vision.train import ADDED_SETTINGS, RESUMABLE_KEYS
+
+    def old(sim: SimConfig) -> dict:
+        d = sim.to_dict()
+        del d["fingertip_pixels"]
+        return d
+
+    sphere, cube = SimConfig(), kinds_sim("cube")
+    runs.check_resume({"sim": old(sphere)}, {"sim": sphere.to_dict()}, (), "old.h5")
+    assert runs.config_differences(sim_fields_added(old(sphere), sphere.to_dict()),
+                                   sim_fields_added(sphere.to_dict(), old(sphere))) == []
+    with pytest.raises(ValueError, match=r"sim.fingertip_pixels: False -> True"):
+        runs.check_resume({"sim": old(cube)}, {"sim": cube.to_dict()}, (), "old.h5")
+    runs.check_resume({"sim": old(cube)}, {"sim": cube.to_dict()}, RESUMABLE_KEYS, "vision run")  # frames are the same
+    # a vision run folder from before SegNetConfig.recentre resumes
+    from graspsim.vision.train_config import TrainVisionConfig
+    new = TrainVisionConfig(out="v").to_dict()
+    stored = json.loads(json.dumps(new))
+    del stored["model"]["recentre"]
+    runs.check_resume(stored, new, RESUMABLE_KEYS, "v/checkpoint.pt", ADDED_SETTINGS)
+
+
+def test_an_export_whose_gripper_width_disagrees_with_its_contract_is_refused(tmp_path):
+    from graspsim.dagger.onnx_contract import CONTRACT_FILE, read_contract
+
+    folder = tmp_path / "onnx"
+    folder.mkdir()
+    for name in ("vision.onnx", "control.onnx"):
+        (folder / name).write_bytes(b"x")
+    contract = {"kind": "graspsim-onnx-contract", "format_version": None,
+                "sources": {"vision": {"sha256": "a"}, "policy": {"sha256": "b"}},
+                "vision": {"image_size": 64, "threshold": 0.5, "peak_threshold": 0.0, "mirror_tta": False},
+                "control": {"max_speed": 0.1, "wrist": True, "max_yaw_rate": 1.5,
+                            "inputs": [{"name": "mask", "shape": ["batch", 64, 64]},
+                                       {"name": "gripper", "shape": ["batch", 5]}]}}
+    from graspsim.dagger import onnx_contract
+    contract["kind"], contract["format_version"] = onnx_contract.CONTRACT_KIND, onnx_contract.CONTRACT_VERSION
+    (folder / CONTRACT_FILE).write_text(json.dumps(contract))
+    assert read_contract(folder)["control"]["wrist"] is True  # 5 senses with the wrist: consistent
+    contract["control"]["fingertip"] = {"nominal": [0.5] * 4, "low": [0.4] * 4, "high": [0.6] * 4}
+    (folder / CONTRACT_FILE).write_text(json.dumps(contract))
+    with pytest.raises(ValueError, match=r"gripper input is 5 wide, but its wrist and fingertip entries say 9"):
+        read_contract(folder)
+    del contract["control"]["inputs"]
+    (folder / CONTRACT_FILE).write_text(json.dumps(contract))
+    with pytest.raises(ValueError, match=r"lacks control.inputs"):
+        read_contract(folder)
 
 
 def test_lerobot_and_gymnasium_name_and_bound_the_nine_senses(tmp_path):

@@ -374,9 +374,12 @@ def test_recentred_window_takes_the_centroid_of_the_confident_cells_near_the_bes
     new = window_indices(cells, 16, (64, 64), recentre=4)
     for b, (r0, c0) in enumerate(((18, 18), (18, 18), (22, 30))):
         assert int(new[b, 0]) == r0 * 64 + c0, b
-    torch.testing.assert_close(window_indices(cells, 16, (64, 64), recentre=0), old, rtol=0, atol=0)
+    for b, (r0, c0) in enumerate(((10, 10), (10, 10), (22, 30))):  # recentre 0: the best cell, as before
+        assert int(old[b, 0]) == r0 * 64 + c0, b
     with pytest.raises(ValueError, match="recentre"):
         SegNetConfig(crop=16, recentre=-1)
+    with pytest.raises(ValueError, match="recentre moves the cascade's window: it needs crop > 0"):
+        SegNetConfig(recentre=4)
 
 
 def test_cropped_context_reaches_the_window_and_the_patches_of_its_frame():

@@ -102,6 +102,8 @@ class SegNetConfig:
             raise ValueError("SegNetConfig.crop needs arch='unet'")
         boolean("SegNetConfig", "context", self.context)
         int_in("SegNetConfig", "recentre", self.recentre, 0, 64)
+        if self.recentre and not self.crop:
+            raise ValueError("SegNetConfig.recentre moves the cascade's window: it needs crop > 0")
         if self.context and not self.crop:
             raise ValueError("SegNetConfig.context is the window U-Net's view of the whole frame: it needs crop > 0")
         if self.crop % self.multiple:

@@ -57,11 +57,13 @@ from .transfer_report import load_transfer_sets, operating_point_gap, transfer_b
 log = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "checkpoint.pt"
-RESUMABLE_KEYS = ("steps", "init_steps", "resume", "ckpt_every", "out", "runtime.progress", "runtime.threads", "runtime.dist_timeout")
-"""Settings that may change on --resume (``steps`` is the new total: the cosine schedule stretches to it)."""
+RESUMABLE_KEYS = ("steps", "init_steps", "resume", "ckpt_every", "out", "runtime.progress", "runtime.threads",
+                  "runtime.dist_timeout", "sim.fingertip_pixels")
+"""Settings that may change on --resume (``steps`` is the new total: the cosine schedule stretches to it;
+``sim.fingertip_pixels`` changes gripper senses, never a frame)."""
 ADDED_SETTINGS = {"model.arch": "unet", "model.full_channels": 0, "model.crop": 0, "model.locator_channels": 8,
                   "model.context": False, "locator_weight": 1.0, "teacher": None, "teacher_weight": 1.0, "init": None,
-                  "init_lr": 1e-3, "real": [], "real_fraction": 0.5}
+                  "init_lr": 1e-3, "real": [], "real_fraction": 0.5, "model.recentre": 0}
 """Settings added after run folders were first written, with the value that reproduces what runs before them did:
 a stored config without one of them resumes as if it held that value (:func:`graspsim.runs.check_resume`)."""
 CHANGED_DEFAULTS = {"model": (dataclasses.asdict(UNET_MODEL), dataclasses.asdict(DEFAULT_MODEL))}

@@ -52,7 +52,7 @@ import numpy as np
 from .. import extras
 from ..fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
 from ..keys import FINGERTIP_SENSES, GRIPPER, MASK, RGB
-from ..runs import config_differences
+from ..runs import config_differences, sim_fields_added
 from ..validate import int_in
 from .format import (ACTIONS, DATA, FORMAT, OBS, PRIVILEGED, _attr_value, _open_h5, _sorted_demos, parts_dir,
                      repair_hint)
@@ -303,7 +303,7 @@ def check_sources(sources: Sequence[Source], privileged: bool) -> None:
             shown = "; ".join(f"obs/{k}: {_layout(first.obs.get(k))} vs {_layout(s.obs.get(k))}" for k in bad)
             raise ValueError(f"{s.path} and {first.path} store different observations ({shown}); export files "
                              "with the same arrays and image size together")
-        diff = config_differences(first.sim, s.sim)
+        diff = config_differences(sim_fields_added(first.sim, s.sim), sim_fields_added(s.sim, first.sim))
         if diff:
             raise ValueError(f"{s.path} was made with other simulator settings than {first.path} (differing: "
                              f"{', '.join('sim.' + k for k in diff[:8])}{' ...' if len(diff) > 8 else ''}); "
