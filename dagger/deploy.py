@@ -336,8 +336,8 @@ def adapter_fingertip(cfg: DeployConfig, ctl: Controller, robot, guard) -> bool:
     points = " ".join(f"{v:.3f}" for v in ctl.fingertip)
     if cfg.fingertip is None and str(cfg.robot).strip() not in (*SIM_ROBOTS, "dry-run"):
         log.warning("deploy: no --fingertip and %s has no fingertip(): using the nominal mount's points %s; measure "
-                    "your camera's (docs/deploy.md, 'Measuring the fingertip points')", adapter_name(robot, "senses"),
-                    points)
+                    "your camera's if you can to within 0.01 of the frame (docs/deploy.md, 'Measuring the fingertip "
+                    "points')", adapter_name(robot, "senses"), points)
     else:
         log.info("deploy: fingertip points %s (%s)", points, ctl.fingertip_source)
     return False
