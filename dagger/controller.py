@@ -45,7 +45,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from graspsim.env import GRIPPER_DIM, fingertip_senses
+from graspsim.config import gripper_width
+from graspsim.env import fingertip_senses
 from graspsim.extras import require
 from graspsim.validate import non_negative_int
 
@@ -229,7 +230,7 @@ class Controller:
         self.wrist = bool(getattr(nets, "wrist", False))
         """Whether the control net turns the wrist (5 senses in, ``(vx, vy, vz, wz, grip)`` out)."""
         self.max_yaw_rate = float(getattr(nets, "max_yaw_rate", 0.0))
-        self.gripper_dim = GRIPPER_DIM + 2 if self.wrist else GRIPPER_DIM
+        self.gripper_dim = gripper_width(self.wrist, False)
         """How many gripper senses :meth:`decide` takes: the robot's own 3, or 5 with the wrist."""
         self.calibration = getattr(nets, "fingertip", None)
         """For a net that reads the fingertip senses: ``nominal``, ``low`` and ``high`` fingertip points (fractions,

@@ -24,6 +24,7 @@ import json
 import os
 from pathlib import Path
 
+from graspsim.config import gripper_width
 from graspsim.fileio import atomic_write_text
 
 CONTRACT_FILE = "contract.json"
@@ -80,7 +81,7 @@ def build_contract(*, opset: int, vision_path: str | os.PathLike, policy_path: s
     is then 9 wide, and the contract keeps the nominal fingertip points and the range the net was trained on."""
     S = int(image_size)
     wrist = max_yaw_rate is not None
-    width = 3 + 2 * wrist + 4 * (fingertip is not None)
+    width = gripper_width(wrist, fingertip is not None)
     if wrist:
         senses = ("finger gap / open gap, last close command 0/1, table contact 0/1, sin and cos of the wrist angle")
         if fingertip is not None:
@@ -156,7 +157,7 @@ def read_contract(folder: str | os.PathLike) -> dict:
     if missing:
         raise ValueError(f"{path} lacks {', '.join(missing)}; export again with 'graspsim export'")
     width = control_gripper_width(contract)
-    expected = 3 + 2 * bool(contract["control"].get("wrist")) + 4 * ("fingertip" in contract["control"])
+    expected = gripper_width(bool(contract["control"].get("wrist")), "fingertip" in contract["control"])
     if width != expected:
         raise ValueError(f"{path}: the control graph's gripper input is {width} wide, but its wrist and fingertip "
                          f"entries say {expected}; export again with 'graspsim export'")

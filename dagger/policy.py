@@ -115,6 +115,7 @@ class MaskPolicy:
         """Target kinds of the scenes it was trained on (from a checkpoint's run config), None when unknown."""
         self.trained_sim = trained_sim
         """The simulator config of its training run (from a checkpoint), None when unknown."""
+        self._fingertip: dict[str, list[float]] | None = None
 
     @property
     def fingertip(self) -> dict[str, list[float]] | None:
@@ -122,7 +123,7 @@ class MaskPolicy:
         was trained in (today's default where unknown): the nominal fingertip points and the range it saw; else None."""
         if not self.cfg.fingertip_pixels:
             return None
-        if getattr(self, "_fingertip", None) is None:
+        if self._fingertip is None:
             self._fingertip = fingertip_calibration(self.trained_sim or SimConfig(target=TargetConfig(("cube",))))
         return self._fingertip
 

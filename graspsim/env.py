@@ -21,7 +21,7 @@ Observation dict (policy-visible only):
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from contextlib import contextmanager
 from typing import Sequence
 
@@ -110,15 +110,12 @@ def nominal_fingertip_fractions(cfg: SimConfig) -> tuple[float, float, float, fl
     """:func:`fingertip_fractions` for a camera at the nominal mount (``cfg.camera_offset``, looking at the fingertip
     centre, no mount jitter) with the middle of the randomised field of view: the default a deploy uses when the
     user has not measured their own."""
-    from .randomization import nominal_camera_rotation
-
-    rot = nominal_camera_rotation(cfg, "cpu").double()
-    off = torch.tensor(cfg.camera_offset, dtype=torch.float64)
-    pts = torch.tensor([[0.0, 0.0, 0.0], [0.0, 0.0, FINGERTIP_RISE]], dtype=torch.float64) - off
-    cam = pts @ rot  # 2,3 (right, down, forward)
-    fov = sum(cfg.randomization.fov) / 2
-    frac = cam[:, :2] / cam[:, 2:] * (0.5 / math.tan(fov / 2)) + 0.5
-    return tuple(float(v) for v in frac.reshape(-1))
+    r = cfg.randomization
+    fov = sum(r.fov) / 2
+    flat = dataclasses.replace(cfg, randomization=dataclasses.replace(r, mount_jitter_pos=0.0, mount_jitter_rot=0.0,
+                                                                      fov=(fov, fov)))
+    state = sample_scenes(flat, 1, torch.Generator().manual_seed(0), "cpu")  # any scene: the mount alone matters
+    return tuple(float(v) for v in fingertip_fractions(state, cfg.image_size)[0])
 
 
 def table_contact(tcp_pos: Tensor, cfg: SimConfig) -> Tensor:
