@@ -21,7 +21,7 @@ from graspsim.vision.evaluate import EvalRealConfig, evaluate_real
 from graspsim.vision.infer import Segmenter
 from graspsim.vision.image_set import read_image
 from graspsim.vision.metrics import SegMetrics
-from graspsim.vision.model import SegNet, SegNetConfig, cpu_has_fast_bf16, input_features
+from graspsim.vision.model import FEATURE_CHUNK, SegNet, SegNetConfig, cpu_has_fast_bf16, input_features
 from graspsim.vision.train import TrainVisionConfig
 
 torch.set_num_threads(2)
@@ -413,6 +413,39 @@ def test_cropped_context_reaches_the_window_and_the_patches_of_its_frame():
         SegNetConfig(context=True)
     with pytest.raises(ValueError, match="whole number per frame"):
         net(patches[:5], frames=x)
+
+
+def test_mirrored_window_in_one_grouped_pass_is_the_two_pass_average():
+    """Eval mode: the window and its mirror run side by side in the channels through grouped convolutions
+    (``SegNet._unet_mirrored``) and give the average of the two separate passes, with the context term, with real
+    BatchNorm layers (before folding) and in the folded bfloat16 copy that inference runs; in training mode the
+    cascade keeps two passes (each view's own batch statistics)."""
+    from graspsim.vision.model import _twin, fold_batchnorm
+
+    torch.manual_seed(0)
+    net = SegNet(SegNetConfig(crop=16, base_channels=4, max_channels=16, depth=2, locator_channels=4, context=True,
+                              chroma=True))
+    for m in net.modules():  # BatchNorm statistics that are not the identity
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.5, 0.5), m.running_var.uniform_(0.5, 2.0)
+    net.eval()
+    win = torch.randn(5, 7, 16, 16).contiguous(memory_format=torch.channels_last)
+    ctx = torch.randn(5, net.channels[-1])
+    with torch.no_grad():
+        for model in (net, fold_batchnorm(net)):
+            want = 0.5 * (model._unet(win, ctx) + model._unet(win.flip(-1), ctx).flip(-1))
+            torch.testing.assert_close(model._unet_mirrored(win, ctx), want, atol=1e-5, rtol=1e-5)
+        low = fold_batchnorm(net).to(torch.bfloat16)
+        w16, c16 = win.to(torch.bfloat16), ctx.to(torch.bfloat16)
+        want = 0.5 * (low._unet(w16, c16) + low._unet(w16.flip(-1), c16).flip(-1))
+        torch.testing.assert_close(low._unet_mirrored(w16, c16).float(), want.float(), atol=0.05, rtol=0.02)
+    with pytest.raises(TypeError, match="no side-by-side form for Dropout"):
+        _twin(torch.nn.Dropout(), win)
+    net.train()
+    calls = []
+    net._unet_mirrored = lambda *a: calls.append(a)  # never reached in training mode
+    net.mirror_averaged(torch.rand(2, 3, 32, 32))
+    assert not calls
 
 
 def test_default_net_is_the_cascade_at_a_tenth_of_the_unet():
@@ -894,6 +927,11 @@ def test_input_features_are_the_per_pixel_colour_features_in_either_layout():
     (normalised RGB, chromaticity, channel spread) for plain and channels-last input, in the layout asked for."""
     x = torch.rand(3, 3, 16, 24, generator=torch.Generator().manual_seed(0))
     x[0, :, 0, 0] = 0.0  # a black pixel: the chromaticity's offsets keep it finite
+    total = x.sum(1, keepdim=True)
+    want = torch.cat([(x - 0.45) / 0.25, ((x + 0.02) / (total + 0.06) - 1.0 / 3.0) * 4.0,
+                      (x.amax(1, keepdim=True) - x.amin(1, keepdim=True) - 0.2) * 3.0], 1)
+    # more frames than one slice of the channels-last path (FEATURE_CHUNK), with a remainder
+    x = torch.cat([x, torch.rand(2 * FEATURE_CHUNK, 3, 16, 24, generator=torch.Generator().manual_seed(1))])
     total = x.sum(1, keepdim=True)
     want = torch.cat([(x - 0.45) / 0.25, ((x + 0.02) / (total + 0.06) - 1.0 / 3.0) * 4.0,
                       (x.amax(1, keepdim=True) - x.amin(1, keepdim=True) - 0.2) * 3.0], 1)
