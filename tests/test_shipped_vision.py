@@ -67,6 +67,8 @@ def test_shipped_kinds_net_matches_its_record_and_knows_its_kinds():
 
     ckpt, record = _shipped("segnet_kinds")
     assert runs.trained_kinds(ckpt["config"]) == ("sphere", "cube", "cylinder")
+    assert record["peak_threshold"] == ckpt["peak_threshold"] and record["steps"] == ckpt["step"]
+    assert record["transfer_test"]["iou"] == pytest.approx(ckpt["metrics"]["transfer_test"]["iou"])
     assert set(record["transfer_test_by_kind"]) == {"sphere", "cube", "cylinder"}
     # the record's command is the one that trained it: the window recentred on the locator's confident cells
     assert f"--model.recentre {ckpt['model_config']['recentre']}" in record["command"]

@@ -925,13 +925,9 @@ def test_hdf5_frames_load_and_errors(tmp_path):
 def test_input_features_are_the_per_pixel_colour_features_in_either_layout():
     """The chroma nets' 7 input channels, computed on whole colour planes, are bit for bit the per-pixel definition
     (normalised RGB, chromaticity, channel spread) for plain and channels-last input, in the layout asked for."""
-    x = torch.rand(3, 3, 16, 24, generator=torch.Generator().manual_seed(0))
-    x[0, :, 0, 0] = 0.0  # a black pixel: the chromaticity's offsets keep it finite
-    total = x.sum(1, keepdim=True)
-    want = torch.cat([(x - 0.45) / 0.25, ((x + 0.02) / (total + 0.06) - 1.0 / 3.0) * 4.0,
-                      (x.amax(1, keepdim=True) - x.amin(1, keepdim=True) - 0.2) * 3.0], 1)
     # more frames than one slice of the channels-last path (FEATURE_CHUNK), with a remainder
-    x = torch.cat([x, torch.rand(2 * FEATURE_CHUNK, 3, 16, 24, generator=torch.Generator().manual_seed(1))])
+    x = torch.rand(2 * FEATURE_CHUNK + 3, 3, 16, 24, generator=torch.Generator().manual_seed(0))
+    x[0, :, 0, 0] = 0.0  # a black pixel: the chromaticity's offsets keep it finite
     total = x.sum(1, keepdim=True)
     want = torch.cat([(x - 0.45) / 0.25, ((x + 0.02) / (total + 0.06) - 1.0 / 3.0) * 4.0,
                       (x.amax(1, keepdim=True) - x.amin(1, keepdim=True) - 0.2) * 3.0], 1)
@@ -945,6 +941,12 @@ def test_input_features_are_the_per_pixel_colour_features_in_either_layout():
             assert low.dtype == torch.bfloat16 and torch.equal(low, want.to(torch.bfloat16))
             assert low.is_contiguous(memory_format=torch.channels_last) == last
     assert bool(torch.isfinite(want).all())
+    # an empty batch, and an input that needs gradients (the sliced path writes with out=), take the whole planes
+    assert input_features(x[:0], 0.45, 0.25, channels_last=True).shape == (0, 7, 16, 24)
+    g = x[:2].clone().requires_grad_(True)
+    got = input_features(g, 0.45, 0.25, channels_last=True)
+    got.sum().backward()
+    assert torch.equal(got.detach(), want[:2]) and g.grad is not None and bool(torch.isfinite(g.grad).all())
 
 
 def test_bf16_inference_stores_bf16_weights_and_gives_autocasts_logits():

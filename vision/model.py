@@ -213,7 +213,7 @@ def _twin(layer: nn.Module, x: Tensor) -> Tensor:
         for m in layer:
             x = _twin(m, x)
         return x
-    if isinstance(layer, nn.Conv2d):
+    if isinstance(layer, nn.Conv2d) and layer.padding_mode == "zeros":
         bias = None if layer.bias is None else torch.cat([layer.bias, layer.bias])
         return F.conv2d(x, torch.cat([layer.weight, layer.weight]), bias, layer.stride, layer.padding, layer.dilation,
                         2 * layer.groups)
@@ -350,8 +350,9 @@ class SegNet(nn.Module):
         """``0.5 * (_unet(x, ctx) + _unet(x.flip(-1), ctx).flip(-1))`` (logits B,H,W; eval mode) in one pass: the
         window and its mirror ride side by side in the channels (B,2C,H,W) through grouped convolutions that apply the
         same weights to each half (:func:`_twin`). The window U-Net's 8- and 16-channel layers then run as 16 and 32
-        channels, which oneDNN vectorises better: 1.035x for the whole cascade at batch 256 on one thread, logits bit
-        for bit those of two passes (bf16, AMD EPYC Zen 4, 2026-11-26)."""
+        channels, which oneDNN vectorises better: 1.035x for the whole cascade at batch 256 on one thread. For the
+        shipped nets the logits are bit for bit those of two passes (float32 and bf16, AMD EPYC Zen 4, also with
+        oneDNN limited to AVX2, 2026-11-26); other nets and CPUs may differ in the last float bits."""
         layout = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
         x = torch.cat([x, x.flip(-1)], 1).contiguous(memory_format=layout)
         skips = []
@@ -372,8 +373,9 @@ class SegNet(nn.Module):
 
     def mirror_averaged(self, x: Tensor) -> Tensor:
         """Test-time augmentation: logits B,H,W averaged over ``x`` (B,3,H,W in [0, 1]) and its left-right mirror
-        (whose logits are flipped back). Two forward passes, so it costs about 2x :meth:`forward`; one pass over
-        the concatenated batch measured 1.5x slower than two on CPU. The scenes are left-right symmetric in
+        (whose logits are flipped back). It costs about 2x :meth:`forward`: a cropped net in eval mode runs the two
+        windows side by side in one grouped pass (:meth:`_unet_mirrored`), otherwise two passes (one pass over the
+        concatenated batch measured 1.5x slower than two on CPU). The scenes are left-right symmetric in
         distribution, so the mirror is a second, equally valid view. On the default net, averaging the two raised
         held-out IoU by about 0.02 (docs/vision.md)."""
         if self._crops(x):
@@ -477,10 +479,11 @@ def input_features(x: Tensor, mean: float, std: float, channels_last: bool, dtyp
     planes along a new last axis cost half of this function (profiled at batch 256, 2026-11-25 and 2026-11-26). The
     channels-last result is built :data:`FEATURE_CHUNK` frames at a time in a reused float32 slice, so the passes
     stay in cache (1.037x for the whole cascade at batch 256, one thread, 2026-11-26); under ONNX tracing, which
-    drops writes into slices, the same values come from whole planes. The values are bit for bit those of the
-    per-pixel form either way."""
+    drops writes into slices, for an empty batch and when ``x`` needs gradients (the slices are written with
+    ``out=``), the same values come from whole planes. The values are bit for bit those of the per-pixel form
+    either way."""
     out_dtype = dtype or x.dtype
-    if channels_last and not torch.jit.is_tracing():
+    if channels_last and x.shape[0] and not torch.jit.is_tracing() and not (x.requires_grad and torch.is_grad_enabled()):
         return _features_channels_last(x, mean, std, out_dtype)
     r, g, b = x.float().contiguous().unbind(1)
     total = r + g + b + 0.06
@@ -501,8 +504,8 @@ def _features_channels_last(x: Tensor, mean: float, std: float, dtype: torch.dty
     B, _, H, W = x.shape
     out = torch.empty((B, 7, H, W), dtype=dtype, device=x.device, memory_format=torch.channels_last)
     n0 = min(FEATURE_CHUNK, B)
-    f_all = torch.empty((n0, 7, H, W), device=x.device)
-    t_all = torch.empty((n0, H, W), device=x.device)
+    f_all = torch.empty((n0, 7, H, W), dtype=torch.float32, device=x.device)
+    t_all = torch.empty((n0, H, W), dtype=torch.float32, device=x.device)
     for i in range(0, B, n0):
         n = min(n0, B - i)
         f, t = f_all[:n], t_all[:n]
