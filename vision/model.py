@@ -333,18 +333,7 @@ class SegNet(nn.Module):
 
     def _unet(self, x: Tensor, ctx: Tensor | None = None) -> Tensor:
         """The U-Net on input features ``x`` B,C,H,W -> logits B,H,W (``ctx`` B,C: added to the bottleneck)."""
-        skips = []
-        for blk in self.enc:
-            x = blk(x)
-            skips.append(x)
-            x = F.max_pool2d(x, 2)
-        x = self.mid(x)
-        if ctx is not None:
-            x = x + ctx[:, :, None, None].to(x.dtype)
-        for blk, s in zip(self.dec, reversed(skips)):
-            x = F.interpolate(x, size=s.shape[-2:], mode="bilinear", align_corners=False)
-            x = blk(torch.cat([x, s], 1))
-        return self.head(x)[:, 0]
+        return self._unet_views(x, ctx, 1)[:, 0]
 
     def _unet_mirrored(self, x: Tensor, ctx: Tensor | None = None) -> Tensor:
         """``0.5 * (_unet(x, ctx) + _unet(x.flip(-1), ctx).flip(-1))`` (logits B,H,W; eval mode) in one pass: the
@@ -354,22 +343,28 @@ class SegNet(nn.Module):
         shipped nets the logits are bit for bit those of two passes (float32 and bf16, AMD EPYC Zen 4, also with
         oneDNN limited to AVX2, 2026-11-26); other nets and CPUs may differ in the last float bits."""
         layout = torch.channels_last if x.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format
-        x = torch.cat([x, x.flip(-1)], 1).contiguous(memory_format=layout)
+        out = self._unet_views(torch.cat([x, x.flip(-1)], 1).contiguous(memory_format=layout), ctx, 2)
+        return 0.5 * (out[:, 0] + out[:, 1].flip(-1))
+
+    def _unet_views(self, x: Tensor, ctx: Tensor | None, views: int) -> Tensor:
+        """The U-Net on ``views`` inputs held side by side in the channels of ``x`` (B,views*C,H,W) -> logits
+        B,views,H,W, each view's what it would get alone. One view runs the layers as they are; two run them through
+        :func:`_twin` (eval mode)."""
+        run = _twin if views == 2 else (lambda layer, t: layer(t))
         skips = []
         for blk in self.enc:
-            x = _twin(blk, x)
+            x = run(blk, x)
             skips.append(x)
             x = F.max_pool2d(x, 2)
-        x = _twin(self.mid, x)
+        x = run(self.mid, x)
         if ctx is not None:
             c = ctx[:, :, None, None].to(x.dtype)
-            x = x + torch.cat([c, c], 1)
+            x = x + (c if views == 1 else torch.cat([c] * views, 1))
         for blk, s in zip(self.dec, reversed(skips)):
             x = F.interpolate(x, size=s.shape[-2:], mode="bilinear", align_corners=False)
-            h, hs = x.shape[1] // 2, s.shape[1] // 2  # each view's upsampled features, then its skip
-            x = _twin(blk, torch.cat([x[:, :h], s[:, :hs], x[:, h:], s[:, hs:]], 1))
-        out = _twin(self.head, x)
-        return 0.5 * (out[:, 0] + out[:, 1].flip(-1))
+            # each view's upsampled features, then its skip
+            x = run(blk, torch.cat([t for pair in zip(x.chunk(views, 1), s.chunk(views, 1)) for t in pair], 1))
+        return run(self.head, x)
 
     def mirror_averaged(self, x: Tensor) -> Tensor:
         """Test-time augmentation: logits B,H,W averaged over ``x`` (B,3,H,W in [0, 1]) and its left-right mirror
@@ -483,7 +478,8 @@ def input_features(x: Tensor, mean: float, std: float, channels_last: bool, dtyp
     ``out=``), the same values come from whole planes. The values are bit for bit those of the per-pixel form
     either way."""
     out_dtype = dtype or x.dtype
-    if channels_last and x.shape[0] and not torch.jit.is_tracing() and not (x.requires_grad and torch.is_grad_enabled()):
+    needs_grad = x.requires_grad and torch.is_grad_enabled()
+    if channels_last and x.shape[0] and not torch.jit.is_tracing() and not needs_grad:
         return _features_channels_last(x, mean, std, out_dtype)
     r, g, b = x.float().contiguous().unbind(1)
     total = r + g + b + 0.06
