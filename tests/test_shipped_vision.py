@@ -17,7 +17,7 @@ from graspsim.vision.transfer import load_transfer_set
 ASSETS = Path(__file__).resolve().parent.parent / "vision" / "assets"
 N = 256  # the first 256 frames of the transfer test set (64 of them target-free)
 # measured on these 256 frames (float32), the shipped cascade: IoU 0.844, precision 0.970, recall 0.867, 0 of 64
-# false-positive images (the U-Net shipped before it: 0.859, 0.963, 0.888, 0)
+# false-positive images (the first-stage cascade shipped before it: 0.848, 0.971, 0.870, 0)
 FLOOR_IOU, FLOOR_RECALL, FLOOR_PRECISION, CEIL_FP = 0.78, 0.80, 0.93, 6 / 64
 
 torch.set_num_threads(2)
@@ -35,12 +35,36 @@ def _shipped(name: str) -> tuple[dict, dict]:
     return ckpt, record
 
 
+def _flags(command: str) -> dict[str, str]:
+    """``--flag value`` pairs of a command line (a flag without a value maps to "")."""
+    words = command.split()
+    return {w: (words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else "")
+            for i, w in enumerate(words) if w.startswith("--")}
+
+
+def _check_stages(ckpt: dict, record: dict) -> list[dict]:
+    """A net trained in stages (the last one ``--init`` from the one before): the record's ``command`` is its stages'
+    commands in order, only the last has ``--init``, and the checkpoint's fine-tune state (steps, learning rate, the
+    init net's thresholds) is the last stage's and the replaced net's."""
+    stages = record["stages"]
+    assert record["command"] == ", then ".join(st["command"] for st in stages)
+    flags = [_flags(st["command"]) for st in stages]
+    assert ["--init" in f for f in flags] == [False] * (len(stages) - 1) + [True]
+    ft = ckpt["fine_tune"]
+    assert int(flags[-1]["--init-steps"]) == ft["steps"] == stages[-1]["steps"] == ckpt["step"] == record["steps"]
+    assert float(flags[-1]["--init-lr"]) == ft["lr"] == stages[-1]["init_lr"]
+    assert (ft["init_threshold"], ft["init_peak_threshold"]) == (record["replaced"]["threshold"],
+                                                                 record["replaced"]["peak_threshold"])
+    return flags
+
+
 def test_shipped_checkpoint_is_small_deployable_and_matches_its_record():
     ckpt, record = _shipped("segnet")
     assert record["peak_threshold"] == ckpt["peak_threshold"]
-    assert record["steps"] == ckpt["step"]
     assert record["transfer_test"]["iou"] == pytest.approx(ckpt["metrics"]["transfer_test"]["iou"])
-    assert "graspsim train-vision" in record["command"]
+    flags = _check_stages(ckpt, record)
+    assert all(st["command"].startswith("graspsim train-vision ") for st in record["stages"])
+    assert int(flags[0]["--steps"]) == record["stages"][0]["steps"]
 
 
 # segnet_kinds.pt, measured on the first 256 frames of data/transfer_kinds/test (float32): IoU 0.888, precision
@@ -72,7 +96,6 @@ def test_shipped_kinds_net_matches_its_record_and_knows_its_kinds():
     assert set(record["transfer_test_by_kind"]) == {"sphere", "cube", "cylinder"}
     # the record's command is the one that trained it: the window recentred on the locator's confident cells, then
     # trained on from that net (a fine-tune keeps its init's net, so the flag is in the first stage)
-    assert f"--model.recentre {ckpt['model_config']['recentre']}" in record["stages"][0]["command"]
-    assert [st["command"] for st in record["stages"]] == record["command"].split(", then ")
-    assert ckpt["fine_tune"]["steps"] == record["stages"][-1]["steps"] == ckpt["step"]
-    assert f"--init-steps {ckpt['fine_tune']['steps']}" in record["stages"][-1]["command"]
+    flags = _check_stages(ckpt, record)
+    assert int(flags[0]["--model.recentre"]) == ckpt["model_config"]["recentre"]
+    assert flags[0]["--sim.target.kinds"] == flags[-1]["--sim.target.kinds"] == "sphere,cube,cylinder"
