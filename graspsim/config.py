@@ -152,8 +152,11 @@ class TargetConfig:
     """
 
     kinds: Tuple[str, ...] = ("sphere",)
-    """Kinds drawn uniformly per scene, e.g. ``sphere`` or ``sphere cube cylinder`` (``sphere,cube,cylinder``
-    also parses); known: sphere, cube, cylinder."""
+    """Kinds drawn per scene, e.g. ``sphere`` or ``sphere cube cylinder`` (``sphere,cube,cylinder`` also parses);
+    known: sphere, cube, cylinder. Uniformly unless ``weights`` says otherwise."""
+    weights: Tuple[float, ...] = ()
+    """Relative share of each kind in ``kinds``, in the same order (e.g. ``2 1 2``: spheres and cylinders twice as
+    often as cubes); empty (the default) draws the kinds uniformly, exactly as runs before this setting did."""
     cube_side: Range = (0.015, 0.030)
     """Cube edge length (m); every cube gets a uniform random yaw."""
     cylinder_diameter: Range = (0.012, 0.025)
@@ -173,6 +176,19 @@ class TargetConfig:
         if len(set(split)) != len(split):
             raise ValueError(f"{owner}.kinds lists a kind twice: {split!r}")
         object.__setattr__(self, "kinds", split)
+        weights = (self.weights,) if isinstance(self.weights, (int, float, str)) else tuple(self.weights)
+        try:
+            weights = tuple(float(w) for item in weights for w in str(item).split(",") if w.strip())
+        except ValueError:
+            raise ValueError(f"{owner}.weights must be numbers, one per kind; got {self.weights!r}") from None
+        if weights:
+            if len(weights) != len(split):
+                raise ValueError(f"{owner}.weights gives {len(weights)} numbers for {len(split)} kinds "
+                                 f"({','.join(split)}); give one per kind, or none for a uniform mix")
+            if not all(math.isfinite(w) and w > 0 for w in weights):
+                raise ValueError(f"{owner}.weights must be finite and above 0 (drop a kind from kinds instead of "
+                                 f"weighting it 0); got {weights!r}")
+        object.__setattr__(self, "weights", weights)
         value_range(owner, "cube_side", self.cube_side, 0.002, 0.2)
         value_range(owner, "cylinder_diameter", self.cylinder_diameter, 0.002, 0.2)
         value_range(owner, "cylinder_height", self.cylinder_height, 0.004, 0.2)

@@ -215,11 +215,15 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
 def _draw_kinds(cfg: SimConfig, n: int, g: torch.Generator, dev: torch.device, sphere_radius: Tensor
                 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Per-scene target kind and shape for a mix beyond spheres: (kind B int64, half-width B m, half height B m,
-    yaw B rad). The kind is uniform over ``cfg.target.kinds``; a cube's side, a cylinder's diameter and height
+    yaw B rad). The kind is drawn from ``cfg.target.kinds`` by ``cfg.target.weights`` (uniform when empty); a cube's side, a cylinder's diameter and height
     are uniform in their ranges; a cube's yaw is uniform in [-pi, pi). Spheres keep ``sphere_radius``."""
     t = cfg.target
     codes = torch.tensor([TARGET_KIND_CODES[k] for k in t.kinds], dtype=torch.long, device=dev)
-    kind = codes[torch.randint(0, len(t.kinds), (n,), generator=g, device=dev)]
+    if t.weights and len(set(t.weights)) > 1:
+        w = torch.tensor(t.weights, dtype=torch.float64, device=dev)
+        kind = codes[torch.multinomial(w, n, replacement=True, generator=g)]
+    else:  # uniform: the draw of runs written before weights existed, unchanged
+        kind = codes[torch.randint(0, len(t.kinds), (n,), generator=g, device=dev)]
     side = _u(t.cube_side, (n,), g, dev)
     cyl_d = _u(t.cylinder_diameter, (n,), g, dev)
     cyl_h = _u(t.cylinder_height, (n,), g, dev)

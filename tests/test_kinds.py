@@ -384,6 +384,10 @@ def test_expert_1000_scenes_per_kind(kind):
         (lambda: SimConfig(target=TargetConfig(kinds=("cylinder",), cylinder_diameter=(0.02, 0.041))),
          r"cylinder_diameter \(0.02, 0.041\).*open width.*0.04"),
         (lambda: TargetConfig(kinds=()), "at least one kind"),
+        (lambda: TargetConfig(kinds=("sphere", "cube"), weights=(1, 2, 3)), r"3 numbers for 2 kinds \(sphere,cube\)"),
+        (lambda: TargetConfig(kinds=("sphere", "cube"), weights=(1, 0)), r"above 0 .*\(1\.0, 0\.0\)"),
+        (lambda: TargetConfig(kinds=("sphere", "cube"), weights=(1, float("nan"))), r"finite and above 0"),
+        (lambda: TargetConfig(kinds=("sphere", "cube"), weights=("two", 1)), r"weights must be numbers.*'two'"),
     ],
 )
 def test_bad_target_config_is_one_line_naming_the_value_and_what_fits(build, match):
@@ -403,6 +407,26 @@ def test_kinds_parse_from_the_cli_spellings_and_round_trip():
 
     parsed = tyro.cli(SimConfig, args=["--target.kinds", "cube", "cylinder"])
     assert parsed.target.kinds == ("cube", "cylinder")
+
+
+def test_weights_set_each_kinds_share_and_equal_weights_draw_as_before():
+    from graspsim.randomization import sample_scenes
+
+    def kinds(weights, n=20000):
+        cfg = SimConfig(target=TargetConfig(kinds=("sphere", "cube", "cylinder"), weights=weights))
+        return sample_scenes(cfg, n, torch.Generator().manual_seed(3)).target_kind
+
+    share = torch.bincount(kinds((2, 1, 2)), minlength=4)[1:].double() / 20000  # box, cylinder, sphere codes
+    assert torch.allclose(share, torch.tensor([0.2, 0.4, 0.4], dtype=torch.float64), atol=0.015)
+    assert torch.equal(kinds((3, 3, 3), 500), kinds((), 500))  # uniform: the stream runs before weights drew
+    parsed = TargetConfig(kinds="sphere,cube,cylinder", weights="2,1,2")
+    assert parsed.weights == (2.0, 1.0, 2.0)
+    cfg = SimConfig(target=parsed)
+    assert SimConfig.from_dict(json.loads(cfg.to_json())) == cfg
+    import tyro
+
+    got = tyro.cli(SimConfig, args=["--target.kinds", "sphere", "cube", "--target.weights", "2", "1"])
+    assert got.target.weights == (2.0, 1.0)
 
 
 def test_gymnasium_spaces_follow_the_kinds():
@@ -480,3 +504,9 @@ def test_run_folders_written_before_kinds_still_resume_and_a_changed_mix_is_name
     mixed = {"sim": SimConfig(target=MIX).to_dict(), "episodes": 10}
     with pytest.raises(ValueError, match=r"sim\.target\.kinds"):
         check_resume(old, mixed, may_change=(), where="run/config.json")
+    before_weights = json.loads(json.dumps(mixed))
+    del before_weights["sim"]["target"]["weights"]  # a mix stored before weights existed resumes as uniform
+    check_resume(before_weights, mixed, may_change=(), where="run/config.json")
+    weighted = {"sim": SimConfig(target=TargetConfig(kinds=MIX.kinds, weights=(2, 1, 2))).to_dict(), "episodes": 10}
+    with pytest.raises(ValueError, match=r"sim\.target\.weights"):
+        check_resume(before_weights, weighted, may_change=(), where="run/config.json")
