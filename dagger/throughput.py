@@ -91,18 +91,6 @@ def load_nets(cfg: BenchConfig, image_size: int, sim: SimConfig | None = None) -
     return seg, ctl, notes
 
 
-def vision_mflop_per_frame(seg, image_size: int) -> float:
-    """MFLOP (10^6 floating-point operations, a multiply-add counted as two) of one frame through
-    ``seg.logits`` as deployed (mirror averaging included when on), by ``torch.utils.flop_counter``; it counts
-    convolutions and matrix products, not element-wise work."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    rgb = torch.zeros(1, 3, image_size, image_size, dtype=torch.uint8, device=seg.device)
-    with FlopCounterMode(display=False) as counter:
-        seg.logits(rgb)
-    return counter.get_total_flops() / 1e6
-
-
 def _loop_stepper(env: GraspEnv, seg, ctl, timing: dict) -> Callable[[], None]:
     """One closed-loop step of ``env`` (segment its RGB, act on the mask, step), adding each part's seconds to
     ``timing["vision" | "control" | "sim"]``."""
@@ -137,6 +125,8 @@ def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
     for k in timing:
         timing[k] = 0.0
     n, dt = _timed(step, 0, cfg.min_steps, cfg.seconds)
+    from graspsim.vision.infer import vision_mflop_per_frame
+
     mflop = vision_mflop_per_frame(seg, sim.image_size)
     return {"batch": B, "steps": n, "seconds": dt, "fps": B * n / dt, "share": {k: v / dt for k, v in timing.items()},
             "vision_mflop_per_frame": mflop, "vision_fps": B * n / timing["vision"],
@@ -221,4 +211,4 @@ def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
     return out
 
 
-__all__ = ["load_nets", "measure_full_loop", "measure_nets", "measure_training", "vision_mflop_per_frame"]
+__all__ = ["load_nets", "measure_full_loop", "measure_nets", "measure_training"]

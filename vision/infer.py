@@ -191,3 +191,15 @@ def throughput(seg: Segmenter, batch: int = 256, iters: int = 5, seed: int = 0) 
     dt = time.perf_counter() - t
     return {"img_per_s": batch * iters / dt, "batch": batch, "dtype": "bfloat16" if seg.bf16 else "float32",
             "mirror_tta": seg.mirror_tta, "threads": torch.get_num_threads()}
+
+
+def vision_mflop_per_frame(seg, image_size: int) -> float:
+    """MFLOP (10^6 floating-point operations, a multiply-add counted as two) of one frame through
+    ``seg.logits`` (a :class:`graspsim.vision.infer.Segmenter`) as deployed (mirror averaging included when on), by
+    ``torch.utils.flop_counter``; it counts convolutions and matrix products, not element-wise work."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    rgb = torch.zeros(1, 3, image_size, image_size, dtype=torch.uint8, device=seg.device)
+    with FlopCounterMode(display=False) as counter:
+        seg.logits(rgb)
+    return counter.get_total_flops() / 1e6
