@@ -259,6 +259,13 @@ def test_transfer_report_and_eval_real_give_per_kind_rows(tmp_path):
         tp = sum(int(r["tp"]) for r in frames)
         assert row["recall"] == pytest.approx(tp / sum(int(r["gt_pixels"]) for r in frames))
     assert "By target kind" in (tmp_path / "er" / "report.html").read_text()
+    for row in (m, *m["by_kind"].values()):  # every pooled number has its interval, which holds it
+        for k in ("iou", "precision", "recall", "false_positive_image_rate"):
+            lo, hi = row["ci95"][k]
+            assert lo <= row[k] + 1e-9 and row[k] <= hi + 1e-9 or not math.isfinite(row[k])
+    again = evaluate_real(EvalRealConfig(images=folder / "images", masks=folder / "masks", vision=ck,
+                                         out=tmp_path / "er2", precision="fp32", bootstrap=0))
+    assert "ci95" not in again and "ci95" not in again["by_kind"]["cube"]
 
 
 def _csv(path: Path) -> list[dict]:

@@ -964,3 +964,37 @@ def test_bf16_inference_stores_bf16_weights_and_gives_autocasts_logits():
     assert seg._bf16_net()._inputs(x).dtype == torch.bfloat16 and seg.net._inputs(x).dtype == torch.float32
     assert next(seg.net.parameters()).dtype == torch.float32
     assert next(seg._bf16_net().parameters()).dtype == torch.bfloat16
+
+
+def test_bootstrap_intervals_are_seeded_hold_the_measured_value_and_narrow_with_more_frames():
+    from graspsim.vision.metrics import bootstrap_intervals, subset_metrics_from_counts
+
+    rng = np.random.default_rng(5)
+
+    def counts(n_target: int, n_empty: int):
+        gt = np.concatenate([rng.integers(5, 60, n_target), np.zeros(n_empty, np.int64)])
+        tp = np.minimum(gt, rng.integers(0, 60, len(gt)))
+        fn = gt - tp
+        fp = rng.integers(0, 8, len(gt)) * (gt > 0)
+        pred = tp + fp + (rng.random(len(gt)) < 0.1) * (gt == 0)  # a tenth of the target-free frames fire
+        return tp, fp, fn, gt, pred
+
+    small, large = counts(40, 20), counts(4000, 2000)
+    groups = lambda c: {"all": np.ones(len(c[0]), dtype=bool), "none": np.zeros(len(c[0]), dtype=bool)}  # noqa: E731
+    a = bootstrap_intervals(groups(small), *small, min_pixels=1, draws=500, seed=3)
+    assert a == bootstrap_intervals(groups(small), *small, min_pixels=1, draws=500, seed=3)  # seeded
+    assert "none" not in a  # a group without frames is left out
+    point = subset_metrics_from_counts(groups(small), *small, min_pixels=1)["all"]
+    for k, (lo, hi) in a["all"].items():
+        assert lo <= point[k] <= hi and lo < hi
+    b = bootstrap_intervals(groups(large), *large, min_pixels=1, draws=500, seed=3)
+    for k in a["all"]:  # 100 times the frames: about a tenth of the width
+        assert (b["all"][k][1] - b["all"][k][0]) < 0.3 * (a["all"][k][1] - a["all"][k][0])
+    only_targets = bootstrap_intervals({"t": np.arange(len(small[0])) < 40}, *small, min_pixels=1, draws=50)
+    assert all(math.isnan(v) for v in only_targets["t"]["false_positive_image_rate"])
+    with pytest.raises(ValueError, match="level must be in"):
+        bootstrap_intervals(groups(small), *small, min_pixels=1, level=95)
+    with pytest.raises(ValueError, match="draws"):
+        bootstrap_intervals(groups(small), *small, min_pixels=1, draws=0)
+    with pytest.raises(ValueError, match=r"bootstrap must be a whole number .*-1"):
+        EvalRealConfig(images=Path("i"), vision=Path("v"), out=Path("o"), bootstrap=-1)

@@ -44,8 +44,8 @@ from graspsim.validate import positive_int
 from .infer import PRECISIONS, Segmenter, frame_probabilities, to_frame_size
 from .image_set import (MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image, read_kinds,
                         write_png)
-from .metrics import (KIND_TARGETS, SegMetrics, frame_averaged, gate_frames, kind_groups, meets_kind_targets,
-                      subset_metrics_from_counts)
+from .metrics import (KIND_TARGETS, SegMetrics, bootstrap_intervals, frame_averaged, gate_frames, kind_groups,
+                      meets_kind_targets, subset_metrics_from_counts)
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,9 @@ class EvalRealConfig:
     images), fp32 or bf16."""
     max_report_images: int = 500
     """At most this many frames are shown in report.html (all are scored and written)."""
+    bootstrap: int = 2000
+    """Resamples of the frames for the 95 % intervals of the pooled metrics (``ci95`` in metrics.json, beside each
+    number in report.html; seeded, so a rerun gives the same intervals); 0 turns them off."""
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not (isinstance(self.threshold, (int, float)) and 0.0 < self.threshold < 1.0):
@@ -95,6 +98,9 @@ class EvalRealConfig:
             raise ValueError(f"EvalRealConfig.peak_threshold must be in [0, 1); got {self.peak_threshold!r}")
         for name in ("min_pixels", "batch_size", "max_report_images"):
             positive_int("EvalRealConfig", name, getattr(self, name))
+        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or self.bootstrap < 0:
+            raise ValueError(f"EvalRealConfig.bootstrap must be a whole number of resamples >= 0 (0: no intervals); "
+                             f"got {self.bootstrap!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"EvalRealConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
 
@@ -168,11 +174,24 @@ def _fmt(v) -> str:
     return html.escape(str(v))
 
 
+def _with_ci(row: dict, key: str) -> str:
+    """``row[key]`` to 3 decimals, with its 95 % interval when ``row`` has ``ci95`` (e.g. ``0.845 (0.814-0.873)``)."""
+    v = float(row.get(key, float("nan")))
+    lo, hi = (row.get("ci95") or {}).get(key, (float("nan"), float("nan")))
+    text = "n/a" if not math.isfinite(v) else f"{v:.3f}"
+    return text + (f" ({lo:.3f}-{hi:.3f})" if math.isfinite(lo) and math.isfinite(hi) else "")
+
+
+def _ci_cell(row: dict, key: str) -> str:
+    """:func:`_with_ci` for a report cell, kept on one line."""
+    return f"<span class='num'>{html.escape(_with_ci(row, key))}</span>"
+
+
 def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | None, skipped: list[dict],
             has_masks: bool) -> None:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>graspsim eval-real</title>",
              "<style>body{font-family:sans-serif;margin:1.5em} td,th{padding:2px 8px;text-align:left}"
-             " img{image-rendering:pixelated} .bad{color:#b00}</style></head><body>",
+             " img{image-rendering:pixelated} .bad{color:#b00} .num{white-space:nowrap}</style></head><body>",
              "<h1>graspsim eval-real</h1>",
              f"<p>images: <code>{html.escape(str(cfg.images))}</code><br>masks: <code>{html.escape(str(cfg.masks))}</code>"
              f"<br>checkpoint: <code>{html.escape(str(cfg.vision))}</code></p>"]
@@ -180,19 +199,25 @@ def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | N
         keys = ("precision", "recall", "iou", "f1", "false_positive_image_rate", "num_images", "num_target_images",
                 "num_empty_images", "threshold", "pr_area")
         pf = summary.get("per_frame", {})
-        parts.append("<h2>Metrics</h2><table>" + "".join(f"<tr><th>{k}</th><td>{_fmt(summary.get(k))}</td></tr>" for k in keys)
+        ci = summary.get("ci95") or {}
+        cell = lambda k: _ci_cell(summary, k) if k in ci else _fmt(summary.get(k))  # noqa: E731
+        parts.append("<h2>Metrics</h2><table>" + "".join(f"<tr><th>{k}</th><td>{cell(k)}</td></tr>" for k in keys)
                      + "".join(f"<tr><th>{k} (frame-averaged)</th><td>{_fmt(pf.get(k))}</td></tr>"
                                for k in ("precision", "recall", "iou", "f1"))
                      + "</table><p>Headline pixel metrics are pooled over target-visible frames (a frame weighs by its "
                        "pixel count); the frame-averaged ones give every target-visible frame the same weight. "
-                       "False-positive image rate over target-free frames.</p>"
+                       "False-positive image rate over target-free frames."
+                     + (f" In brackets, 95 % intervals from {cfg.bootstrap} resamples of the frames: a value inside one "
+                        "cannot be told from the measured one on this set." if ci else "") + "</p>"
                        "<img src='pr_curve.png' alt='precision-recall curve'>")
         by_kind = summary.get("by_kind")
         if by_kind:
             cols = ("iou", "precision", "recall", "false_positive_image_rate", "num_target_images", "meets_targets")
             goal = ", ".join(f"{k} {op} {b:g}" for k, (op, b) in KIND_TARGETS.items())
             parts.append("<h2>By target kind</h2><table><tr><th>kind</th>" + "".join(f"<th>{c}</th>" for c in cols)
-                         + "</tr>" + "".join(f"<tr><td>{html.escape(k)}</td>" + "".join(f"<td>{_fmt(m[c])}</td>" for c in cols)
+                         + "</tr>" + "".join(f"<tr><td>{html.escape(k)}</td>"
+                                             + "".join(f"<td>{_ci_cell(m, c) if c in (m.get('ci95') or {}) else _fmt(m[c])}</td>"
+                                                       for c in cols)
                                              + "</tr>" for k, m in by_kind.items())
                          + f"</table><p>Each kind's pixel metrics over its target frames; the false-positive image rate "
                            f"is the set's (target-free frames show no kind). Targets: {html.escape(goal)}.</p>")
@@ -341,17 +366,27 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     curve = metrics.curve()
     summary["pr_area"] = _pr_plot(curve, summary, out / "pr_curve.png")
     kinds = _frame_kinds(cfg, rows)
+    pred = np.array([r["pred_pixels"] for r in rows])
+    groups = {"all": np.ones(len(rows), dtype=bool)}
     if kinds is not None:
         for r, k in zip(rows, kinds):
             r["kind"] = k
-        pred = np.array([r["pred_pixels"] for r in rows])
-        groups = kind_groups(kinds, counts["gt_pixels"] > 0)
-        by_kind = subset_metrics_from_counts(groups, counts["tp"], counts["fp"], counts["fn"], counts["gt_pixels"], pred,
-                                             cfg.min_pixels)
+        groups.update(kind_groups(kinds, counts["gt_pixels"] > 0))
+        by_kind = subset_metrics_from_counts({k: v for k, v in groups.items() if k != "all"}, counts["tp"],
+                                             counts["fp"], counts["fn"], counts["gt_pixels"], pred, cfg.min_pixels)
         summary["by_kind"] = {k: {**m, "meets_targets": meets_kind_targets(m)} for k, m in by_kind.items()}
+    if cfg.bootstrap:  # seeded: the same frames give the same intervals
+        ci = bootstrap_intervals(groups, counts["tp"], counts["fp"], counts["fn"], counts["gt_pixels"], pred,
+                                 cfg.min_pixels, draws=cfg.bootstrap)
+        summary["ci95"] = ci.pop("all")
+        for k, m in summary.get("by_kind", {}).items():
+            m["ci95"] = ci[k]
     result = {**summary, **base, "headline": "pooled", "suspect_masks": suspect,
               "definitions": {"precision/recall/iou/f1 (headline)": "pixel counts pooled over target-visible frames "
                                                                      "(non-empty mask): a frame weighs by its pixels",
+                              "ci95": f"95 % percentile intervals over {cfg.bootstrap} resamples of the frames "
+                                      "(target-visible and target-free frames apart): a value inside one cannot be "
+                                      "told from the measured one on this set" if cfg.bootstrap else "not computed",
                               "per_frame": "the same ratios per target-visible frame, averaged (every frame weighs "
                                            "the same); precision over the frames with a prediction",
                               "false_positive_image_rate": f"target-free frames with >= {cfg.min_pixels} predicted pixel(s), "
@@ -363,12 +398,12 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
     _report(out / "report.html", cfg, rows, summary, skipped, has_masks=True)
     pf = summary["per_frame"]
-    log.info("eval-real on %d images: pooled iou %.3f precision %.3f recall %.3f (frame-averaged iou %.3f precision "
-             "%.3f recall %.3f), fp-images %.3f", len(rows), summary["iou"], summary["precision"], summary["recall"],
-             pf["iou"], pf["precision"], pf["recall"], summary["false_positive_image_rate"])
+    log.info("eval-real on %d images: pooled iou %s precision %s recall %s (frame-averaged iou %.3f precision "
+             "%.3f recall %.3f), fp-images %s", len(rows), *(_with_ci(summary, k) for k in ("iou", "precision", "recall")),
+             pf["iou"], pf["precision"], pf["recall"], _with_ci(summary, "false_positive_image_rate"))
     for k, m in summary.get("by_kind", {}).items():
-        log.info("  %-8s iou %.3f precision %.3f recall %.3f fp-images %.3f (%d target frames; the set's %d target-free "
-                 "frames)%s", k, m["iou"], m["precision"], m["recall"], m["false_positive_image_rate"],
+        log.info("  %-8s iou %s precision %s recall %s fp-images %s (%d target frames; the set's %d target-free "
+                 "frames)%s", k, *(_with_ci(m, x) for x in ("iou", "precision", "recall", "false_positive_image_rate")),
                  m["num_target_images"], m["num_empty_images"], "" if m["meets_targets"] else ": misses a target")
     return result
 

@@ -196,6 +196,52 @@ def subset_metrics_from_counts(groups: dict[str, np.ndarray], tp, fp, fn, gt_pix
     return out
 
 
+def bootstrap_intervals(groups: dict[str, np.ndarray], tp, fp, fn, gt_pixels, pred_pixels, min_pixels: int,
+                        draws: int = 2000, seed: int = 0, level: float = 0.95) -> dict[str, dict[str, list[float]]]:
+    """How far each group's pooled metrics could move on another draw of frames like these: for each named group
+    (N bool, as :func:`subset_metrics_from_counts`), percentile intervals (``level``, e.g. 95 %) of ``iou``,
+    ``precision``, ``recall`` and ``false_positive_image_rate`` over ``draws`` resamples with replacement of the
+    group's target-visible frames and, apart, of its target-free frames (so every resample keeps the set's mix).
+    Per-frame counts as in :func:`subset_metrics_from_counts`; seeded, so the same counts give the same intervals.
+    A value of the targets that lies inside an interval cannot be told from the measured one on this set.
+    Groups without frames are left out; a metric without frames to measure it gets ``[nan, nan]``."""
+    positive_int("bootstrap_intervals", "draws", draws)
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"bootstrap_intervals: level must be in (0, 1); got {level!r}")
+    tp, fp, fn, gt, pred = (np.asarray(a, dtype=np.int64) for a in (tp, fp, fn, gt_pixels, pred_pixels))
+    rng = np.random.default_rng(seed)
+    lo_q, hi_q = 50.0 * (1.0 - level), 100.0 - 50.0 * (1.0 - level)
+
+    def interval(values: np.ndarray) -> list[float]:
+        values = values[np.isfinite(values)]
+        if not len(values):
+            return [float("nan"), float("nan")]
+        return [float(np.percentile(values, lo_q)), float(np.percentile(values, hi_q))]
+
+    out = {}
+    for name, keep in groups.items():
+        keep = np.asarray(keep, dtype=bool)
+        if not keep.any():
+            continue
+        has, empty = np.flatnonzero(keep & (gt > 0)), np.flatnonzero(keep & (gt == 0))
+        row: dict[str, list[float]] = {}
+        if len(has):
+            pick = has[rng.integers(0, len(has), (draws, len(has)))]  # draws x frames
+            t, f, n = tp[pick].sum(1), fp[pick].sum(1), fn[pick].sum(1)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                row = {"iou": interval(t / (t + f + n)), "precision": interval(t / (t + f)),
+                       "recall": interval(t / (t + n))}
+        else:
+            row = {k: [float("nan"), float("nan")] for k in ("iou", "precision", "recall")}
+        if len(empty):
+            hits = (pred[empty] >= min_pixels).astype(np.float64)
+            row["false_positive_image_rate"] = interval(hits[rng.integers(0, len(empty), (draws, len(empty)))].mean(1))
+        else:
+            row["false_positive_image_rate"] = [float("nan"), float("nan")]
+        out[name] = row
+    return out
+
+
 def curve_from_histograms(hist_pos: np.ndarray, hist_neg: np.ndarray, empty_kth: np.ndarray,
                           thresholds: np.ndarray = THRESHOLDS) -> dict[str, np.ndarray]:
     """The PR curve from ``BINS``-bin probability histograms of target (``hist_pos``) and background
