@@ -67,6 +67,7 @@ from graspsim.rollout import run_episodes
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.seeds import episode_seeds
 from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
+from graspsim.stats import wilson
 
 from .cameras import SIM_CAMERAS, Camera, CameraReader, EndOfStream, close_camera, device_index, open_camera
 from .controller import Controller, SafetyConfig
@@ -74,7 +75,6 @@ from .robot_loop import (CSV_FIELDS, STAGES, STALE_PERIODS, TICKS_CSV, DeployErr
                          adapter_name, capture_deadlines, guarded, latency_stats, read_fingertip, stop_first,
                          workspace_guard)
 from .robots import SIM_ROBOTS, Robot, SimRobot, SimWorld, open_robot
-from .stats import wilson
 
 log = logging.getLogger(__name__)
 

@@ -45,13 +45,13 @@ from graspsim.keys import MASK, RGB
 from graspsim.progress import progress_bar
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import non_negative_int, positive_int
+from graspsim.stats import wilson
 
 from .policy import MaskPolicy, check_fits_scenes
 from graspsim.seeds import episode_seeds
 
 from .rollout import RolloutResult
 from .sharded import sharded_rollout
-from .stats import wilson
 from .train import make_mask_fn
 
 log = logging.getLogger(__name__)

@@ -155,8 +155,10 @@ class TargetConfig:
     """Kinds drawn per scene, e.g. ``sphere`` or ``sphere cube cylinder`` (``sphere,cube,cylinder`` also parses);
     known: sphere, cube, cylinder. Uniformly unless ``weights`` says otherwise."""
     weights: Tuple[float, ...] = ()
-    """Relative share of each kind in ``kinds``, in the same order (e.g. ``2 1 2``: spheres and cylinders twice as
-    often as cubes); empty (the default) draws the kinds uniformly, exactly as runs before this setting did."""
+    """Relative share of each kind in ``kinds``, in the same order, space-separated on the command line (e.g.
+    ``--sim.target.weights 2 1 2``: spheres and cylinders twice as often as cubes); empty (the default) or equal
+    weights draw the kinds uniformly, exactly as runs before this setting did. The mix also sets what ``train-vision``
+    validates and tests on, so its operating point is chosen for that mix."""
     cube_side: Range = (0.015, 0.030)
     """Cube edge length (m); every cube gets a uniform random yaw."""
     cylinder_diameter: Range = (0.012, 0.025)
@@ -188,7 +190,8 @@ class TargetConfig:
             if not all(math.isfinite(w) and w > 0 for w in weights):
                 raise ValueError(f"{owner}.weights must be finite and above 0 (drop a kind from kinds instead of "
                                  f"weighting it 0); got {weights!r}")
-        object.__setattr__(self, "weights", weights)
+        # equal weights draw exactly as no weights do: stored as none, so such a run resumes as the uniform mix it is
+        object.__setattr__(self, "weights", weights if len(set(weights)) > 1 else ())
         value_range(owner, "cube_side", self.cube_side, 0.002, 0.2)
         value_range(owner, "cylinder_diameter", self.cylinder_diameter, 0.002, 0.2)
         value_range(owner, "cylinder_height", self.cylinder_height, 0.004, 0.2)

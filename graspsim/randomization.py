@@ -219,7 +219,7 @@ def _draw_kinds(cfg: SimConfig, n: int, g: torch.Generator, dev: torch.device, s
     are uniform in their ranges; a cube's yaw is uniform in [-pi, pi). Spheres keep ``sphere_radius``."""
     t = cfg.target
     codes = torch.tensor([TARGET_KIND_CODES[k] for k in t.kinds], dtype=torch.long, device=dev)
-    if t.weights and len(set(t.weights)) > 1:
+    if t.weights:
         w = torch.tensor(t.weights, dtype=torch.float64, device=dev)
         kind = codes[torch.multinomial(w, n, replacement=True, generator=g)]
     else:  # uniform: the draw of runs written before weights existed, unchanged

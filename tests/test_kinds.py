@@ -416,9 +416,10 @@ def test_weights_set_each_kinds_share_and_equal_weights_draw_as_before():
         cfg = SimConfig(target=TargetConfig(kinds=("sphere", "cube", "cylinder"), weights=weights))
         return sample_scenes(cfg, n, torch.Generator().manual_seed(3)).target_kind
 
-    share = torch.bincount(kinds((2, 1, 2)), minlength=4)[1:].double() / 20000  # box, cylinder, sphere codes
-    assert torch.allclose(share, torch.tensor([0.2, 0.4, 0.4], dtype=torch.float64), atol=0.015)
+    share = torch.bincount(kinds((1, 2, 4)), minlength=4)[1:].double() / 20000  # box, cylinder, sphere codes
+    assert torch.allclose(share, torch.tensor([2 / 7, 4 / 7, 1 / 7], dtype=torch.float64), atol=0.015)
     assert torch.equal(kinds((3, 3, 3), 500), kinds((), 500))  # uniform: the stream runs before weights drew
+    assert TargetConfig(kinds=("sphere", "cube"), weights=(2, 2)).weights == ()  # equal weights are stored as none
     parsed = TargetConfig(kinds="sphere,cube,cylinder", weights="2,1,2")
     assert parsed.weights == (2.0, 1.0, 2.0)
     cfg = SimConfig(target=parsed)

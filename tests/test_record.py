@@ -11,7 +11,7 @@ import torch
 
 from graspsim.runtime import RuntimeConfig
 from graspsim.vision.checkpoint import TRAINING_ONLY, load_checkpoint
-from graspsim.vision.record import main, ship
+from graspsim.vision.record import ship
 from graspsim.vision.train import TrainVisionConfig, train_vision
 
 from frame_sets import TINY
@@ -61,15 +61,42 @@ def test_ship_writes_a_deployable_net_and_a_record_of_its_stages(tmp_path, two_s
                                   "test": {"iou": 0.8, "recall": 0.9}, "replaced": None}
 
 
-def test_ship_bad_input_names_the_thing(tmp_path, two_stages, capsys):
+def test_ship_checks_every_input_before_it_writes(tmp_path, two_stages):
+    s1, s2 = two_stages
+    net = tmp_path / "net.pt"
+    cases = [
+        (dict(net=tmp_path / "net.onnx", run=s1, stages=[{"run": s1, "command": "c"}]), ValueError, r"\.pt path; got .*net\.onnx"),
+        (dict(net=net, run=tmp_path / "nowhere", stages=[{"run": tmp_path / "nowhere", "command": "c"}]),
+         FileNotFoundError, r"ship: run: no such checkpoint .*nowhere"),
+        (dict(net=net, run=s2, stages=[{"run": tmp_path / "gone", "command": "a"}, {"run": s2, "command": "b"}]),
+         FileNotFoundError, r"stage 'a': no such run config .*gone"),
+        (dict(net=net, run=s2, stages=[{"seed": 0}, {"run": s2, "command": "b"}]), ValueError,
+         r"stage 1 of 2 needs a 'command'"),
+        (dict(net=net, run=s2, stages=[{"run": s2, "command": "b"}, {"run": s1, "command": "a"}]), ValueError,
+         r"last stage must be read from the run shipped"),
+        (dict(net=net, run=s1, stages=[{"run": s1, "command": "a"}], init_as="x.pt"), ValueError,
+         r"init_as='x\.pt' was given, but .* was not started from another net"),
+        (dict(net=net, run=s1, stages=[]), ValueError, "give the stages"),
+    ]
+    for kw, error, match in cases:
+        with pytest.raises(error, match=match):
+            ship(chosen_on={}, **kw)
+        assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, no temporary file left
+
+
+def test_ship_leaves_the_old_net_and_record_when_the_new_net_cannot_be_loaded(tmp_path, two_stages, monkeypatch):
+    import graspsim.vision.record as record
+
     s1, _ = two_stages
-    with pytest.raises(ValueError, match=r"\.pt path; got .*net\.onnx"):
-        ship(tmp_path / "net.onnx", s1, [{"run": s1, "command": "c"}], chosen_on={})
-    with pytest.raises(FileNotFoundError, match=r"ship: run: no such checkpoint .*nowhere"):
-        ship(tmp_path / "net.pt", tmp_path / "nowhere", [{"command": "c"}], chosen_on={})
-    with pytest.raises(FileNotFoundError, match=r"stage 'c': no such run config .*gone"):
-        ship(tmp_path / "net.pt", s1, [{"run": tmp_path / "gone", "command": "c"}], chosen_on={})
-    assert not (tmp_path / "net.pt").exists()  # nothing written before every input was read
-    assert main([]) == 2 and "SPEC.json" in capsys.readouterr().err
-    with pytest.raises(FileNotFoundError, match="record spec: no such file"):
-        main([str(tmp_path / "spec.json")])
+    net = tmp_path / "net.pt"
+    net.write_bytes(b"old net")
+    net.with_suffix(".json").write_text("{}")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot build the net")
+
+    monkeypatch.setattr(record.Segmenter, "from_checkpoint", broken)
+    with pytest.raises(RuntimeError, match="cannot build"):
+        ship(net, s1, [{"run": s1, "command": "a"}], chosen_on={})
+    assert net.read_bytes() == b"old net" and net.with_suffix(".json").read_text() == "{}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "net.pt"]

@@ -996,5 +996,30 @@ def test_bootstrap_intervals_are_seeded_hold_the_measured_value_and_narrow_with_
         bootstrap_intervals(groups(small), *small, min_pixels=1, level=95)
     with pytest.raises(ValueError, match="draws"):
         bootstrap_intervals(groups(small), *small, min_pixels=1, draws=0)
-    with pytest.raises(ValueError, match=r"bootstrap must be a whole number .*-1"):
+    with pytest.raises(ValueError, match=r"bootstrap must be a non-negative int; got -1"):
         EvalRealConfig(images=Path("i"), vision=Path("v"), out=Path("o"), bootstrap=-1)
+
+
+def test_bootstrap_intervals_have_their_level_and_the_false_positive_rate_its_wilson_interval():
+    """Known answers: 400 equal target frames of which 80 % are found whole give recall 0.8 with standard error
+    sqrt(0.8 * 0.2 / 400) = 0.02, so the 95 % interval is about 0.8 +- 0.039 and the 50 % one about 0.8 +- 0.013; the
+    false-positive image rate of 0 in 256 frames gets Wilson's 0 to 0.0148; groups sharing their target-free frames
+    get the same rate interval, and a group's interval does not depend on the other groups asked for."""
+    from graspsim.vision.metrics import bootstrap_intervals
+
+    n = 400
+    gt = np.concatenate([np.full(n, 10), np.zeros(256, np.int64)])
+    hit = np.concatenate([np.arange(n) < 0.8 * n, np.zeros(256, bool)])
+    tp, fn, fp, pred = gt * hit, gt * ~hit, np.zeros_like(gt), gt * hit
+    half = lambda iv: (iv[1] - iv[0]) / 2  # noqa: E731
+    wide = bootstrap_intervals({"all": gt >= 0}, tp, fp, fn, gt, pred, 1, draws=4000)["all"]
+    narrow = bootstrap_intervals({"all": gt >= 0}, tp, fp, fn, gt, pred, 1, draws=4000, level=0.5)["all"]
+    assert half(wide["recall"]) == pytest.approx(1.96 * 0.02, rel=0.08)
+    assert half(narrow["recall"]) == pytest.approx(0.674 * 0.02, rel=0.12)
+    assert wide["false_positive_image_rate"][0] == 0.0
+    assert wide["false_positive_image_rate"][1] == pytest.approx(1.96**2 / (256 + 1.96**2), rel=1e-3)
+    first = np.arange(len(gt)) < n // 2
+    both = bootstrap_intervals({"a": first | (gt == 0), "b": ~first}, tp, fp, fn, gt, pred, 1, draws=300)
+    alone = bootstrap_intervals({"b": ~first}, tp, fp, fn, gt, pred, 1, draws=300)
+    assert both["a"]["false_positive_image_rate"] == both["b"]["false_positive_image_rate"]
+    assert both["b"] == alone["b"]  # the same group, asked with or without another

@@ -34,12 +34,17 @@ def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
 TRAINING_ONLY = runs.TRAINING_ONLY
 
 
+def deployable_payload(src: str | os.PathLike) -> dict:
+    """The vision checkpoint ``src`` without what only resuming training needs (``TRAINING_ONLY``: optimizer and
+    data-RNG state): weights, configs, thresholds, metrics and probe images stay. For :func:`save_checkpoint`."""
+    return {k: v for k, v in runs.deployable(load_checkpoint(src)).items() if k not in ("kind", "format_version")}
+
+
 def save_deployable(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
-    """Copy the vision checkpoint ``src`` to ``dst`` without what only resuming training needs (``TRAINING_ONLY``:
-    optimizer and data-RNG state): weights, configs, thresholds, metrics and probe images stay. Returns the payload
-    written. The result loads with :func:`load_checkpoint` and :meth:`graspsim.vision.infer.Segmenter.from_checkpoint`, but
-    cannot be resumed."""
-    payload = {k: v for k, v in runs.deployable(load_checkpoint(src)).items() if k not in ("kind", "format_version")}
+    """Copy the vision checkpoint ``src`` to ``dst`` as :func:`deployable_payload`. Returns the payload written. The
+    result loads with :func:`load_checkpoint` and :meth:`graspsim.vision.infer.Segmenter.from_checkpoint`, but cannot
+    be resumed."""
+    payload = deployable_payload(src)
     save_checkpoint(dst, payload)
     return payload
 

@@ -39,7 +39,7 @@ import torch
 from graspsim.fileio import atomic_write_bytes, check_in_file, check_out_dir, staged_dir
 from graspsim.progress import progress_bar
 from graspsim.runtime import Runtime, RuntimeConfig
-from graspsim.validate import positive_int
+from graspsim.validate import non_negative_int, positive_int
 
 from .infer import PRECISIONS, Segmenter, frame_probabilities, to_frame_size
 from .image_set import (MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image, read_kinds,
@@ -88,8 +88,9 @@ class EvalRealConfig:
     max_report_images: int = 500
     """At most this many frames are shown in report.html (all are scored and written)."""
     bootstrap: int = 2000
-    """Resamples of the frames for the 95 % intervals of the pooled metrics (``ci95`` in metrics.json, beside each
-    number in report.html; seeded, so a rerun gives the same intervals); 0 turns them off."""
+    """Resamples of the frames for the 95 % intervals of IoU, precision and recall, beside the Wilson interval of the
+    false-positive image rate (``ci95`` in metrics.json, beside each number in report.html; seeded, so a rerun gives
+    the same intervals); 0 turns all four off."""
 
     def __post_init__(self) -> None:
         if self.threshold is not None and not (isinstance(self.threshold, (int, float)) and 0.0 < self.threshold < 1.0):
@@ -98,9 +99,7 @@ class EvalRealConfig:
             raise ValueError(f"EvalRealConfig.peak_threshold must be in [0, 1); got {self.peak_threshold!r}")
         for name in ("min_pixels", "batch_size", "max_report_images"):
             positive_int("EvalRealConfig", name, getattr(self, name))
-        if isinstance(self.bootstrap, bool) or not isinstance(self.bootstrap, int) or self.bootstrap < 0:
-            raise ValueError(f"EvalRealConfig.bootstrap must be a whole number of resamples >= 0 (0: no intervals); "
-                             f"got {self.bootstrap!r}")
+        non_negative_int("EvalRealConfig", "bootstrap", self.bootstrap)
         if self.precision not in PRECISIONS:
             raise ValueError(f"EvalRealConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
 
@@ -207,7 +206,8 @@ def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | N
                      + "</table><p>Headline pixel metrics are pooled over target-visible frames (a frame weighs by its "
                        "pixel count); the frame-averaged ones give every target-visible frame the same weight. "
                        "False-positive image rate over target-free frames."
-                     + (f" In brackets, 95 % intervals from {cfg.bootstrap} resamples of the frames: a value inside one "
+                     + (f" In brackets, 95 % intervals (IoU, precision, recall: {cfg.bootstrap} resamples of the "
+                        "target-visible frames; false-positive image rate: Wilson's interval): a value inside one "
                         "cannot be told from the measured one on this set." if ci else "") + "</p>"
                        "<img src='pr_curve.png' alt='precision-recall curve'>")
         by_kind = summary.get("by_kind")
@@ -384,9 +384,10 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     result = {**summary, **base, "headline": "pooled", "suspect_masks": suspect,
               "definitions": {"precision/recall/iou/f1 (headline)": "pixel counts pooled over target-visible frames "
                                                                      "(non-empty mask): a frame weighs by its pixels",
-                              "ci95": f"95 % percentile intervals over {cfg.bootstrap} resamples of the frames "
-                                      "(target-visible and target-free frames apart): a value inside one cannot be "
-                                      "told from the measured one on this set" if cfg.bootstrap else "not computed",
+                              "ci95": f"95 % intervals: IoU, precision and recall over {cfg.bootstrap} resamples "
+                                      "of the target-visible frames, the false-positive image rate by Wilson's score "
+                                      "interval; a value inside one cannot be told from the measured one on this set"
+                                      if cfg.bootstrap else "not computed",
                               "per_frame": "the same ratios per target-visible frame, averaged (every frame weighs "
                                            "the same); precision over the frames with a prediction",
                               "false_positive_image_rate": f"target-free frames with >= {cfg.min_pixels} predicted pixel(s), "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import warnings
+import zlib
 from typing import Sequence
 
 import numpy as np
@@ -196,27 +197,37 @@ def subset_metrics_from_counts(groups: dict[str, np.ndarray], tp, fp, fn, gt_pix
     return out
 
 
+BOOTSTRAP_CHUNK = 250
+"""Resamples drawn at a time by :func:`bootstrap_intervals` (keeps its index arrays to chunk x frames)."""
+
+
 def bootstrap_intervals(groups: dict[str, np.ndarray], tp, fp, fn, gt_pixels, pred_pixels, min_pixels: int,
                         draws: int = 2000, seed: int = 0, level: float = 0.95) -> dict[str, dict[str, list[float]]]:
-    """How far each group's pooled metrics could move on another draw of frames like these: for each named group
-    (N bool, as :func:`subset_metrics_from_counts`), percentile intervals (``level``, e.g. 95 %) of ``iou``,
-    ``precision``, ``recall`` and ``false_positive_image_rate`` over ``draws`` resamples with replacement of the
-    group's target-visible frames and, apart, of its target-free frames (so every resample keeps the set's mix).
-    Per-frame counts as in :func:`subset_metrics_from_counts`; seeded, so the same counts give the same intervals.
-    A value of the targets that lies inside an interval cannot be told from the measured one on this set.
-    Groups without frames are left out; a metric without frames to measure it gets ``[nan, nan]``."""
+    """How far each group's metrics could move on another draw of frames like these, for each named group (N bool,
+    as :func:`subset_metrics_from_counts`):
+
+    * ``iou``, ``precision``, ``recall`` (pooled over the group's target-visible frames): percentile intervals at
+      ``level`` (e.g. 95 %) over ``draws`` resamples with replacement of those frames, the same number of frames in
+      every resample. Each group draws from its own stream of ``seed`` and its name, so a group's interval does
+      not depend on which other groups are asked for.
+    * ``false_positive_image_rate`` (over the group's target-free frames): the Wilson score interval at ``level``,
+      which stays honest where the rate is 0 (0 of 256 frames gives 0 to 0.0148; resampling would give 0 to 0);
+      groups that share their target-free frames, as :func:`kind_groups` makes them, get the same interval.
+
+    Per-frame counts as in :func:`subset_metrics_from_counts`. A target value inside an interval cannot be told
+    from the measured one on this set. Groups without frames are left out; a metric without frames to measure it
+    gets ``[nan, nan]``."""
+    from statistics import NormalDist
+
+    from graspsim.stats import wilson
+
     positive_int("bootstrap_intervals", "draws", draws)
     if not 0.0 < level < 1.0:
         raise ValueError(f"bootstrap_intervals: level must be in (0, 1); got {level!r}")
     tp, fp, fn, gt, pred = (np.asarray(a, dtype=np.int64) for a in (tp, fp, fn, gt_pixels, pred_pixels))
-    rng = np.random.default_rng(seed)
     lo_q, hi_q = 50.0 * (1.0 - level), 100.0 - 50.0 * (1.0 - level)
-
-    def interval(values: np.ndarray) -> list[float]:
-        values = values[np.isfinite(values)]
-        if not len(values):
-            return [float("nan"), float("nan")]
-        return [float(np.percentile(values, lo_q)), float(np.percentile(values, hi_q))]
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    nan2 = [float("nan"), float("nan")]
 
     out = {}
     for name, keep in groups.items():
@@ -224,20 +235,21 @@ def bootstrap_intervals(groups: dict[str, np.ndarray], tp, fp, fn, gt_pixels, pr
         if not keep.any():
             continue
         has, empty = np.flatnonzero(keep & (gt > 0)), np.flatnonzero(keep & (gt == 0))
-        row: dict[str, list[float]] = {}
+        row = {k: nan2 for k in ("iou", "precision", "recall")}
         if len(has):
-            pick = has[rng.integers(0, len(has), (draws, len(has)))]  # draws x frames
-            t, f, n = tp[pick].sum(1), fp[pick].sum(1), fn[pick].sum(1)
+            rng = np.random.default_rng([seed, zlib.crc32(str(name).encode())])  # keyed by the group's name
+            t, f, n = (np.empty(draws, np.int64) for _ in range(3))
+            for start in range(0, draws, BOOTSTRAP_CHUNK):
+                stop = min(draws, start + BOOTSTRAP_CHUNK)
+                pick = has[rng.integers(0, len(has), (stop - start, len(has)))]  # chunk x frames
+                t[start:stop], f[start:stop], n[start:stop] = tp[pick].sum(1), fp[pick].sum(1), fn[pick].sum(1)
             with np.errstate(divide="ignore", invalid="ignore"):
-                row = {"iou": interval(t / (t + f + n)), "precision": interval(t / (t + f)),
-                       "recall": interval(t / (t + n))}
-        else:
-            row = {k: [float("nan"), float("nan")] for k in ("iou", "precision", "recall")}
-        if len(empty):
-            hits = (pred[empty] >= min_pixels).astype(np.float64)
-            row["false_positive_image_rate"] = interval(hits[rng.integers(0, len(empty), (draws, len(empty)))].mean(1))
-        else:
-            row["false_positive_image_rate"] = [float("nan"), float("nan")]
+                for key, value in (("iou", t / (t + f + n)), ("precision", t / (t + f)), ("recall", t / (t + n))):
+                    value = value[np.isfinite(value)]
+                    if len(value):
+                        row[key] = [float(np.percentile(value, lo_q)), float(np.percentile(value, hi_q))]
+        fired = int((pred[empty] >= min_pixels).sum())
+        row["false_positive_image_rate"] = list(wilson(fired, len(empty), z)) if len(empty) else nan2
         out[name] = row
     return out
 

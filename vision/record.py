@@ -5,8 +5,8 @@ keys and none is assembled by hand.
 A net trained in stages (``train-vision``, then ``train-vision --init`` from that net) is described by its stages in
 order; each stage that has a run folder on this machine reads its seed, steps, seconds and init learning rate from
 that folder, and a stage whose folder is gone (an earlier session's) is given as the dict an older record stored.
-The last stage's run folder is the net shipped. Use it from Python or as
-``python -m graspsim.vision.record SPEC.json`` (the keyword arguments of :func:`ship` as a JSON object).
+The last stage's run folder is the net shipped. A maintainer's tool, used from Python when a net is shipped
+(``vision/assets/README.md``).
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ import json
 import os
 import platform
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any, Sequence
 
 from graspsim.fileio import atomic_write_text, check_in_file
 
-from .checkpoint import load_checkpoint, save_checkpoint, save_deployable
+from .checkpoint import deployable_payload, load_checkpoint, save_checkpoint
 from .infer import Segmenter, vision_mflop_per_frame
 
 METRIC_KEYS = ("iou", "precision", "recall", "false_positive_image_rate")
@@ -61,11 +60,26 @@ def _summary(record: dict) -> dict:
 
 
 def _git_commit() -> str | None:
+    """The short commit of the repository this module lives in (None outside a git checkout, e.g. from a wheel)."""
     try:
-        got = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True)
+        got = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).resolve().parent)
     except (OSError, subprocess.CalledProcessError):
         return None
     return got.stdout.strip() or None
+
+
+def _check_stages(stages: Sequence[dict], run: Path) -> None:
+    """ValueError naming the stage unless every stage has a ``command`` and the last one is read from ``run``."""
+    if not stages:
+        raise ValueError("ship: give the stages that trained the net (at least the last, with its run folder)")
+    for i, s in enumerate(stages):
+        if not isinstance(s, dict) or not isinstance(s.get("command"), str) or not s["command"].strip():
+            raise ValueError(f"ship: stage {i + 1} of {len(stages)} needs a 'command' (the command line it ran); got {s!r}")
+    last = stages[-1]
+    if "run" not in last or Path(last["run"]).resolve() != run.resolve():
+        raise ValueError(f"ship: the last stage must be read from the run shipped ({run}); it is "
+                         f"{last.get('run', 'given without a run folder')!s}")
 
 
 def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict], *, chosen_on: dict,
@@ -73,34 +87,44 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
     """Ship the net of run folder ``run`` (its ``checkpoint.pt``) as ``net`` (a ``.pt`` path) without its training
     state, and write its record beside it (``net`` with ``.json``). Returns the record.
 
-    ``stages``: the commands that trained it, in order; an item with ``"run"`` and ``"command"`` is read from that run
-    folder (:func:`stage_from_run`, other keys kept as notes), any other item is stored as given. ``chosen_on``: the
-    rule it was chosen by and what the candidates scored (validation only). ``machine``: where it trained (default: this
-    machine's processor). ``init_as``: the path to store as the checkpoint's ``config.init`` and ``fine_tune.init``
-    instead of this machine's (e.g. ``vision/assets/segnet_kinds.pt`` when the run was started from the shipped file).
-    ``extra``: more keys for the record (e.g. ``closed_loop_validation``). A record already beside ``net`` becomes
-    the new one's ``replaced`` summary.
+    ``stages``: the commands that trained it, in order; an item with ``"run"`` is read from that run folder
+    (:func:`stage_from_run`, other keys kept as notes), any other item is stored as given; every item has a
+    ``"command"``, and the last is read from ``run``. ``chosen_on``: the rule it was chosen by and what the candidates
+    scored (validation only). ``machine``: where it trained (default: this machine's processor). ``init_as``: the path
+    to store as the checkpoint's ``config.init`` and ``fine_tune.init`` instead of this machine's (e.g.
+    ``vision/assets/segnet_kinds.pt`` when the run started from the shipped file). ``extra``: more keys for the
+    record (e.g. ``closed_loop_validation``). A record already beside ``net`` becomes the new one's ``replaced``.
+
+    Every input is read and checked before anything is written; the net is written to a temporary file, loaded back
+    for its cost per frame, then moved over ``net``, and the record is written last.
     """
     net, run = Path(net), Path(run)
     if net.suffix != ".pt":
         raise ValueError(f"ship: the net to write must be a .pt path; got {net}")
-    if not stages:
-        raise ValueError("ship: give the stages that trained the net (at least the last, with its run folder)")
+    _check_stages(stages, run)
     check_in_file(run / "checkpoint.pt", "ship: run", what="checkpoint")
+    metrics = json.loads(check_in_file(run / "metrics.json", "ship: run", what="run metrics file").read_text())
     filled = [stage_from_run(**s) if "run" in s else dict(s) for s in stages]
     old_record = net.with_suffix(".json")
     replaced = _summary(json.loads(old_record.read_text())) if old_record.exists() else None
-    metrics = json.loads((run / "metrics.json").read_text())
-
-    payload = save_deployable(run / "checkpoint.pt", net)
+    payload = deployable_payload(run / "checkpoint.pt")
     if init_as is not None:
-        for d in (payload.get("config"), payload.get("fine_tune"), (payload.get("metrics") or {}).get("fine_tune")):
-            if isinstance(d, dict) and d.get("init"):
-                d["init"] = init_as
-        save_checkpoint(net, payload)
-    payload = load_checkpoint(net)
+        places = [d for d in (payload.get("config"), payload.get("fine_tune"), (payload.get("metrics") or {}).get("fine_tune"))
+                  if isinstance(d, dict) and d.get("init")]
+        if not places:
+            raise ValueError(f"ship: init_as={init_as!r} was given, but {run / 'checkpoint.pt'} was not started from "
+                             "another net (no --init in its config)")
+        for d in places:
+            d["init"] = init_as
 
-    seg = Segmenter.from_checkpoint(net, precision="fp32")
+    tmp = net.with_name(net.name + ".shipping")
+    try:
+        save_checkpoint(tmp, payload)
+        payload = load_checkpoint(tmp)
+        mflop = vision_mflop_per_frame(Segmenter.from_checkpoint(tmp, precision="fp32"), payload["image_size"])
+        os.replace(tmp, net)
+    finally:
+        tmp.unlink(missing_ok=True)
     record = {
         "command": ", then ".join(s["command"] for s in filled),
         "stages": filled,
@@ -112,7 +136,7 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
         "threshold": payload["threshold"],
         "peak_threshold": payload.get("peak_threshold", 0.0),
         "mirror_tta": payload.get("mirror_tta", False),
-        "mflop_per_frame_as_deployed": round(vision_mflop_per_frame(seg, payload["image_size"]), 2),
+        "mflop_per_frame_as_deployed": round(mflop, 2),
         "chosen_on": chosen_on,
         **(extra or {}),
         **{k: metrics[k] for k in FROM_METRICS if k in metrics},
@@ -121,21 +145,3 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
     }
     atomic_write_text(old_record, json.dumps(record, indent=2, default=str) + "\n")
     return record
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m graspsim.vision.record SPEC.json``: :func:`ship` with the keyword arguments in SPEC.json."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m graspsim.vision.record SPEC.json  (keys: net, run, stages, chosen_on, machine, "
-              "init_as, extra)", file=sys.stderr)
-        return 2
-    spec = json.loads(check_in_file(args[0], "record spec").read_text())
-    record = ship(**spec)
-    print(json.dumps({k: record[k] for k in ("command", "threshold", "peak_threshold", "mflop_per_frame_as_deployed",
-                                            "steps")}, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
