@@ -200,7 +200,9 @@ def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | N
         pf = summary.get("per_frame", {})
         ci = summary.get("ci95") or {}
         cell = lambda k: _ci_cell(summary, k) if k in ci else _fmt(summary.get(k))  # noqa: E731
-        parts.append("<h2>Metrics</h2><table>" + "".join(f"<tr><th>{k}</th><td>{cell(k)}</td></tr>" for k in keys)
+        label = {"pr_area": "pr_area (swept part only)"}
+        parts.append("<h2>Metrics</h2><table>" + "".join(f"<tr><th>{label.get(k, k)}</th><td>{cell(k)}</td></tr>"
+                                                         for k in keys)
                      + "".join(f"<tr><th>{k} (frame-averaged)</th><td>{_fmt(pf.get(k))}</td></tr>"
                                for k in ("precision", "recall", "iou", "f1"))
                      + "</table><p>Headline pixel metrics are pooled over target-visible frames (a frame weighs by its "
