@@ -181,9 +181,12 @@ def _with_ci(row: dict, key: str) -> str:
     return text + (f" ({lo:.3f}-{hi:.3f})" if math.isfinite(lo) and math.isfinite(hi) else "")
 
 
-def _ci_cell(row: dict, key: str) -> str:
-    """:func:`_with_ci` for a report cell, kept on one line."""
-    return f"<span class='num'>{html.escape(_with_ci(row, key))}</span>"
+def _cell(row: dict, key: str) -> str:
+    """A report cell for ``row[key]``: with its interval (:func:`_with_ci`, kept on one line) when ``row`` has one,
+    else as :func:`_fmt` writes it."""
+    if key in (row.get("ci95") or {}):
+        return f"<span class='num'>{html.escape(_with_ci(row, key))}</span>"
+    return _fmt(row.get(key))
 
 
 def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | None, skipped: list[dict],
@@ -198,10 +201,8 @@ def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | N
         keys = ("precision", "recall", "iou", "f1", "false_positive_image_rate", "num_images", "num_target_images",
                 "num_empty_images", "threshold", "pr_area")
         pf = summary.get("per_frame", {})
-        ci = summary.get("ci95") or {}
-        cell = lambda k: _ci_cell(summary, k) if k in ci else _fmt(summary.get(k))  # noqa: E731
         label = {"pr_area": "pr_area (swept part only)"}
-        parts.append("<h2>Metrics</h2><table>" + "".join(f"<tr><th>{label.get(k, k)}</th><td>{cell(k)}</td></tr>"
+        parts.append("<h2>Metrics</h2><table>" + "".join(f"<tr><th>{label.get(k, k)}</th><td>{_cell(summary, k)}</td></tr>"
                                                          for k in keys)
                      + "".join(f"<tr><th>{k} (frame-averaged)</th><td>{_fmt(pf.get(k))}</td></tr>"
                                for k in ("precision", "recall", "iou", "f1"))
@@ -210,7 +211,7 @@ def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | N
                        "False-positive image rate over target-free frames."
                      + (f" In brackets, 95 % intervals (IoU, precision, recall: {cfg.bootstrap} resamples of the "
                         "target-visible frames; false-positive image rate: Wilson's interval): a value inside one "
-                        "cannot be told from the measured one on this set." if ci else "") + "</p>"
+                        "cannot be told from the measured one on this set." if summary.get("ci95") else "") + "</p>"
                        "<img src='pr_curve.png' alt='precision-recall curve'>")
         by_kind = summary.get("by_kind")
         if by_kind:
@@ -218,8 +219,7 @@ def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | N
             goal = ", ".join(f"{k} {op} {b:g}" for k, (op, b) in KIND_TARGETS.items())
             parts.append("<h2>By target kind</h2><table><tr><th>kind</th>" + "".join(f"<th>{c}</th>" for c in cols)
                          + "</tr>" + "".join(f"<tr><td>{html.escape(k)}</td>"
-                                             + "".join(f"<td>{_ci_cell(m, c) if c in (m.get('ci95') or {}) else _fmt(m[c])}</td>"
-                                                       for c in cols)
+                                             + "".join(f"<td>{_cell(m, c)}</td>" for c in cols)
                                              + "</tr>" for k, m in by_kind.items())
                          + f"</table><p>Each kind's pixel metrics over its target frames; the false-positive image rate "
                            f"is the set's (target-free frames show no kind). Targets: {html.escape(goal)}.</p>")
@@ -369,18 +369,18 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     summary["pr_area"] = _pr_plot(curve, summary, out / "pr_curve.png")
     kinds = _frame_kinds(cfg, rows)
     pred = np.array([r["pred_pixels"] for r in rows])
-    groups = {"all": np.ones(len(rows), dtype=bool)}
+    per_frame_counts = (counts["tp"], counts["fp"], counts["fn"], counts["gt_pixels"], pred)
+    kind_rows: dict = {}
     if kinds is not None:
         for r, k in zip(rows, kinds):
             r["kind"] = k
-        groups.update(kind_groups(kinds, counts["gt_pixels"] > 0))
-        by_kind = subset_metrics_from_counts({k: v for k, v in groups.items() if k != "all"}, counts["tp"],
-                                             counts["fp"], counts["fn"], counts["gt_pixels"], pred, cfg.min_pixels)
+        kind_rows = kind_groups(kinds, counts["gt_pixels"] > 0)
+        by_kind = subset_metrics_from_counts(kind_rows, *per_frame_counts, cfg.min_pixels)
         summary["by_kind"] = {k: {**m, "meets_targets": meets_kind_targets(m)} for k, m in by_kind.items()}
-    if cfg.bootstrap:  # seeded: the same frames give the same intervals
-        ci = bootstrap_intervals(groups, counts["tp"], counts["fp"], counts["fn"], counts["gt_pixels"], pred,
-                                 cfg.min_pixels, draws=cfg.bootstrap)
-        summary["ci95"] = ci.pop("all")
+    if cfg.bootstrap:  # seeded, each group by its own name: the same frames give the same intervals
+        summary["ci95"] = bootstrap_intervals({"all": np.ones(len(rows), dtype=bool)}, *per_frame_counts, cfg.min_pixels,
+                                              draws=cfg.bootstrap)["all"]
+        ci = bootstrap_intervals(kind_rows, *per_frame_counts, cfg.min_pixels, draws=cfg.bootstrap)
         for k, m in summary.get("by_kind", {}).items():
             m["ci95"] = ci[k]
     result = {**summary, **base, "headline": "pooled", "suspect_masks": suspect,

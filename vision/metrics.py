@@ -227,7 +227,6 @@ def bootstrap_intervals(groups: dict[str, np.ndarray], tp, fp, fn, gt_pixels, pr
     tp, fp, fn, gt, pred = (np.asarray(a, dtype=np.int64) for a in (tp, fp, fn, gt_pixels, pred_pixels))
     lo_q, hi_q = 50.0 * (1.0 - level), 100.0 - 50.0 * (1.0 - level)
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    nan2 = [float("nan"), float("nan")]
 
     out = {}
     for name, keep in groups.items():
@@ -235,7 +234,7 @@ def bootstrap_intervals(groups: dict[str, np.ndarray], tp, fp, fn, gt_pixels, pr
         if not keep.any():
             continue
         has, empty = np.flatnonzero(keep & (gt > 0)), np.flatnonzero(keep & (gt == 0))
-        row = {k: nan2 for k in ("iou", "precision", "recall")}
+        row = {k: [math.nan, math.nan] for k in ("iou", "precision", "recall")}
         if len(has):
             rng = np.random.default_rng([seed, zlib.crc32(str(name).encode())])  # keyed by the group's name
             t, f, n = (np.empty(draws, np.int64) for _ in range(3))
@@ -249,7 +248,7 @@ def bootstrap_intervals(groups: dict[str, np.ndarray], tp, fp, fn, gt_pixels, pr
                     if len(value):
                         row[key] = [float(np.percentile(value, lo_q)), float(np.percentile(value, hi_q))]
         fired = int((pred[empty] >= min_pixels).sum())
-        row["false_positive_image_rate"] = list(wilson(fired, len(empty), z)) if len(empty) else nan2
+        row["false_positive_image_rate"] = list(wilson(fired, len(empty), z))
         out[name] = row
     return out
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 from graspsim.fileio import atomic_write_text, check_in_file
 
-from .checkpoint import deployable_payload, load_checkpoint, save_checkpoint
+from .checkpoint import deployable_payload, save_checkpoint
 from .infer import Segmenter, vision_mflop_per_frame
 
 METRIC_KEYS = ("iou", "precision", "recall", "false_positive_image_rate")
@@ -120,7 +120,6 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
     tmp = net.with_name(net.name + ".shipping")
     try:
         save_checkpoint(tmp, payload)
-        payload = load_checkpoint(tmp)
         mflop = vision_mflop_per_frame(Segmenter.from_checkpoint(tmp, precision="fp32"), payload["image_size"])
         os.replace(tmp, net)
     finally:
