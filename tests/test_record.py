@@ -50,6 +50,9 @@ def test_ship_writes_a_deployable_net_and_a_record_of_its_stages(tmp_path, two_s
                                  "--init-steps 3 --init-lr 0.002")
     first, last = record["stages"]
     assert (first["seed"], first["steps"], "init_lr" in first) == (4, 3, False)
+    # each stage keeps its own operating point: the second stage started from the first's
+    assert (first["threshold"], first["peak_threshold"]) == (ckpt["fine_tune"]["init_threshold"],
+                                                           ckpt["fine_tune"]["init_peak_threshold"])
     assert (last["seed"], last["steps"], last["init_lr"], last["init_as_run"]) == (0, 3, 0.002, "the first stage's net")
     metrics = json.loads((s2 / "metrics.json").read_text())
     assert last["train_seconds"] == metrics["train_seconds"] == record["train_seconds"]

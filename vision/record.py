@@ -32,12 +32,14 @@ FROM_METRICS = ("test", "transfer_test", "transfer_val", "transfer_test_by_kind"
 
 def stage_from_run(run: str | os.PathLike, command: str, **notes: Any) -> dict:
     """One stage of a record from its run folder ``run``: the ``command`` given, and the run's seed, steps, training
-    seconds and (for a ``--init`` run) init learning rate; ``notes`` are added as they are."""
+    seconds, operating point (threshold, frame gate) and (for a ``--init`` run) init learning rate; ``notes`` are added
+    as they are."""
     run = Path(run)
     config = json.loads(check_in_file(run / "config.json", f"stage {command!r}", what="run config").read_text())
     metrics = json.loads(check_in_file(run / "metrics.json", f"stage {command!r}", what="run metrics file").read_text())
     stage = {"command": command, "seed": config.get("seed"), "steps": config.get("init_steps") if config.get("init")
-             else config.get("steps"), "train_seconds": metrics.get("train_seconds")}
+             else config.get("steps"), "train_seconds": metrics.get("train_seconds"),
+             "threshold": metrics.get("threshold"), "peak_threshold": metrics.get("peak_threshold")}
     if config.get("init"):
         stage["init_lr"] = config.get("init_lr")
     return {**stage, **notes}
