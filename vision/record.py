@@ -95,7 +95,8 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
     scored (validation only). ``machine``: where it trained (default: this machine's processor). ``init_as``: the path
     to store as the checkpoint's ``config.init`` and ``fine_tune.init`` instead of this machine's (e.g.
     ``vision/assets/segnet_kinds.pt`` when the run started from the shipped file). ``extra``: more keys for the
-    record (e.g. ``closed_loop_validation``). A record already beside ``net`` becomes the new one's ``replaced``.
+    record (e.g. ``closed_loop_validation``, or ``git_commit`` for the commit the runs started from, which is by
+    default the commit it is shipped from). A record already beside ``net`` becomes the new one's ``replaced``.
 
     Every input is read and checked before anything is written; the net is written to a temporary file, loaded back
     for its cost per frame, then moved over ``net``, and the record is written last.
