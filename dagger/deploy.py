@@ -66,8 +66,8 @@ from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, sta
 from graspsim.rollout import run_episodes
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.seeds import episode_seeds
-from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
 from graspsim.stats import wilson
+from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
 
 from .cameras import SIM_CAMERAS, Camera, CameraReader, EndOfStream, close_camera, device_index, open_camera
 from .controller import Controller, SafetyConfig

@@ -44,12 +44,11 @@ from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, rep
 from graspsim.keys import MASK, RGB
 from graspsim.progress import progress_bar
 from graspsim.runtime import Runtime, RuntimeConfig
-from graspsim.validate import non_negative_int, positive_int
+from graspsim.seeds import episode_seeds
 from graspsim.stats import wilson
+from graspsim.validate import non_negative_int, positive_int
 
 from .policy import MaskPolicy, check_fits_scenes
-from graspsim.seeds import episode_seeds
-
 from .rollout import RolloutResult
 from .sharded import sharded_rollout
 from .train import make_mask_fn

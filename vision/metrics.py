@@ -23,12 +23,14 @@ from __future__ import annotations
 import math
 import warnings
 import zlib
+from statistics import NormalDist
 from typing import Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from graspsim.stats import wilson
 from graspsim.validate import positive_int
 
 BINS = 1000
@@ -217,10 +219,6 @@ def bootstrap_intervals(groups: dict[str, np.ndarray], tp, fp, fn, gt_pixels, pr
     Per-frame counts as in :func:`subset_metrics_from_counts`. A target value inside an interval cannot be told
     from the measured one on this set. Groups without frames are left out; a metric without frames to measure it
     gets ``[nan, nan]``."""
-    from statistics import NormalDist
-
-    from graspsim.stats import wilson
-
     positive_int("bootstrap_intervals", "draws", draws)
     if not 0.0 < level < 1.0:
         raise ValueError(f"bootstrap_intervals: level must be in (0, 1); got {level!r}")
