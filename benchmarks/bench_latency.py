@@ -4,7 +4,7 @@
 
 One wrist frame at a time, as ``graspsim deploy`` sees them (simulator frames of the test stream, camera partway
 down). Stages: ``vision`` (frame -> mask), ``control`` (mask + gripper senses -> action) and ``decision`` (what
-the deploy loop times: resize, vision, control and the safety rules of :class:`graspsim.dagger.controller.Controller`).
+the deploy loop times: resize, vision, control and the safety rules of :class:`graspsim.robot.controller.Controller`).
 Torch runs at the precision deploy would pick (``auto``: bf16 autocast where the CPU has native bf16 and the
 checkpoint's probe frames agree) and at float32; onnxruntime runs the float32 graphs of ``graspsim export``.
 The measurements are interleaved round by round, so a change of machine load hits all of them alike; the load
@@ -71,8 +71,8 @@ def main(cfg: LatencyConfig) -> dict:
     logging.basicConfig(level=logging.WARNING)
     tune_allocator()
     torch.set_num_threads(cfg.threads)
-    from graspsim.dagger.controller import Controller, OnnxNets, TorchNets
-    from graspsim.dagger.export import ExportConfig, export, parity_inputs
+    from graspsim.robot.controller import Controller, OnnxNets, TorchNets
+    from graspsim.robot.export import ExportConfig, export, parity_inputs
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_latency_"))
     for mirror in (True, False):

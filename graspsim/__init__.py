@@ -21,7 +21,7 @@ _LAZY = {
 """Public name -> the submodule that defines it."""
 
 __all__ = sorted(_LAZY) + ["make_env"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 GYM_ENV_ID = "graspsim/WristGrasp-v0"
 """The gymnasium id of the single-scene environment (:mod:`graspsim.gym_env`)."""
 

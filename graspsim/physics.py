@@ -211,7 +211,7 @@ def fold_quarter_turn(yaw: Tensor) -> Tensor:
 def rotate_xy(v: Tensor, c: Tensor, s: Tensor) -> Tensor:
     """``v`` (B,2 or B,3) with its x, y turned by the angle whose cos, sin are ``c``, ``s`` (B); z kept. The one
     wrist rotation: the simulator, the expert and the wrist control net (world <-> gripper frame, ``s`` negated for
-    the inverse turn) all call it; the numpy runtime mirrors it in ``graspsim.dagger.controller.action_from_raw``."""
+    the inverse turn) all call it; the numpy runtime mirrors it in ``graspsim.robot.controller.action_from_raw``."""
     x = c * v[:, 0] - s * v[:, 1]
     y = s * v[:, 0] + c * v[:, 1]
     return torch.cat([torch.stack([x, y], 1), v[:, 2:]], 1)

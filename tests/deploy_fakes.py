@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 
-from graspsim.dagger.cameras import CameraTimeout, Frame
-from graspsim.dagger.robots import DryRunRobot, Senses
+from graspsim.robot.cameras import CameraTimeout, Frame
+from graspsim.robot.robots import DryRunRobot, Senses
 
 EVENTS: list[tuple[str, list[float]]] = []
 """What the fake robots were asked to do, in order: ("send", command) / ("stop", ...)."""

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import deploy_fakes
-from graspsim.dagger.controller import Controller, SafetyConfig
+from graspsim.robot.controller import Controller, SafetyConfig
 from graspsim.runtime import RuntimeConfig
 from graspsim.cli import main
-from graspsim.dagger.deploy import DeployConfig, deploy, workspace_guard
+from graspsim.robot.deploy import DeployConfig, deploy, workspace_guard
 
 ROOT = Path(__file__).resolve().parents[1]
 VISION = ROOT / "vision" / "assets" / "segnet.pt"
@@ -251,7 +251,7 @@ def test_device_camera_times_out():
     """The OpenCV device source's own wait: a device that delivers nothing times out after ``timeout``."""
     import time
 
-    from graspsim.dagger.cameras import CameraTimeout, DeviceCamera
+    from graspsim.robot.cameras import CameraTimeout, DeviceCamera
 
     class DeadCapture:
         def read(self):

@@ -102,7 +102,7 @@ def test_a_slow_read_stops_the_robot_and_the_run_goes_on(tmp_path, capsys):
 # ------------------------------------------------------------------------------------------ bad adapter values
 BAD_VALUES = [
     ("deploy_fakes:NoneCamera", "deploy_fakes:LoggingRobot", 2,
-     "camera 'deploy_fakes:NoneCamera' (NoneCamera.read) returned None; expected a graspsim.dagger.cameras.Frame"),
+     "camera 'deploy_fakes:NoneCamera' (NoneCamera.read) returned None; expected a graspsim.robot.cameras.Frame"),
     ("deploy_fakes:TupleCamera", "deploy_fakes:LoggingRobot", 2,
      "camera 'deploy_fakes:TupleCamera' (TupleCamera.read) returned a tuple of 2; expected a graspsim"),
     ("deploy_fakes:EmptyFrameCamera", "deploy_fakes:LoggingRobot", 2,
@@ -212,7 +212,7 @@ def exported(tmp_path_factory) -> dict:
     """An export of the shipped nets, a calibrated copy of the vision net (another sha256) and broken copies."""
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
-    from graspsim.dagger.export import ExportConfig, export
+    from graspsim.robot.export import ExportConfig, export
     from graspsim.vision.checkpoint import load_checkpoint, save_checkpoint
 
     root = tmp_path_factory.mktemp("onnx")

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 import deploy_fakes
-from graspsim.dagger.cameras import Frame
-from graspsim.dagger.controller import Controller, SafetyConfig
-from graspsim.dagger.deploy import DeployConfig, DeployError, deploy
-from graspsim.dagger.robots import DryRunRobot, Senses
+from graspsim.robot.cameras import Frame
+from graspsim.robot.controller import Controller, SafetyConfig
+from graspsim.robot.deploy import DeployConfig, DeployError, deploy
+from graspsim.robot.robots import DryRunRobot, Senses
 
 ROOT = Path(__file__).resolve().parents[1]
 VISION = ROOT / "vision" / "assets" / "segnet.pt"
@@ -263,8 +263,8 @@ def test_deploy_soak_short(tmp_path, record_property):
 @pytest.mark.timeout(3600)
 def test_deploy_soak_slow(tmp_path, record_property):
     from graspsim import SimConfig
-    from graspsim.dagger.cameras import SimCamera
-    from graspsim.dagger.robots import SimRobot, SimWorld
+    from graspsim.robot.cameras import SimCamera
+    from graspsim.robot.robots import SimRobot, SimWorld
 
     def make(plan):
         sim = SimConfig()

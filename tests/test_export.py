@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from graspsim.cli import main
-from graspsim.dagger.export import PARITY_TOLERANCE, ExportConfig, export
+from graspsim.robot.export import PARITY_TOLERANCE, ExportConfig, export
 
 ROOT = Path(__file__).resolve().parents[1]
 VISION = ROOT / "vision" / "assets" / "segnet.pt"

@@ -131,7 +131,7 @@ class _Nets:
 
 
 def test_controller_appends_the_fingertip_senses_and_checks_them():
-    from graspsim.dagger.controller import Controller
+    from graspsim.robot.controller import Controller
 
     frame, senses = np.zeros((16, 16, 3), np.uint8), np.array([1, 0, 0, 0, 1], np.float32)
     nets = _Nets()
@@ -154,8 +154,8 @@ def test_controller_appends_the_fingertip_senses_and_checks_them():
 
 def test_deploy_gives_the_fingertips_from_flag_adapter_or_nominal_mount(fingertip_policy, cube_vision, tmp_path,
                                                                          caplog):
-    from graspsim.dagger.deploy import DeployConfig, deploy
-    from graspsim.dagger.robot_loop import DeployError
+    from graspsim.robot.deploy import DeployConfig, deploy
+    from graspsim.robot.loop import DeployError
     import deploy_fakes as fakes
 
     kw = dict(vision=cube_vision, policy=fingertip_policy, hz=0, episodes=1, time_limit=0.3)
@@ -176,7 +176,7 @@ def test_deploy_gives_the_fingertips_from_flag_adapter_or_nominal_mount(fingerti
                camera=fakes.RedDotCamera(), robot=fakes.CalibratedWristRobot())
     assert s["fingertip"]["points"] is None
     assert s["per_episode"][0]["fingertip"] == pytest.approx(fakes.CalibratedWristRobot.POINTS)
-    with caplog.at_level("WARNING", logger="graspsim.dagger.deploy"):
+    with caplog.at_level("WARNING", logger="graspsim.robot.deploy"):
         s = deploy(DeployConfig(out=tmp_path / "nom", camera="x:y", robot="x:y", **robot_kw),
                    camera=fakes.RedDotCamera(), robot=fakes.WristRobot())
     assert s["fingertip"]["source"] == "the nominal camera mount of the training scenes"
@@ -199,8 +199,8 @@ def test_deploy_gives_the_fingertips_from_flag_adapter_or_nominal_mount(fingerti
 
 def test_onnx_export_carries_the_fingertip_senses(fingertip_policy, cube_vision, tmp_path):
     pytest.importorskip("onnxruntime")
-    from graspsim.dagger.controller import Controller
-    from graspsim.dagger.export import ExportConfig, export
+    from graspsim.robot.controller import Controller
+    from graspsim.robot.export import ExportConfig, export
 
     contract = export(ExportConfig(vision=cube_vision, policy=fingertip_policy, out=tmp_path / "onnx", frames=32))
     c = contract["control"]
@@ -244,7 +244,7 @@ def test_old_configs_without_the_setting_resume_where_it_changes_nothing():
 
 
 def test_an_export_whose_gripper_width_disagrees_with_its_contract_is_refused(tmp_path):
-    from graspsim.dagger.onnx_contract import CONTRACT_FILE, read_contract
+    from graspsim.robot.onnx_contract import CONTRACT_FILE, read_contract
 
     folder = tmp_path / "onnx"
     folder.mkdir()
@@ -256,7 +256,7 @@ def test_an_export_whose_gripper_width_disagrees_with_its_contract_is_refused(tm
                 "control": {"max_speed": 0.1, "wrist": True, "max_yaw_rate": 1.5,
                             "inputs": [{"name": "mask", "shape": ["batch", 64, 64]},
                                        {"name": "gripper", "shape": ["batch", 5]}]}}
-    from graspsim.dagger import onnx_contract
+    from graspsim.robot import onnx_contract
     contract["kind"], contract["format_version"] = onnx_contract.CONTRACT_KIND, onnx_contract.CONTRACT_VERSION
     (folder / CONTRACT_FILE).write_text(json.dumps(contract))
     assert read_contract(folder)["control"]["wrist"] is True  # 5 senses with the wrist: consistent

@@ -27,7 +27,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE_OF_FOLDER = {"graspsim": "graspsim", "vision": "graspsim.vision", "expert": "graspsim.expert",
-                     "dagger": "graspsim.dagger", "scripts": "graspsim.cli", "data": "graspsim.data"}
+                     "dagger": "graspsim.dagger", "robot": "graspsim.robot", "scripts": "graspsim.cli", "data": "graspsim.data"}
 """The repository's code folders and the package each installs as (pyproject.toml's package-dir)."""
 # what the checkout holds but a wheel is not built from
 _NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "runs", "build", "dist", "*.egg-info", "__pycache__",
@@ -188,7 +188,7 @@ def test_beside_a_distribution_that_owns_a_top_level_dagger(installed, tmp_path)
     isolation = ["--no-build-isolation"] if _setuptools_builds_it() else []
     _run([sys.executable, "-m", "pip", "--python", installed["python"], "install", "--no-deps", "--no-index", *isolation,
           other], cwd=tmp_path)
-    code = ("import dagger, vision, scripts, graspsim.dagger.controller, graspsim.vision.infer\n"
+    code = ("import dagger, vision, scripts, graspsim.robot.controller, graspsim.vision.infer\n"
             "print(dagger.WHO, vision.WHO, scripts.WHO)")
     assert _run([installed["python"], "-c", code], cwd=installed["cwd"]).stdout.split() == [
         "other-dagger", "other-vision", "other-scripts"]

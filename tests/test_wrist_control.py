@@ -152,7 +152,7 @@ class _WristNets:
 
 
 def test_controller_commands_the_wrist_and_stops_it_with_the_rest():
-    from graspsim.dagger.controller import Controller, SafetyConfig, action_from_raw
+    from graspsim.robot.controller import Controller, SafetyConfig, action_from_raw
 
     frame = np.zeros((16, 16, 3), np.uint8)
     senses = np.array([1, 0, 0, 0, 1], np.float32)
@@ -187,7 +187,7 @@ def wrist_policy(tmp_path_factory) -> str:
 def test_deploy_drives_the_wrist_and_refuses_adapters_without_one(wrist_policy, cube_vision, tmp_path):
     import csv
 
-    from graspsim.dagger.deploy import DeployConfig, deploy
+    from graspsim.robot.deploy import DeployConfig, deploy
     import deploy_fakes as fakes
 
     d = SimConfig().to_dict()
@@ -216,7 +216,7 @@ def test_deploy_drives_the_wrist_and_refuses_adapters_without_one(wrist_policy, 
 
 def test_onnx_export_of_a_wrist_net_names_its_action_layout(wrist_policy, cube_vision, tmp_path):
     pytest.importorskip("onnxruntime")
-    from graspsim.dagger.export import ExportConfig, export
+    from graspsim.robot.export import ExportConfig, export
 
     contract = export(ExportConfig(vision=cube_vision, policy=wrist_policy, out=tmp_path / "onnx",
                                    frames=32))

@@ -1,0 +1,460 @@
+"""The ``graspsim deploy`` verb's library: the closed loop outside our simulator, camera -> controller -> robot at a
+fixed rate. The tick itself is :mod:`graspsim.robot.loop`.
+
+>>> graspsim deploy --vision vision/assets/segnet.pt --policy runs/dg/policy.pt --camera bullet --robot bullet \\
+...     --out runs/deploy --episodes 50 --hz 0
+
+Each tick (one control period, ``1/hz`` s):
+
+1. **capture**: the camera's latest frame and its capture time (:mod:`graspsim.robot.cameras`); the robot's senses;
+2. **stale frame**: a frame older than two periods is not acted on: the robot gets zero velocity
+   (gripper unchanged), ``stop=stale_frame``;
+3. **vision + control**: :class:`graspsim.robot.controller.Controller` (segmentation, control net, velocity clip to the
+   trained range, gripper hysteresis, lost-target stop);
+4. **workspace**: where the adapter reports the fingertip position and a workspace box, velocity components that
+   would leave the box within one period are cut to reach its face (zero at the face), ``stop=workspace``;
+5. **send**: the adapter executes the command and returns what it actually sent (:mod:`graspsim.robot.robots`).
+
+Before the first tick the nets are warmed up on a blank frame (``--warmup`` decisions, not timed). The loop
+sleeps to the next tick; a tick whose work takes longer than the period counts as an **overrun** (warned).
+An episode ends when the robot says so (a simulated robot: success or failure) or at the time limit
+(``--time-limit`` seconds of control time), and every episode end sends ``stop()``. On Ctrl-C or any error
+the robot is stopped **first**, then the error is reported (no traceback for a camera or adapter fault). The
+camera is read in a worker thread under a watchdog (:func:`graspsim.robot.loop.capture_deadlines`): a read
+still running after two control periods gets the robot a ``stop()``, one still running after ``--frame-timeout``
++ 0.5 s ends the run with an error. Every robot adapter method is called from the thread that called
+:func:`deploy`. Values the camera and the adapter return are checked (an error names the class and the method).
+
+Episodes run through the one rollout driver (:func:`graspsim.rollout.run_episodes`) with the ``test`` seeds of
+``--seed``, so against the simulated ``bullet`` robot the scenes are those of
+``graspsim eval-sim --backend bullet --seed S``.
+
+Outputs (:data:`OUTPUTS`): ``OUT/summary.json`` (episodes, success_rate where the robot can tell, achieved_hz,
+overruns, capture stalls, latency_ms p50/p99 per stage and end to end, stop counts, per-episode outcomes, the error
+that ended the run), ``OUT/ticks.csv`` (one row per tick: senses, the net's action, the command, what was sent, stop
+reason, stage times) and, with ``--runtime onnx`` without ``--onnx``, ``OUT/onnx`` (the export used). They are
+written into a hidden staging folder beside OUT and replace an earlier run's outputs as a whole once the run ends
+(also after Ctrl-C or a fault); a run refused before it starts (a camera that does not open) leaves OUT as it was.
+Under torchrun (``WORLD_SIZE`` > 1) deploy is refused before anything opens. ``--record DIR`` writes the
+frames as an image set (:mod:`graspsim.vision.image_set`: ``images/``, and ``masks/`` with the exact masks where the
+camera is simulated) plus the same per-tick CSV, written as the run goes into a hidden staging folder beside DIR and
+moved into DIR when the run ends, also after Ctrl-C or an adapter error, so an interrupted real run keeps what it
+recorded (after a hard kill it is in ``.DIR.*.staging``). With ``--overwrite`` the new recording replaces an earlier
+one as a whole.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Optional, Tuple
+
+import numpy as np
+import torch
+import tyro
+
+from graspsim import SimConfig
+from graspsim.distributed import single_process
+from graspsim.extras import require
+from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
+from graspsim.rollout import run_episodes
+from graspsim.runtime import Runtime, RuntimeConfig
+from graspsim.seeds import episode_seeds
+from graspsim.stats import wilson
+from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
+
+from .cameras import SIM_CAMERAS, Camera, CameraReader, EndOfStream, close_camera, device_index, open_camera
+from .controller import Controller, SafetyConfig
+from .loop import (CSV_FIELDS, STAGES, STALE_PERIODS, TICKS_CSV, DeployError, RobotEnv, TickHooks, TickLog,
+                         adapter_name, capture_deadlines, guarded, latency_stats, read_fingertip, stop_first,
+                         workspace_guard)
+from .robots import SIM_ROBOTS, Robot, SimRobot, SimWorld, open_robot
+
+log = logging.getLogger(__name__)
+
+SUMMARY_JSON = "summary.json"
+ONNX_DIR = "onnx"
+OUTPUTS = (SUMMARY_JSON, TICKS_CSV, ONNX_DIR)
+"""What deploy writes into --out (and replaces as a whole with --overwrite; a stale onnx/ of an earlier run goes)."""
+ONE_PROCESS = "open the camera and the robot, send every command again and write the same --out"
+"""What every rank of a torchrun job would do (why deploy refuses to run under torchrun)."""
+RECORD_OUTPUTS = ("images", "masks", TICKS_CSV)
+"""What ``--record`` writes into its folder (and replaces as a whole with --overwrite)."""
+LEGACY_RUNTIME_KEYS = ("threads", "progress")
+"""Settings that were DeployConfig's own fields before they moved into ``run`` (a RuntimeConfig); a stored config
+or a caller that still gives them at the top level is read as if they were grouped."""
+
+
+def _deploy_runtime() -> RuntimeConfig:
+    """Deploy's runtime defaults: one thread, because a batch of one frame gains little from more, and on a shared
+    CPU two OpenMP threads measured p99 latencies 10-100x worse (benchmarks/bench_latency.py)."""
+    return RuntimeConfig(threads=1)
+
+
+@dataclass(frozen=True)
+class DeployConfig:
+    """Run the vision and control nets closed-loop on a camera and a robot at a fixed rate."""
+
+    vision: Path
+    """Vision checkpoint (graspsim train-vision; e.g. vision/assets/segnet.pt)."""
+    policy: Path
+    """Control checkpoint (graspsim dagger: policy.pt or best.pt)."""
+    camera: str
+    """Camera: an OpenCV device index, a video file, an image folder (replay), 'sim', 'bullet', or module:Class."""
+    robot: str
+    """Robot adapter: 'bullet' (Franka Panda in pybullet), 'sim' (torch simulator), 'dry-run', or module:Class."""
+    out: Path
+    """Output folder: summary.json and ticks.csv. A non-empty folder is refused unless --overwrite is given."""
+    hz: float = 10.0
+    """Control rate (Hz). 0 = as fast as possible (simulated and dry-run robots only; no stale-frame check)."""
+    episodes: int = 1
+    """Episodes to run."""
+    time_limit: float = 12.0
+    """Episode time limit in seconds of control time (ticks = time_limit x rate; at --hz 0 the simulator's rate)."""
+    record: Optional[Path] = None
+    """Also record the run into this folder: images/ (+ masks/ for simulated cameras) and ticks.csv."""
+    runtime: Literal["torch", "onnx"] = "torch"
+    """Inference runtime: torch, or onnxruntime on graphs exported from the same checkpoints."""
+    onnx: Optional[Path] = None
+    """With --runtime onnx: a 'graspsim export' folder to use (default: export the checkpoints into OUT/onnx)."""
+    precision: Literal["auto", "fp32"] = "auto"
+    """Torch vision precision: auto (bf16 where the CPU has native bf16 and the checkpoint's probe agrees) or fp32."""
+    seed: int = 0
+    """Seed of the scenes of a simulated robot (test stream, as eval-sim) and of its dynamics noise."""
+    frame_timeout: float = 2.0
+    """Seconds the camera's read may wait for a frame before giving up with an error; a read that has not returned
+    0.5 s after that is cut off by the capture watchdog (which already sent the robot a stop after two periods)."""
+    warmup: int = 5
+    """Untimed decisions on a blank frame before the first tick."""
+    safety: SafetyConfig = field(default_factory=SafetyConfig)
+    """The controller's safety rules (gripper hysteresis, lost-target stop)."""
+    fingertip: Optional[Tuple[float, float, float, float]] = None
+    """For a wrist net with fingertip senses (trained on cubes or cylinders): where the fingertip centre and a point
+    2 cm above it appear in your camera's frame, x0 y0 x1 y1 as fractions of its width and height (docs/deploy.md,
+    "Measuring the fingertip points"). None: the adapter's fingertip() if it has one (the simulated robots report their
+    scene's), else the nominal mount of the training scenes. Other nets ignore it."""
+    run: Runtime = field(default_factory=_deploy_runtime)
+    """Device of the torch runtime (--runtime onnx runs on the CPU), torch and onnxruntime intra-op threads (one by
+    default: see benchmarks/bench_latency.py), and --progress (one log line per finished episode)."""
+    overwrite: bool = False
+    """Replace the outputs of an earlier run in --out (and --record)."""
+    sim: SimConfig = field(default_factory=SimConfig)
+    """Simulator configuration of the sim/bullet world (and the control rate used at --hz 0)."""
+    threads: tyro.conf.Suppress[Optional[int]] = None
+    """Older spelling of run.threads (no flag): given, it replaces run.threads."""
+    progress: tyro.conf.Suppress[Optional[bool]] = None
+    """Older spelling of run.progress (no flag): given, it replaces run.progress."""
+
+    def __post_init__(self) -> None:
+        self._group_legacy_runtime()
+        for name in ("vision", "policy", "out"):
+            object.__setattr__(self, name, Path(getattr(self, name)))
+        for name in ("record", "onnx"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, Path(getattr(self, name)))
+        check_in_file(self.vision, "DeployConfig.vision", "vision checkpoint", inside="checkpoint.pt")
+        check_in_file(self.policy, "DeployConfig.policy", "control checkpoint", inside="policy.pt")
+        finite_non_negative("DeployConfig", "hz", self.hz, unit="Hz")
+        positive_int("DeployConfig", "episodes", self.episodes)
+        finite_positive("DeployConfig", "time_limit", self.time_limit, unit="s")
+        finite_positive("DeployConfig", "frame_timeout", self.frame_timeout, unit="s")
+        non_negative_int("DeployConfig", "warmup", self.warmup)
+        non_negative_int("DeployConfig", "seed", self.seed)
+        self._check_runtime()
+        single_process("deploy", ONE_PROCESS)
+        cam, rob = str(self.camera).strip(), str(self.robot).strip()
+        device_index(cam, "--camera")  # a bad device number is refused before OpenCV sees it
+        if cam in SIM_CAMERAS and rob != cam:
+            raise ValueError(f"DeployConfig: --camera {cam} shows the simulated world of --robot {cam}; got --robot {rob}")
+        if self.hz == 0 and rob not in (*SIM_ROBOTS, "dry-run"):
+            raise ValueError(f"DeployConfig: --hz 0 (as fast as possible) is for simulated and dry-run robots; "
+                             f"give robot {rob!r} a real rate such as --hz 10")
+        if self.record is not None and self.record.resolve() == self.out.resolve():
+            raise ValueError("DeployConfig: --record must be another folder than --out")
+
+    def _group_legacy_runtime(self) -> None:
+        """Move top-level ``threads``/``progress`` (the settings' place before ``run``) into ``run``."""
+        run = self.run if isinstance(self.run, RuntimeConfig) else RuntimeConfig(**dict(self.run))
+        old = {k: getattr(self, k) for k in LEGACY_RUNTIME_KEYS if getattr(self, k) is not None}
+        if old:
+            run = dataclasses.replace(run, **old)
+        object.__setattr__(self, "run", run)
+        for k in LEGACY_RUNTIME_KEYS:
+            object.__setattr__(self, k, None)
+
+    def _check_runtime(self) -> None:
+        if self.runtime not in ("torch", "onnx"):
+            raise ValueError(f"DeployConfig.runtime must be 'torch' or 'onnx'; got {self.runtime!r}")
+        if self.onnx is not None and self.runtime != "onnx":
+            raise ValueError("DeployConfig: --onnx DIR needs --runtime onnx")
+        if self.runtime == "onnx":
+            if self.run.device != "cpu":
+                raise ValueError(f"DeployConfig: --runtime onnx runs on the CPU; got --device {self.run.device}")
+            require("onnxruntime", "deploy", "deploy --runtime onnx")
+            if self.onnx is None:  # the checkpoints are exported first
+                require("onnx", "deploy", "deploy --runtime onnx (without --onnx DIR, which exports the checkpoints)")
+        if self.precision not in ("auto", "fp32"):
+            raise ValueError(f"DeployConfig.precision must be 'auto' or 'fp32'; got {self.precision!r}")
+
+    @property
+    def period(self) -> float:
+        """Seconds per tick (0 at --hz 0)."""
+        return 1.0 / self.hz if self.hz > 0 else 0.0
+
+    @property
+    def capture_deadlines(self) -> tuple[float, float]:
+        """The capture watchdog's (stop, give-up) deadlines in s after a tick's camera read starts
+        (:func:`graspsim.robot.loop.capture_deadlines`)."""
+        return capture_deadlines(self.period, self.frame_timeout)
+
+    @property
+    def max_ticks(self) -> int:
+        return max(1, int(round(self.time_limit * (self.hz if self.hz > 0 else self.sim.control_hz))))
+
+    def to_dict(self) -> dict:
+        d = json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        for k in LEGACY_RUNTIME_KEYS:  # always None after construction: their values are in "run"
+            d.pop(k, None)
+        return d
+
+
+# ------------------------------------------------------------------------------------------ the run
+def build_controller(cfg: DeployConfig, out: Path) -> Controller:
+    """The controller ``cfg`` asks for: torch on the checkpoints, or onnxruntime on ``cfg.onnx`` (refused unless its
+    contract names ``cfg.vision`` and ``cfg.policy`` by their sha256; default: the checkpoints exported into
+    ``out/onnx`` first)."""
+    if cfg.runtime == "torch":
+        return Controller.from_checkpoints(cfg.vision, cfg.policy, precision=cfg.precision, device=cfg.run.device,
+                                           safety=cfg.safety, fingertip=cfg.fingertip)
+    folder = cfg.onnx
+    if folder is None:
+        from .export import ExportConfig, export
+
+        folder = out / ONNX_DIR
+        export(ExportConfig(vision=cfg.vision, policy=cfg.policy, out=folder, overwrite=True, check=False))
+    else:
+        from .onnx_contract import check_sources, read_contract
+
+        check_sources(folder, read_contract(folder), cfg.vision, cfg.policy)
+    return Controller.from_export(folder, threads=cfg.run.threads, safety=cfg.safety, fingertip=cfg.fingertip)
+
+
+def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | None = None,
+           controller: Controller | None = None) -> dict:
+    """Run ``cfg.episodes`` episodes and write the outputs; returns the summary (also ``OUT/summary.json``).
+
+    ``camera``, ``robot`` and ``controller`` replace the ones ``cfg`` names (for tests and for callers that build
+    their own; those are not closed here)."""
+    single_process("deploy", ONE_PROCESS)  # also for library callers, whose config may predate the environment
+    if cfg.run.threads:
+        torch.set_num_threads(cfg.run.threads)
+    out = check_out_dir(cfg.out, overwrite=cfg.overwrite)  # writability included: before any command is sent
+    recording = None
+    if cfg.record is not None:  # checked now (nothing written until the run starts)
+        from graspsim.vision.image_set import ImageSetWriter
+
+        recording = ImageSetWriter(cfg.record, overwrite=cfg.overwrite, masks=cfg.camera.strip() in SIM_CAMERAS,
+                                   meta_file=TICKS_CSV, meta_key=None, flag="--record")
+    # the outputs (and an onnx export) go to a staging folder that replaces OUT's earlier outputs when the run ends;
+    # an error before the run (a camera that does not open) leaves OUT as it was
+    with staged_dir(out, OUTPUTS.__contains__) as stage:
+        summary, error = _open_and_run(cfg, stage, camera, robot, controller, recording)
+    if error is not None:
+        raise error
+    return summary
+
+
+def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
+                  recording) -> tuple[dict, BaseException | None]:
+    """Build the controller, open the robot and the camera (those not given), run, close what was opened."""
+    ctl = controller
+    if ctl is None:
+        ctl = build_controller(cfg, stage)  # checkpoints first: a wrong kind is an error before any hardware moves
+    world = None
+    cam_name, rob_name = str(cfg.camera).strip(), str(cfg.robot).strip()
+    own_robot, own_camera, reader = robot is None, camera is None, None
+    try:
+        if own_robot and rob_name in SIM_ROBOTS:
+            check_world_kinds(cfg.sim, ctl, cfg)
+            world = SimWorld(rob_name, cfg.sim)
+        if own_robot:
+            robot = open_robot(rob_name, world, ctl.wrist, cfg.period or 1.0 / cfg.sim.control_hz)
+        check_wrist(robot, ctl.wrist)
+        if own_camera:
+            camera = open_camera(cam_name, world)
+        reader = CameraReader(camera)
+        if recording is None:
+            return _run(cfg, stage, camera, robot, ctl, TickLog(wrist=ctl.wrist), reader)
+        with recording:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
+            return _run(cfg, stage, camera, robot, ctl, TickLog(recording, ctl.wrist), reader)
+    finally:
+        # a read cut short by Ctrl-C may finish within its deadline; a camera still blocked in a read is not closed
+        # (nor the world it renders), and its worker thread, a daemon, is left behind
+        free = reader is None or reader.close(0.1 if reader.hung else cfg.capture_deadlines[1])
+        if own_camera and camera is not None:
+            close_camera(camera, None) if free else log.warning("%s is still blocked; it was left open", reader.who)
+        if own_robot and callable(getattr(robot, "close", None)):
+            with contextlib.suppress(Exception):
+                robot.close()
+        if world is not None and free:  # closing twice is harmless
+            world.close()
+
+
+def check_world_kinds(sim: SimConfig, ctl: Controller, cfg: DeployConfig) -> None:
+    """ValueError unless the simulated world's target kinds (``sim``) suit the control net (the rule of
+    :func:`graspsim.dagger.policy.check_fits_scenes`, with the kinds its checkpoint was trained on) and the vision
+    net was trained on every kind of the world."""
+    from graspsim import runs
+
+    from graspsim.dagger.evaluate import check_vision_kinds
+    from graspsim.dagger.policy import check_fits_scenes, load_checkpoint as load_control
+
+    trained = runs.trained_kinds(load_control(cfg.policy).get("config"))
+    check_fits_scenes(ctl, sim, f"control checkpoint {cfg.policy}", trained)
+    check_vision_kinds(cfg.vision, sim)
+
+
+def adapter_fingertip(cfg: DeployConfig, ctl: Controller, robot, guard) -> bool:
+    """Whether the loop asks ``robot.fingertip()`` at each episode start: the net reads the fingertip senses, no
+    --fingertip was given and the adapter has the method. Its points are read and checked once here, before the first
+    episode moves the arm (a simulated robot, which knows them only once its scene is built, is checked at each
+    episode start). Logs which fingertip points a run uses."""
+    if not ctl.reads_fingertip:
+        if cfg.fingertip is not None:
+            log.warning("deploy: --fingertip is ignored: this control net reads no fingertip senses")
+        return False
+    if cfg.fingertip is None and callable(getattr(robot, "fingertip", None)):
+        read_fingertip(ctl, robot, guard, allow_none=isinstance(robot, SimRobot))
+        log.info("deploy: fingertip points from %s at each episode start", adapter_name(robot, "fingertip"))
+        return True
+    points = " ".join(f"{v:.3f}" for v in ctl.fingertip)
+    if cfg.fingertip is None and str(cfg.robot).strip() not in (*SIM_ROBOTS, "dry-run"):
+        log.warning("deploy: no --fingertip and %s has no fingertip(): using the nominal mount's points %s; measure "
+                    "your camera's if you can to within 0.01 of the frame (docs/deploy.md, 'Measuring the fingertip "
+                    "points')", adapter_name(robot, "senses"), points)
+    else:
+        log.info("deploy: fingertip points %s (%s)", points, ctl.fingertip_source)
+    return False
+
+
+def check_wrist(robot, wrist: bool) -> None:
+    """ValueError naming the adapter when the control net turns the wrist and the adapter has none (``wrist`` not
+    True): it could not turn the fingers to a cube's faces."""
+    if wrist and getattr(robot, "wrist", False) is not True:
+        raise ValueError(f"{adapter_name(robot, 'send')} has no wrist (its attribute wrist is not True) but the control "
+                         "net turns the wrist (trained on cubes or cylinders); give an adapter with wrist = True whose "
+                         "send() takes (vx, vy, vz, wz, grip) and whose senses() add sin and cos of the wrist angle "
+                         "(docs/deploy.md)")
+
+
+def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller, tick_log: TickLog,
+         reader: CameraReader) -> tuple[dict, BaseException | None]:
+    """Run the episodes; returns the summary (written to ``out``) and the error or Ctrl-C that ended the run early,
+    for the caller to raise once the outputs and the recording are in place."""
+    guard = guarded(robot, camera)
+    env = RobotEnv(robot, cfg.max_ticks, guard)
+    hooks = TickHooks(camera, robot, ctl, env, guard, tick_log, period=cfg.period,
+                      fallback_period=1.0 / cfg.sim.control_hz, frame_timeout=cfg.frame_timeout, warmup=cfg.warmup,
+                      progress=cfg.run.progress, reader=reader,
+                      adapter_fingertip=adapter_fingertip(cfg, ctl, robot, guard))
+    seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
+    t0 = time.perf_counter()
+    try:
+        ended, error = _run_episodes(env, seeds, hooks, robot)
+    finally:
+        tick_log.close()
+    seconds = time.perf_counter() - t0
+    for ep, seed in zip(hooks.episodes, seeds):
+        ep["seed"] = seed
+    summary = _summary(cfg, hooks, ctl, camera, robot, seconds, ended, error)
+    atomic_write_text(out / TICKS_CSV, tick_log.text())
+    atomic_write_text(out / SUMMARY_JSON, json.dumps(summary, indent=2))
+    if error is not None:
+        return summary, error
+    sr = summary["success_rate"]
+    log.info("deploy: %d episodes, success %s, %.1f Hz achieved (target %s), decision p99 %.1f ms, %d overruns",
+             summary["episodes"], "n/a" if sr is None else f"{100 * sr:.1f}%", summary["achieved_hz"] or 0.0,
+             cfg.hz or "max", summary["latency_ms"]["decision"]["p99"] or 0.0, summary["overruns"])
+    return summary, None
+
+
+def _run_episodes(env: RobotEnv, seeds: list[int], hooks: TickHooks, robot) -> tuple[str, BaseException | None]:
+    """The episodes through the rollout driver; returns how the run ended early ("" = it did not: camera_ended,
+    interrupted, error) and the error to raise once the outputs are written. Every early end stops the robot first."""
+    try:
+        run_episodes(env, seeds, hooks)
+    except EndOfStream as e:
+        log.info("%s; %s", e, stop_first(robot))
+        hooks.close_episode("camera_ended", False, env.ticks)
+        return "camera_ended", None
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM / SIGHUP under the graspsim command
+        log.warning("interrupted: %s", stop_first(robot))
+        hooks.close_episode("interrupted", False, env.ticks)
+        return "interrupted", e
+    except DeployError as e:
+        note = stop_first(robot)
+        hooks.close_episode("error", False, env.ticks)
+        return "error", DeployError(f"{e}; {note}")
+    except (ValueError, OSError) as e:  # e.g. a controller's refusal: reported like an adapter fault
+        note = stop_first(robot)
+        hooks.close_episode("error", False, env.ticks)
+        return "error", DeployError(f"{e}; {note}")
+    except Exception as e:  # our own bug: stop the arm first, keep the summary, then let it surface (traceback)
+        log.error("%s: %s; %s", type(e).__name__, e, stop_first(robot))
+        hooks.close_episode("error", False, env.ticks)
+        return "error", e
+    except BaseException:
+        stop_first(robot)
+        raise
+    return "", None
+
+
+def _summary(cfg: DeployConfig, hooks: TickHooks, ctl: Controller, camera, robot, seconds: float,
+             ended: str, error: BaseException | None = None) -> dict:
+    """``summary.json``: outcomes (success rate with its 95% Wilson interval where the robot can tell), rate,
+    latencies (ms) per stage, stops, and what ran (see the module docstring)."""
+    eps = hooks.episodes
+    known = [e for e in eps if e["success"] is not None]
+    k = sum(bool(e["success"]) for e in known)
+    rate = k / len(known) if known else None
+    iv = np.asarray(hooks.pacer.intervals)
+    return {
+        "episodes": len(eps),
+        "success_rate": rate,
+        "num_success": k if known else None,
+        "success_ci95": list(wilson(k, len(known))) if known else None,
+        "achieved_hz": float(1.0 / iv.mean()) if iv.size else None,
+        "target_hz": cfg.hz,
+        "overruns": hooks.stats.overruns,
+        "capture_stalls": hooks.stats.stalls,
+        "capture_deadlines_s": [hooks.stall_after, hooks.give_up_after],
+        "ticks": sum(e["ticks"] for e in eps),
+        "latency_ms": {s: latency_stats(v) for s, v in hooks.stats.times.items()},
+        "stops": dict(hooks.stats.stops),
+        "ended": ended or "completed",
+        "error": None if error is None or isinstance(error, KeyboardInterrupt) else f"{error}",
+        "per_episode": eps,
+        "runtime": ctl.runtime,
+        "vision_precision": getattr(ctl.nets, "precision", None),
+        "mirror_tta": getattr(ctl.nets, "mirror_tta", None),
+        "fingertip": None if ctl.fingertip is None else {
+            "points": None if hooks.adapter_fingertip else list(ctl.fingertip),  # else in per_episode
+            "source": ctl.fingertip_source},
+        "camera": getattr(camera, "name", str(cfg.camera)),
+        "robot": getattr(robot, "name", str(cfg.robot)),
+        "seconds": seconds,
+        "torch_threads": torch.get_num_threads(),
+        "load_average": list(os.getloadavg()),
+        "config": cfg.to_dict(),
+    }
+
+
+__all__ = ["CSV_FIELDS", "DeployConfig", "DeployError", "OUTPUTS", "RECORD_OUTPUTS", "STAGES", "STALE_PERIODS",
+           "build_controller",
+           "deploy", "workspace_guard"]
