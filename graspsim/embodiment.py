@@ -168,7 +168,7 @@ SO101 = Embodiment(
     # geometry: "roll axis ... relative to the grasp point, sim frame: [0.00015 0.0185 0.0972]": the wrist roll
     # turns the TCP about an axis 18.5 mm towards the fixed jaw
     yaw_centre=(0.00015, 0.0185),
-    # FACTS (IK on the MJCF, straight-down grasp with free yaw): grasp point at 1.5 cm height radius 0.11-0.28 m
+    # issue 53 (a damped least-squares IK on the MJCF, straight-down grasp with free yaw): grasp point at 1.5 cm height radius 0.11-0.28 m
     # from the pan axis, at 5 cm 0.11-0.26, at 8 cm 0.13-0.20, at >= 10 cm none; heights here are the TCP's (7.2 mm
     # below the grasp point)
     base_xy=(-0.195, 0.0),  # the workspace centre at the middle of the 1.5 cm band (0.11 + 0.28) / 2

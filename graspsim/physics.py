@@ -36,6 +36,13 @@ captured only when the pads close across two opposite faces: its yaw relative to
 [-45, 45) degrees, must lie within :func:`cube_yaw_tolerance`; the squeeze then turns it flat against the
 pads. Closer to its edge, the pads catch two corners, the cube spins past the edge and is squeezed out
 along the pads (a missed grasp, like an off-centre sphere). A held target turns with the wrist.
+
+The embodiment (``cfg.body``, :mod:`graspsim.embodiment`) may change three things; the floating preset changes none
+of them, so its arithmetic is the one above. A **one-jaw** gripper (the SO-101) has a fixed pad whose face stays at
+``fixed_jaw_y`` and a moving pad ``width`` from it: the grasp window is the gap between them, closing herds the target
+ahead of the moving pad, and a captured target lies against the fixed pad. A **yaw centre** off the TCP makes the TCP
+swing about it when the wrist turns (:func:`yaw_centre_shift`). A **reach band** keeps the TCP radially within the
+arm's straight-down reach at its height (:func:`keep_in_reach`).
 """
 
 from __future__ import annotations
