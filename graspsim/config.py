@@ -264,7 +264,8 @@ class SimConfig:
     """The arm: a preset of :data:`graspsim.embodiment.EMBODIMENTS` (``floating``: the floating parallel gripper of
     every run before embodiments; ``so101``: the SO-101 and its wrist camera). It sets the camera mount and lens, the
     gripper, the reach and the start pose: the settings it owns (:data:`EMBODIMENT_FIELDS`) take its values wherever
-    they are left at the floating defaults (a value given otherwise is kept). A config stored without it is
+    they are left at the floating defaults (a value given otherwise is kept; ``RandomizationConfig.none()`` fixes the
+    field of view at the floating lens's 1.2 rad, so give ``fov`` with it). A config stored without it is
     ``floating``."""
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     """Domain-randomization ranges."""

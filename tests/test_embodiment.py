@@ -89,6 +89,16 @@ def test_a_net_trained_for_one_embodiment_is_refused_on_another(tmp_path):
     del old["embodiment"]
     assert runs.trained_embodiment({"sim": old}) == "floating"  # written before embodiments
     assert runs.trained_embodiment({"dagger": {"sim": json.loads(so101.to_json())}}) == "so101"
+    # a control checkpoint written before embodiments existed is a floating one, refused on the so101
+    from pathlib import Path
+
+    from graspsim.dagger.policy import MaskPolicy
+
+    old_policy = MaskPolicy.from_checkpoint(Path(__file__).parent / "assets" / "policy_format0.pt")
+    assert old_policy.trained_embodiment == "floating"
+    with pytest.raises(ValueError, match="'floating' embodiment, not for 'so101'"):
+        check_fits_scenes(old_policy.cfg, so101, "control checkpoint old.pt", old_policy.trained_kinds,
+                          old_policy.trained_embodiment)
     net = types.SimpleNamespace(wrist=False)
     with pytest.raises(ValueError, match=r"control checkpoint c.pt was trained for the 'floating' embodiment, "
                                          r"not for 'so101'"):
