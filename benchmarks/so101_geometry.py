@@ -52,11 +52,6 @@ def body_frame(m, d, name):
     return d.xpos[b].copy(), d.xmat[b].reshape(3, 3).copy()
 
 
-def in_frame(p, frame):
-    o, R = frame
-    return R.T @ (p - o)
-
-
 def geom_in(m, d, geom, frame):
     """Centre (3,), axes (3,3 columns) and half sizes (3,) of a box geom in ``frame``."""
     g = m.geom(geom).id

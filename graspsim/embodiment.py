@@ -158,16 +158,17 @@ SO101 = Embodiment(
     # geometry: "jaw angle (rad) -> pad gap": 50.1 mm at 0.60 rad with the pads 8 degrees from parallel; they are
     # parallel at 0.46 rad (40.0 mm). Open at 50 mm leaves room beside the largest target (30 mm).
     open_width=0.050,
-    pad_width=0.012,  # geometry: "pad extent along the pads (sim x): fixed 0.016 moving 0.012": both pads touch over 12 mm
+    # geometry: "pad extent along the pads (sim x): fixed 0.016 moving 0.012": both pads touch over 12 mm
+    pad_width=0.012,
     finger_length=0.050,  # the jaws' lower 5 cm (geometry: jaw meshes below 6 cm), below the camera (5.9 cm up)
     finger_thickness=0.010,  # geometry: pad half sizes 0.00525 (fixed) and 0.0045 (moving) across the closing axis
     fixed_jaw_y=0.020,  # geometry: "fixed pad inner face (sim y): 0.020001"
     # geometry: "roll axis relative to the TCP: [0.00015 0.0185 0.1044]": the wrist roll turns the TCP about an axis
     # 18.5 mm towards the fixed jaw
     yaw_centre=(0.00015, 0.0185),
-    # issue 53 (a damped least-squares IK on the MJCF, straight-down grasp with free yaw): grasp point at 1.5 cm height radius 0.11-0.28 m
-    # from the pan axis, at 5 cm 0.11-0.26, at 8 cm 0.13-0.20, at >= 10 cm none; heights here are the TCP's (7.2 mm
-    # below the grasp point)
+    # issue 53 (a damped least-squares IK on the MJCF, straight-down grasp with free yaw): grasp point at 1.5 cm
+    # height radius 0.11-0.28 m from the pan axis, at 5 cm 0.11-0.26, at 8 cm 0.13-0.20, at >= 10 cm none; heights
+    # here are the TCP's (7.2 mm below the grasp point)
     base_xy=(-0.195, 0.0),  # the workspace centre at the middle of the 1.5 cm band (0.11 + 0.28) / 2
     reach=((0.0078, 0.11, 0.28), (0.0428, 0.11, 0.26), (0.0728, 0.13, 0.20)),
     workspace=0.07,  # the table square within the band at low heights: radius 0.125-0.265 m, corners 0.274

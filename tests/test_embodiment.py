@@ -9,6 +9,7 @@ import json
 import math
 import types
 
+import numpy as np
 import pytest
 import torch
 
@@ -175,7 +176,8 @@ def _closing_scene(cfg: SimConfig, rel_y: float):
     s = env.state
     r = float(s.sphere_radius[0])
     tcp = torch.tensor([[0.0, 0.0, 0.0]])
-    env.state = s.replace(tcp_pos=tcp, sphere_pos=torch.tensor([[0.0, rel_y, r]]), start_xy=torch.tensor([[0.0, rel_y]]))
+    env.state = s.replace(tcp_pos=tcp, sphere_pos=torch.tensor([[0.0, rel_y, r]]),
+                          start_xy=torch.tensor([[0.0, rel_y]]))
     return env, r
 
 
@@ -254,8 +256,8 @@ def test_so101_stays_in_its_reach_band():
 
     def band_ok(p):
         h = p[:, 2].clamp(float(heights[0]), float(heights[-1]))
-        lo = torch.from_numpy(__import__("numpy").interp(h.numpy(), heights.numpy(), lo_r.numpy())).float()
-        hi = torch.from_numpy(__import__("numpy").interp(h.numpy(), heights.numpy(), hi_r.numpy())).float()
+        lo = torch.from_numpy(np.interp(h.numpy(), heights.numpy(), lo_r.numpy())).float()
+        hi = torch.from_numpy(np.interp(h.numpy(), heights.numpy(), hi_r.numpy())).float()
         r = (p[:, :2] - base).norm(dim=1)
         return bool(((r >= lo - 1e-5) & (r <= hi + 1e-5)).all() and (p[:, 2] <= SO101.max_height + 1e-6).all())
 
