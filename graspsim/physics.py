@@ -99,9 +99,10 @@ def finger_boxes(tcp: Tensor, width: Tensor, cfg: SimConfig, yaw: Tensor | None 
     +y side (a one-jaw gripper's fixed jaw, its inner face at ``fixed_jaw_y``; finger 1 the moving jaw, ``width``
     from it). ``yaw`` (B rad, the wrist angle) turns the centres about the TCP; the boxes themselves carry the
     same yaw (the renderer draws them so). Without ``yaw`` the boxes are axis-aligned."""
-    if cfg.body.one_jaw:  # finger 0 the fixed jaw (face at fixed_jaw_y), finger 1 the moving one, ``width`` from it
-        face, t2 = cfg.body.fixed_jaw_y, cfg.finger_thickness / 2
-        offs = torch.stack([torch.full_like(width, face + t2), face - width - t2], dim=1)  # B,2
+    one_jaw = cfg.body.one_jaw
+    if one_jaw:  # finger 0 the fixed jaw (face at fixed_jaw_y), finger 1 the moving one, ``width`` from it
+        face, t2, f2 = cfg.body.fixed_jaw_y, cfg.finger_thickness / 2, cfg.body.fixed_jaw_thickness / 2
+        offs = torch.stack([torch.full_like(width, face + f2), face - width - t2], dim=1)  # B,2
     else:
         half_w = width / 2 + cfg.finger_thickness / 2
         offs = torch.stack([half_w, -half_w], dim=1)  # B,2
@@ -114,6 +115,11 @@ def finger_boxes(tcp: Tensor, width: Tensor, cfg: SimConfig, yaw: Tensor | None 
     else:
         centre[..., 1] = centre[..., 1] + offs
     centre[..., 2] = centre[..., 2] + cfg.finger_length / 2
+    if one_jaw:
+        half = torch.tensor([[cfg.pad_width / 2, f2, cfg.finger_length / 2],
+                             [cfg.pad_width / 2, t2, cfg.finger_length / 2]], dtype=tcp.dtype, device=tcp.device
+                            ).expand_as(centre)
+        return centre, half
     half = torch.tensor(
         [cfg.pad_width / 2, cfg.finger_thickness / 2, cfg.finger_length / 2], dtype=tcp.dtype, device=tcp.device
     ).expand_as(centre)
