@@ -116,7 +116,7 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         size = torch.where((kind == KIND_CYLINDER)[..., None], cyl, size)
         size = torch.where((kind == KIND_SPHERE)[..., None], sph, size)
         # rejection sampling with a fixed number of candidates; slots with no valid candidate are emptied
-        cand = _u((-0.2, 0.2), (n, K, 8, 2), g, dev)
+        cand = _u(cfg.body.clutter_xy, (n, K, 8, 2), g, dev)
         reach = size[..., :2].norm(dim=-1)[..., None] + radius[:, None, None] + r.distractor_min_gap
         ok = (cand - sxy[:, None, None, :]).norm(dim=-1) > reach
         first = torch.argmax(ok.int(), dim=-1)  # first valid candidate (0 if none)
