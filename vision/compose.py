@@ -9,8 +9,8 @@ moved behind the camera).
 
 Every target kind of ``SimConfig.target.kinds`` (sphere, cube, upright cylinder) is drawn the simulator's way: the
 target rests on the table with its centre at its half height (``graspsim.state.target_half_height``), a held
-target sits that half height (x 1.3) above the fingertips, and a held cube is turned square to the pads. With
-spheres alone the composites are exactly those drawn before kinds existed (same seed, same bytes).
+target sits that half height (x 1.3) above the fingertips (against the fixed pad of a one-jaw gripper), and a held
+cube is turned square to the pads. With spheres alone the composites are exactly those drawn before kinds existed (same seed, same bytes).
 """
 
 from __future__ import annotations
@@ -120,7 +120,9 @@ def place_camera(state, cfg: SimConfig, ccfg: ComposeConfig, g: torch.Generator)
     size = cfg.image_size
     r = state.sphere_radius
     hz = target_half_height(state)  # B: = r for spheres and cubes
-    h = _u(*ccfg.height, (B,), g, dev)
+    # the fingertips stay below the embodiment's highest TCP (the SO-101 holds its gripper vertical only low down)
+    h_hi = min(ccfg.height[1], cfg.max_height)
+    h = _u(min(ccfg.height[0], h_hi), h_hi, (B,), g, dev)
     # pixel where the target centre should land, back-projected onto the plane z = target centre
     m = ccfg.view_margin
     uv = _u(-m, 1.0 + m, (B, 2), g, dev) * size - size / 2
@@ -144,9 +146,13 @@ def place_camera(state, cfg: SimConfig, ccfg: ComposeConfig, g: torch.Generator)
     sphere = state.sphere_pos.clone()
     # held: target between the pads, gripper lifted to a random height
     held = kind == 1
-    lift = _u(0.0, 0.12, (B,), g, dev)
+    lift = _u(0.0, min(0.12, cfg.max_height), (B,), g, dev)
     held_tcp = torch.cat([sphere[:, :2], (hz * 0.3 + lift)[:, None]], 1)
     held_sphere = held_tcp + torch.stack([torch.zeros_like(r), torch.zeros_like(r), hz * 1.3], 1)
+    if cfg.body.one_jaw:  # a one-jaw gripper holds the target against its fixed pad: the TCP sits beside it
+        c, s_ = torch.cos(state.wrist_yaw), torch.sin(state.wrist_yaw)
+        across = cfg.body.fixed_jaw_y - r  # gripper y of the held target's centre
+        held_tcp = held_tcp - torch.stack([-s_ * across, c * across, torch.zeros_like(r)], 1)
     tcp = torch.where(held[:, None], held_tcp, tcp)
     sphere = torch.where(held[:, None], held_sphere, sphere)
     width = torch.where(held, 2 * r, width)
