@@ -51,7 +51,7 @@ from graspsim.validate import non_negative_int, positive_int
 from .policy import MaskPolicy, check_fits_scenes
 from .rollout import RolloutResult
 from .sharded import sharded_rollout
-from .train import make_mask_fn
+from .masks import check_vision_kinds, make_mask_fn
 
 log = logging.getLogger(__name__)
 
@@ -161,14 +161,6 @@ def summarize(res: RolloutResult) -> dict:
         "per_episode_kind": [str(k) for k in res.kinds] if res.kinds is not None else [],
         "per_kind": per_kind_success(res),
     }
-
-
-def check_vision_kinds(vision: Path, sim: SimConfig) -> None:
-    """ValueError naming the vision checkpoint when ``sim`` holds target kinds its net was not trained on."""
-    from graspsim.vision.checkpoint import load_checkpoint
-
-    trained = runs.trained_kinds(load_checkpoint(vision).get("config"))
-    runs.check_trained_kinds(trained, sim.target.kinds, f"vision checkpoint {vision}")
 
 
 def per_kind_success(res: RolloutResult) -> dict[str, dict]:

@@ -65,7 +65,8 @@ from .policy import MaskPolicy, load_checkpoint, save_checkpoint
 from graspsim import runs
 from graspsim.seeds import dagger_stream_seed, episode_seeds, net_init_seed
 
-from .rollout import RolloutResult, gt_masks, segmenter_masks
+from .masks import check_vision_kinds, make_mask_fn
+from .rollout import RolloutResult
 from .sharded import sharded_rollout
 
 log = logging.getLogger(__name__)
@@ -254,17 +255,6 @@ def train_steps(model: ControlNet, opt: torch.optim.Optimizer, data: Aggregate, 
     return {"loss": float(tail[:, 0].mean()), "loss_vel": float(tail[:, 1].mean()), "loss_grip": float(tail[:, 2].mean())}
 
 
-def make_mask_fn(masks: str, vision: Optional[Path], device: torch.device):
-    """``gt_masks`` or a Segmenter-backed mask function."""
-    if masks == "gt":
-        return gt_masks
-    if vision is None:
-        raise ValueError("--masks predicted needs --vision CKPT")
-    from graspsim.vision.infer import Segmenter
-
-    return segmenter_masks(Segmenter.from_checkpoint(vision, device))
-
-
 def plot_learning_curve(path: Path, curves: dict[str, list[dict]]) -> None:
     """PNG: held-out success (learner alone) and training loss versus iteration, one line per run."""
     import matplotlib
@@ -367,7 +357,6 @@ def _open_run_folder(cfg: DaggerConfig, dev: torch.device,
                                     added=ADDED_KEYS)
     mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
     if cfg.masks == "predicted":
-        from .evaluate import check_vision_kinds
         check_vision_kinds(cfg.vision, cfg.sim)
     if ctx.world_size > min(cfg.episodes_per_iter, cfg.eval_episodes):
         raise ValueError(f"DaggerConfig: --episodes-per-iter {cfg.episodes_per_iter} and --eval-episodes "

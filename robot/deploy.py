@@ -312,7 +312,7 @@ def check_world_kinds(sim: SimConfig, ctl: Controller, cfg: DeployConfig) -> Non
     net was trained on every kind of the world."""
     from graspsim import runs
 
-    from graspsim.dagger.evaluate import check_vision_kinds
+    from graspsim.dagger.masks import check_vision_kinds
     from graspsim.dagger.policy import check_fits_scenes, load_checkpoint as load_control
 
     trained = runs.trained_kinds(load_control(cfg.policy).get("config"))
