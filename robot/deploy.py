@@ -358,7 +358,7 @@ def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller, tick_log:
     """Run the episodes; returns the summary (written to ``out``) and the error or Ctrl-C that ended the run early,
     for the caller to raise once the outputs and the recording are in place."""
     guard = guarded(robot, camera)
-    env = RobotEnv(robot, cfg.max_ticks, guard)
+    env = RobotEnv(robot, cfg.max_ticks, guard, cfg.sim)
     hooks = TickHooks(camera, robot, ctl, env, guard, tick_log, period=cfg.period,
                       fallback_period=1.0 / cfg.sim.control_hz, frame_timeout=cfg.frame_timeout, warmup=cfg.warmup,
                       progress=cfg.run.progress, reader=reader,
