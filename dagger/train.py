@@ -59,7 +59,7 @@ from graspsim.torch_util import count_parameters
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int, probability
 
-from .data import Aggregate, iteration_file, join_iteration, part_file, write_iteration
+from .aggregate import Aggregate, iteration_file, join_iteration, part_file, write_iteration
 from .model import ControlNet, ControlNetConfig, to_gripper_frame
 from .policy import MaskPolicy, load_checkpoint, save_checkpoint
 from graspsim import runs

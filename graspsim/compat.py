@@ -31,6 +31,8 @@ MOVED_MODULES: dict[str, Moved] = {
     "graspsim.dagger.export": Moved("graspsim.robot.export", "0.3.0"),
     "graspsim.dagger.onnx_contract": Moved("graspsim.robot.onnx_contract", "0.3.0"),
     "graspsim.dagger.record": Moved("graspsim.robot.capture", "0.3.0"),
+    # 0.2.0: the DAgger aggregate is no longer named like the graspsim.data package (the shipped photos)
+    "graspsim.dagger.data": Moved("graspsim.dagger.aggregate", "0.3.0"),
 }
 """Old module path -> where it lives now and when the old path goes."""
 

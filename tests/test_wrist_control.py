@@ -11,7 +11,7 @@ import torch
 
 from graspsim import GraspEnv, SimConfig
 from graspsim.config import from_dict
-from graspsim.dagger.data import Aggregate
+from graspsim.dagger.aggregate import Aggregate
 from graspsim.dagger.model import ControlNet, ControlNetConfig, quarter_turn_stats, to_action, to_gripper_frame
 from graspsim.dagger.policy import MaskPolicy, check_fits_scenes
 from graspsim.dagger.train import loss_terms
