@@ -51,7 +51,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graspsim import GraspEnv, SimConfig, distributed
+from graspsim import GraspEnv, SimConfig, compat, distributed
 from graspsim.config import from_dict
 from graspsim.fileio import check_in_file, check_out_dir, replace_atomically
 from graspsim.progress import progress_bar
@@ -75,14 +75,6 @@ RESUMABLE_KEYS = ("out", "iterations", "resume", "runtime.progress", "runtime.th
 """Config fields that may differ when resuming (they do not change what finished iterations did; ``out`` differs
 when a run folder was moved or copied)."""
 SCHEDULES = ("linear", "exponential", "constant")
-ADDED_KEYS = {"model.wrist": False, "model.max_yaw_rate": ControlNetConfig.max_yaw_rate,
-              "model.fingertip_pixels": False, "sim.fingertip_pixels": False}
-"""Settings the wrist and the fingertip senses added, at the values of a run folder written before them (spheres
-only; wrist nets with 5 senses), so that folder still resumes (:func:`graspsim.runs.check_resume`)."""
-CHANGED_DEFAULTS = {"sim.fingertip_pixels": (False, True)}
-"""Settings a run folder from before them resumes with as it was written (:func:`resumed_config`)."""
-
-
 @dataclass(frozen=True)
 class DaggerConfig:
     """Train the mask-driven control net by DAgger (or behaviour cloning with --schedule constant --beta-start 1)."""
@@ -308,7 +300,8 @@ def resumed_config(cfg: DaggerConfig) -> DaggerConfig:
     stored = runs.read_config(cfg.out)
     if not stored:
         return cfg
-    adopted = runs.resume_old_defaults(stored, cfg.to_dict(), CHANGED_DEFAULTS, ADDED_KEYS)
+    adopted = runs.resume_old_defaults(stored, cfg.to_dict(), compat.changed_defaults("dagger"),
+                                       compat.added_settings("dagger"))
     if "sim.fingertip_pixels" not in adopted:
         return cfg
     log.info("--resume: %s was written before the fingertip senses; resuming without them", cfg.out)
@@ -354,7 +347,7 @@ def _open_run_folder(cfg: DaggerConfig, dev: torch.device,
     ``obs -> B,H,W bool`` the learner sees)."""
     out = check_out_dir(cfg.out, resume=cfg.resume)
     rows = runs.finished_iterations(out, cfg.to_dict(), RESUMABLE_KEYS, resume=cfg.resume, what="DAgger",
-                                    added=ADDED_KEYS)
+                                    added=compat.added_settings("dagger"))
     mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
     if cfg.masks == "predicted":
         check_vision_kinds(cfg.vision, cfg.sim)

@@ -17,6 +17,8 @@ import logging
 import os
 import sys
 
+from graspsim.compat import renamed_flag  # old flag spellings (imports no torch)
+
 # verb -> (module, config class, function, one-line help)
 VERBS: dict[str, tuple[str, str, str, str]] = {
     "show": ("graspsim.show", "ShowConfig", "show", "contact sheet of randomized scenes (RGB beside mask)"),
@@ -39,20 +41,6 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "export-dataset": ("graspsim.cli.export_dataset", "ExportDatasetConfig", "export_dataset",
                        "write episode files as a LeRobotDataset v3.0 folder (parquet + mp4 or PNG)"),
 }
-
-
-RENAMED_FLAGS = {"--vision-checkpoint": "--vision", "--control-checkpoint": "--policy"}
-"""Flags renamed so that every verb names an artifact with one word (the vision net ``--vision``, the control net
-``--policy``); the old spellings are refused with a message naming the new one."""
-
-
-def _renamed_flag(args: list[str]) -> str | None:
-    """The error message for the first old flag spelling in ``args`` (``--flag`` or ``--flag=value``), else None."""
-    for a in args:
-        old = a.split("=", 1)[0]
-        if old in RENAMED_FLAGS:
-            return f"{old} is now {RENAMED_FLAGS[old]} (one name for each net in every verb); give {RENAMED_FLAGS[old]}"
-    return None
 
 
 def _usage() -> str:
@@ -152,7 +140,7 @@ def _main(argv: list[str]) -> int:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         print(f"graspsim: unknown verb '{verb}'{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
-    renamed = _renamed_flag(rest)
+    renamed = renamed_flag(verb, rest)
     if renamed:
         print(f"graspsim {verb}: error: {renamed}", file=sys.stderr)
         return 2
