@@ -59,7 +59,7 @@ def load_nets(cfg: BenchConfig, image_size: int, sim: SimConfig | None = None) -
     randomly initialised nets of the shapes users train by default (``train-vision``'s net and its mirror-averaging
     setting, bf16 where the CPU has it, as a trained checkpoint would run; ``train-dagger``'s control net, turning the
     wrist when ``sim`` holds cubes or cylinders), so the loop costs what a default run's nets cost. Raises ImportError
-    when a module is missing, ValueError when the control checkpoint cannot drive ``sim``'s target kinds."""
+    when a module is missing, ValueError when the policy checkpoint cannot drive ``sim``'s target kinds."""
     from graspsim.dagger.model import ControlNet, ControlNetConfig
     from graspsim.dagger.policy import MaskPolicy, check_fits_scenes
     from graspsim.vision.infer import Segmenter

@@ -77,7 +77,7 @@ when a run folder was moved or copied)."""
 SCHEDULES = ("linear", "exponential", "constant")
 @dataclass(frozen=True)
 class DaggerConfig:
-    """Train the mask-driven control net by DAgger (or behaviour cloning with --schedule constant --beta-start 1)."""
+    """Train the mask-driven policy by DAgger (or behaviour cloning with --schedule constant --beta-start 1)."""
 
     out: Path
     """Run folder (created): config.json, data/, checkpoints/, policy.pt, metrics.json/csv, tb/, learning_curve.png.
@@ -131,7 +131,7 @@ class DaggerConfig:
     """Device, threads, torchrun timeout and progress bar (flags --device, --threads, --dist-timeout,
     --progress/--no-progress)."""
     model: ControlNetConfig = field(default_factory=ControlNetConfig)
-    """Control network size (its image_size, max_speed, and with cubes or cylinders its wrist and max_yaw_rate, are
+    """Policy network size (its image_size, max_speed, and with cubes or cylinders its wrist and max_yaw_rate, are
     taken from --sim)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration (training scenes)."""
@@ -320,7 +320,7 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
     heldout = episode_seeds(cfg.seed, "heldout", 0, cfg.eval_episodes)
     tb = SummaryWriter(str(out / "tb")) if ctx.is_main else None
     t_run = time.perf_counter()
-    log.info("DAgger: %d iterations x %d episodes, %d-parameter control net, masks=%s, schedule=%s",
+    log.info("DAgger: %d iterations x %d episodes, %d-parameter policy, masks=%s, schedule=%s",
              cfg.iterations, cfg.episodes_per_iter, count_parameters(learner.model), cfg.masks, cfg.schedule)
     try:
         with progress_bar(None, cfg.runtime.progress and ctx.is_main, fields=("{task.fields[info]}",), remaining=False) as bar:

@@ -86,7 +86,7 @@ class BenchConfig:
     vision: Optional[Path] = None
     """Optional trained segmentation checkpoint for the full loop (random weights of the default net otherwise)."""
     policy: Optional[Path] = None
-    """Optional trained control checkpoint for the full loop (random weights of the default net otherwise)."""
+    """Optional trained policy checkpoint for the full loop (random weights of the default net otherwise)."""
     loop_rounds: int = 7
     """Rounds of alternating bare-simulator / full-loop timing windows at ``loop_batch`` (0 = skip): the median of
     the per-round ratios is the loop's cost over the simulator, robust to load that drifts over minutes. Taken at the

@@ -99,12 +99,12 @@ def _deploy_runtime() -> RuntimeConfig:
 
 @dataclass(frozen=True)
 class DeployConfig:
-    """Run the vision and control nets closed-loop on a camera and a robot at a fixed rate."""
+    """Run the vision net and the policy closed-loop on a camera and a robot at a fixed rate."""
 
     vision: Path
     """Vision checkpoint (graspsim train-vision; e.g. vision/assets/segnet.pt)."""
     policy: Path
-    """Control checkpoint (graspsim dagger: policy.pt or best.pt)."""
+    """Policy checkpoint (graspsim dagger: policy.pt or best.pt)."""
     camera: str
     """Camera: an OpenCV device index, a video file, an image folder (replay), 'sim', 'bullet', or module:Class."""
     robot: str
@@ -163,7 +163,7 @@ class DeployConfig:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         check_in_file(self.vision, "DeployConfig.vision", "vision checkpoint", inside="checkpoint.pt")
-        check_in_file(self.policy, "DeployConfig.policy", "control checkpoint", inside="policy.pt")
+        check_in_file(self.policy, "DeployConfig.policy", "policy checkpoint", inside="policy.pt")
         finite_non_negative("DeployConfig", "hz", self.hz, unit="Hz")
         positive_int("DeployConfig", "episodes", self.episodes)
         finite_positive("DeployConfig", "time_limit", self.time_limit, unit="s")
@@ -332,7 +332,7 @@ def check_world_kinds(sim: SimConfig, ctl: Controller, cfg: DeployConfig) -> Non
     from graspsim.dagger.policy import check_fits_scenes, load_checkpoint as load_control
 
     trained = runs.trained_kinds(load_control(cfg.policy).get("config"))
-    check_fits_scenes(ctl, sim, f"control checkpoint {cfg.policy}", trained)
+    check_fits_scenes(ctl, sim, f"policy checkpoint {cfg.policy}", trained)
     check_vision_kinds(cfg.vision, sim)
 
 
@@ -343,7 +343,7 @@ def adapter_fingertip(cfg: DeployConfig, ctl: Controller, robot, guard) -> bool:
     episode start). Logs which fingertip points a run uses."""
     if not ctl.reads_fingertip:
         if cfg.fingertip is not None:
-            log.warning("deploy: --fingertip is ignored: this control net reads no fingertip senses")
+            log.warning("deploy: --fingertip is ignored: this policy reads no fingertip senses")
         return False
     if cfg.fingertip is None and callable(getattr(robot, "fingertip", None)):
         read_fingertip(ctl, robot, guard, allow_none=isinstance(robot, SimRobot))

@@ -27,7 +27,7 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "train-vision": ("graspsim.vision.train", "TrainVisionConfig", "train_vision", "train the segmentation net on sim-real composites"),
     "eval-real": ("graspsim.vision.evaluate", "EvalRealConfig", "evaluate_real", "evaluate the segmentation net on a recorded image set"),
     "calibrate": ("graspsim.vision.calibrate", "CalibrateConfig", "calibrate", "choose the vision net's threshold and frame gate on your labelled frames"),
-    "dagger": ("graspsim.dagger.train", "DaggerConfig", "run_dagger", "train the mask-driven controller by DAgger"),
+    "dagger": ("graspsim.dagger.train", "DaggerConfig", "run_dagger", "train the mask-driven policy by DAgger"),
     "eval-sim": ("graspsim.dagger.evaluate", "EvalSimConfig", "evaluate_sim", "closed-loop evaluation in simulation"),
     "pipeline": ("graspsim.dagger.pipeline", "PipelineConfig", "run_pipeline", "collect -> vision -> DAgger -> evaluate -> report"),
     "bench": ("graspsim.dagger.throughput", "BenchConfig", "run_bench", "throughput benchmark: batched torch sim vs pybullet"),
@@ -37,7 +37,7 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "render-transfer": ("graspsim.vision.foreign_render", "RenderTransferConfig", "render_transfer_set",
                         "draw a foreign-render transfer set (pybullet TinyRenderer over real photos) in a target colour"),
     "sample-set": ("graspsim.cli.sample_set", "SampleSetConfig", "sample_set", "print the installed sample image set's folder (--where), or rebuild it"),
-    "export": ("graspsim.robot.export", "ExportConfig", "export", "write the vision and control nets as ONNX with a JSON contract"),
+    "export": ("graspsim.robot.export", "ExportConfig", "export", "write the vision net and the policy as ONNX with a JSON contract"),
     "export-dataset": ("graspsim.cli.export_dataset", "ExportDatasetConfig", "export_dataset",
                        "write episode files as a LeRobotDataset v3.0 folder (parquet + mp4 or PNG)"),
 }

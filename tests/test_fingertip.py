@@ -143,7 +143,7 @@ def test_controller_appends_the_fingertip_senses_and_checks_them():
     ctl.decide(frame, senses)
     np.testing.assert_allclose(nets.seen[-1][0, 5:], [1, -1, 0, 0], atol=1e-5)
     assert ctl.fingertip_source == "--fingertip"
-    with pytest.raises(ValueError, match=r"--fingertip: fingertip points outside what the control net was trained on: "
+    with pytest.raises(ValueError, match=r"--fingertip: fingertip points outside what the policy was trained on: "
                                          r"x0 = 0\.900 \(trained 0\.400-0\.600\)"):
         Controller(nets, fingertip=(0.9, 0.5, 0.5, 0.44))
     with pytest.raises(ValueError, match=r"must be 4 finite numbers x0 y0 x1 y1"):
