@@ -1,4 +1,4 @@
-"""``graspsim dagger``: train the mask-driven controller by DAgger (Ross et al., AISTATS 2011).
+"""``graspsim dagger``: train the mask-driven policy by DAgger (Ross et al., AISTATS 2011).
 
 Iteration ``i`` (all scenes batched on ``device``):
 

@@ -47,3 +47,16 @@ def test_importing_the_packages_and_the_command_imports_no_torch():
             + "; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_docs_architecture_lists_exactly_the_public_names():
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
+    section = text.split("## Public API", 1)[1].split("\n## ", 1)[0]
+    listed = {m.group(1): set(re.findall(r"`(\w+)`", m.group(2)))
+              for m in re.finditer(r"^\| `(graspsim[\w.]*)` \| (.+) \|$", section, re.M)}
+    assert set(listed) == set(PACKAGES)
+    for package in PACKAGES:
+        assert listed[package] == set(importlib.import_module(package).__all__), package
