@@ -4,7 +4,8 @@ What lives here: module paths that moved (:data:`MOVED_MODULES`), command-line f
 refused with a hint (:data:`RENAMED_FLAGS`), config fields renamed in code (:data:`RENAMED_FIELDS`), and how run
 folders written by earlier releases resume: settings added since (:data:`ADDED_SETTINGS`), defaults changed since
 (:data:`CHANGED_DEFAULTS`), settings and values stored under older names (:data:`RENAMED_SETTINGS`,
-:data:`RENAMED_VALUES`) and settings that moved into a group (:data:`LEGACY_TOP_LEVEL`). The run-folder tables hold
+:data:`RENAMED_VALUES`), settings that moved into a group (:data:`LEGACY_TOP_LEVEL`), simulator settings added since
+(:data:`SIM_SETTINGS_ADDED`) and checkpoint keys renamed since (:data:`LEGACY_CHECKPOINT_KEYS`). The run-folder tables hold
 history as plain values (what an older release wrote), keyed by the verb whose run folders they describe; the
 modules that resume read them through :func:`added_settings` and :func:`changed_defaults`.
 
@@ -202,6 +203,22 @@ LEGACY_TOP_LEVEL: dict[str, dict[str, Renamed]] = {
 still gives it there is read as if it were grouped."""
 
 
+SIM_SETTINGS_ADDED: dict[str, Added] = {
+    "fingertip_pixels": Added(False, FORMAT_HORIZON),  # the fingertip senses (wrist runs before them read 5 senses)
+}
+"""Simulator settings added after the wrist, at the value that reproduces runs written before them, wherever a
+stored config holds a simulator config (:func:`graspsim.runs.sim_fields_added`; they only act with the wrist)."""
+
+LEGACY_CHECKPOINT_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
+    # control checkpoints of format versions 0 and 1 kept the net's config under "config" and the run's under
+    # "run_config"; version 2 (0.1) renamed them, in this order, so "config" is the run's config in every checkpoint
+    "graspsim-control": (("config", "model_config"), ("run_config", "config")),
+}
+"""Checkpoint kind -> (old key, new key) renames its loader applies to older files, in order."""
+LEGACY_CHECKPOINT_DROP_IN = {"graspsim-control": FORMAT_HORIZON}
+"""Checkpoint kind -> the release whose loader may stop reading the older layout."""
+
+
 def added_settings(verb: str) -> dict[str, Any]:
     """``{dotted key: value}`` of :data:`ADDED_SETTINGS` for ``verb``."""
     return {k: e.value for k, e in ADDED_SETTINGS.get(verb, {}).items()}
@@ -241,6 +258,10 @@ def entries() -> Iterator[tuple[str, str]]:
         for owner, rows in table.items():
             for key, e in rows.items():
                 yield f"{table_name}[{owner!r}][{key!r}]", e.drop_in
+    for key, e in SIM_SETTINGS_ADDED.items():
+        yield f"SIM_SETTINGS_ADDED[{key!r}]", e.drop_in
+    for kind in LEGACY_CHECKPOINT_KEYS:
+        yield f"LEGACY_CHECKPOINT_KEYS[{kind!r}]", LEGACY_CHECKPOINT_DROP_IN[kind]
     for owner, keys in RENAMED_VALUES.items():
         for key, values in keys.items():
             for value, e in values.items():
