@@ -29,8 +29,9 @@ GRIPPER_WRIST = gripper_width(True, False)
 KIND = "graspsim-control"
 FORMAT_VERSION = 2
 RENAMED = compat.LEGACY_CHECKPOINT_KEYS[KIND]
-"""Keys renamed in version 2 (the table lives in :mod:`graspsim.compat`) so that ``config`` means the run's config in every checkpoint (:mod:`graspsim.runs`), as
-(old, new) in the order they apply: files of versions 0 and 1 hold the net's config as ``config``."""
+"""Keys renamed in version 2 so that ``config`` means the run's config in every checkpoint (:mod:`graspsim.runs`), as
+(old, new) in the order they apply: files of versions 0 and 1 hold the net's config as ``config``. The table lives in
+:mod:`graspsim.compat`."""
 
 
 def save_checkpoint(path: str | os.PathLike, model: ControlNet, optimizer: torch.optim.Optimizer | None,

@@ -5,7 +5,8 @@ refused with a hint (:data:`RENAMED_FLAGS`), config fields renamed in code (:dat
 folders written by earlier releases resume: settings added since (:data:`ADDED_SETTINGS`), defaults changed since
 (:data:`CHANGED_DEFAULTS`), settings and values stored under older names (:data:`RENAMED_SETTINGS`,
 :data:`RENAMED_VALUES`), settings that moved into a group (:data:`LEGACY_TOP_LEVEL`), simulator settings added since
-(:data:`SIM_SETTINGS_ADDED`) and checkpoint keys renamed since (:data:`LEGACY_CHECKPOINT_KEYS`). The run-folder tables hold
+(:data:`SIM_SETTINGS_ADDED`) and checkpoint keys renamed since (:data:`LEGACY_CHECKPOINT_KEYS`).
+The run-folder tables hold
 history as plain values (what an older release wrote), keyed by the verb whose run folders they describe; the
 modules that resume read them through :func:`added_settings` and :func:`changed_defaults`.
 
@@ -83,8 +84,8 @@ RENAMED_FLAGS: dict[str, RenamedFlag] = {
     # 0.1: one name for each net in every verb
     "--vision-checkpoint": RenamedFlag("--vision", "one name for each net in every verb", FLAG_HORIZON),
     "--control-checkpoint": RenamedFlag("--policy", "one name for each net in every verb", FLAG_HORIZON),
-    # 0.2.0: --runtime is the device/threads/progress group in every verb; deploy's torch|onnx choice is its engine
-    "--runtime": RenamedFlag("--engine", "the torch|onnx choice is the engine; runtime means device, threads and "
+    # 0.2.0: --runtime is the device/threads/progress group in every verb; deploy's torch|onnx choice is its inference
+    "--runtime": RenamedFlag("--inference", "the torch|onnx choice is inference; runtime means device, threads and "
                              "progress in every verb", FLAG_HORIZON, ("deploy",)),
 }
 """Old flag -> its new spelling, the reason, when the hint goes and the verbs it applies to."""
@@ -111,9 +112,9 @@ class RenamedField(NamedTuple):
 
 
 RENAMED_FIELDS: dict[str, dict[str, RenamedField]] = {
-    # 0.2.0: DeployConfig.runtime (torch|onnx) -> engine; DeployConfig.run (the RuntimeConfig) -> runtime, as in
+    # 0.2.0: DeployConfig.runtime (torch|onnx) -> inference; DeployConfig.run (the RuntimeConfig) -> runtime, as in
     # every other verb's config
-    "DeployConfig": {"run": RenamedField("runtime", FLAG_HORIZON), "runtime": RenamedField("engine", FLAG_HORIZON)},
+    "DeployConfig": {"run": RenamedField("runtime", FLAG_HORIZON), "runtime": RenamedField("inference", FLAG_HORIZON)},
 }
 """Config class -> old field -> its new name."""
 

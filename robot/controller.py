@@ -180,7 +180,7 @@ class OnnxNets:
     runtime = "onnx"
 
     def __init__(self, folder: str | os.PathLike, threads: int = 0):
-        require("onnxruntime", "deploy", "--engine onnx")
+        require("onnxruntime", "deploy", "--inference onnx")
         import onnxruntime as ort
         folder = Path(folder)
         self.contract = read_contract(folder)

@@ -32,7 +32,7 @@ Episodes run through the one rollout driver (:func:`graspsim.rollout.run_episode
 Outputs (:data:`OUTPUTS`): ``OUT/summary.json`` (episodes, success_rate where the robot can tell, achieved_hz,
 overruns, capture stalls, latency_ms p50/p99 per stage and end to end, stop counts, per-episode outcomes, the error
 that ended the run), ``OUT/ticks.csv`` (one row per tick: senses, the net's action, the command, what was sent, stop
-reason, stage times) and, with ``--engine onnx`` without ``--onnx``, ``OUT/onnx`` (the export used). They are
+reason, stage times) and, with ``--inference onnx`` without ``--onnx``, ``OUT/onnx`` (the export used). They are
 written into a hidden staging folder beside OUT and replace an earlier run's outputs as a whole once the run ends
 (also after Ctrl-C or a fault); a run refused before it starts (a camera that does not open) leaves OUT as it was.
 Under torchrun (``WORLD_SIZE`` > 1) deploy is refused before anything opens. ``--record DIR`` writes the
@@ -119,11 +119,11 @@ class DeployConfig:
     """Episode time limit in seconds of control time (ticks = time_limit x rate; at --hz 0 the simulator's rate)."""
     record: Optional[Path] = None
     """Also record the run into this folder: images/ (+ masks/ for simulated cameras) and ticks.csv."""
-    engine: Literal["torch", "onnx"] = "torch"
-    """Inference engine: torch, or onnxruntime on graphs exported from the same checkpoints (before 0.2.0:
+    inference: Literal["torch", "onnx"] = "torch"
+    """Where the nets run: torch, or onnxruntime on graphs exported from the same checkpoints (before 0.2.0:
     --runtime)."""
     onnx: Optional[Path] = None
-    """With --engine onnx: a 'graspsim export' folder to use (default: export the checkpoints into OUT/onnx)."""
+    """With --inference onnx: a 'graspsim export' folder to use (default: export the checkpoints into OUT/onnx)."""
     precision: Literal["auto", "fp32"] = "auto"
     """Torch vision precision: auto (bf16 where the CPU has native bf16 and the checkpoint's probe agrees) or fp32."""
     seed: int = 0
@@ -141,7 +141,7 @@ class DeployConfig:
     "Measuring the fingertip points"). None: the adapter's fingertip() if it has one (the simulated robots report their
     scene's), else the nominal mount of the training scenes. Other nets ignore it."""
     runtime: Runtime = field(default_factory=_deploy_runtime)
-    """Device of the torch engine (--engine onnx runs on the CPU), torch and onnxruntime intra-op threads (one by
+    """Device of torch inference (--inference onnx runs on the CPU), torch and onnxruntime intra-op threads (one by
     default: see benchmarks/bench_latency.py), and --progress (one log line per finished episode)."""
     overwrite: bool = False
     """Replace the outputs of an earlier run in --out (and --record)."""
@@ -184,15 +184,15 @@ class DeployConfig:
 
     def _check_renamed_fields(self) -> None:
         """ValueError naming today's field where a caller used a name of before 0.2.0 (:mod:`graspsim.compat`):
-        ``run=`` (now ``runtime``) or ``runtime="torch"|"onnx"`` (now ``engine``)."""
+        ``run=`` (now ``runtime``) or ``runtime="torch"|"onnx"`` (now ``inference``)."""
         renamed = compat.RENAMED_FIELDS["DeployConfig"]
         if self.run is not None:
             raise ValueError(f"DeployConfig.run is now DeployConfig.{renamed['run'].new} (a RuntimeConfig, as in every "
                              f"verb); give {renamed['run'].new}=")
         if isinstance(self.runtime, str):
-            raise ValueError(f"DeployConfig.runtime is now the RuntimeConfig (device, threads, progress); the torch|onnx "
-                             f"choice is DeployConfig.{renamed['runtime'].new}: give {renamed['runtime'].new}="
-                             f"{self.runtime!r}")
+            raise ValueError(f"DeployConfig.runtime is now the RuntimeConfig (device, threads, progress); the "
+                             f"torch|onnx choice is DeployConfig.{renamed['runtime'].new}: give "
+                             f"{renamed['runtime'].new}={self.runtime!r}")
 
     def _group_legacy_runtime(self) -> None:
         """Move top-level ``threads``/``progress`` (the settings' place before ``runtime``) into ``runtime``."""
@@ -205,16 +205,16 @@ class DeployConfig:
             object.__setattr__(self, k, None)
 
     def _check_runtime(self) -> None:
-        if self.engine not in ("torch", "onnx"):
-            raise ValueError(f"DeployConfig.engine must be 'torch' or 'onnx'; got {self.engine!r}")
-        if self.onnx is not None and self.engine != "onnx":
-            raise ValueError("DeployConfig: --onnx DIR needs --engine onnx")
-        if self.engine == "onnx":
+        if self.inference not in ("torch", "onnx"):
+            raise ValueError(f"DeployConfig.inference must be 'torch' or 'onnx'; got {self.inference!r}")
+        if self.onnx is not None and self.inference != "onnx":
+            raise ValueError("DeployConfig: --onnx DIR needs --inference onnx")
+        if self.inference == "onnx":
             if self.runtime.device != "cpu":
-                raise ValueError(f"DeployConfig: --engine onnx runs on the CPU; got --device {self.runtime.device}")
-            require("onnxruntime", "deploy", "deploy --engine onnx")
+                raise ValueError(f"DeployConfig: --inference onnx runs on the CPU; got --device {self.runtime.device}")
+            require("onnxruntime", "deploy", "deploy --inference onnx")
             if self.onnx is None:  # the checkpoints are exported first
-                require("onnx", "deploy", "deploy --engine onnx (without --onnx DIR, which exports the checkpoints)")
+                require("onnx", "deploy", "deploy --inference onnx (without --onnx DIR, which exports the checkpoints)")
         if self.precision not in ("auto", "fp32"):
             raise ValueError(f"DeployConfig.precision must be 'auto' or 'fp32'; got {self.precision!r}")
 
@@ -245,7 +245,7 @@ def build_controller(cfg: DeployConfig, out: Path) -> Controller:
     """The controller ``cfg`` asks for: torch on the checkpoints, or onnxruntime on ``cfg.onnx`` (refused unless its
     contract names ``cfg.vision`` and ``cfg.policy`` by their sha256; default: the checkpoints exported into
     ``out/onnx`` first)."""
-    if cfg.engine == "torch":
+    if cfg.inference == "torch":
         return Controller.from_checkpoints(cfg.vision, cfg.policy, precision=cfg.precision, device=cfg.runtime.device,
                                            safety=cfg.safety, fingertip=cfg.fingertip)
     folder = cfg.onnx
@@ -456,7 +456,7 @@ def _summary(cfg: DeployConfig, hooks: TickHooks, ctl: Controller, camera, robot
         "ended": ended or "completed",
         "error": None if error is None or isinstance(error, KeyboardInterrupt) else f"{error}",
         "per_episode": eps,
-        "engine": ctl.runtime,
+        "inference": ctl.runtime,
         "vision_precision": getattr(ctl.nets, "precision", None),
         "mirror_tta": getattr(ctl.nets, "mirror_tta", None),
         "fingertip": None if ctl.fingertip is None else {

@@ -91,7 +91,8 @@ def test_the_check_sees_an_upward_import(tmp_path):
     (tmp_path / "dagger").mkdir()
     (tmp_path / "dagger" / "probe.py").write_text("import graspsim.robot.deploy\nfrom graspsim.vision import infer\n")
     bad = upward_imports(tmp_path)
-    assert sorted(b.split(" imports ")[1] for b in bad) == ["graspsim.dagger", "graspsim.robot", "graspsim.robot.deploy"]
+    imported = sorted(b.split(" imports ")[1] for b in bad)
+    assert imported == ["graspsim.dagger", "graspsim.robot", "graspsim.robot.deploy"]
 
 
 @pytest.mark.parametrize("folder", sorted(FOLDERS))

@@ -87,9 +87,9 @@ def test_the_tables_now_values_are_todays_defaults():
 @pytest.mark.parametrize("verb,args,hint", [
     ("eval-sim", ["--vision-checkpoint", "x.pt"], "--vision-checkpoint is now --vision"),
     ("deploy", ["--out", "o", "--control-checkpoint=p.pt"], "--control-checkpoint is now --policy"),
-    ("deploy", ["--runtime", "onnx"], "--runtime is now --engine"),
+    ("deploy", ["--runtime", "onnx"], "--runtime is now --inference"),
     ("dagger", ["--runtime", "onnx"], None),  # --runtime was deploy's flag only
-    ("deploy", ["--engine", "onnx"], None),
+    ("deploy", ["--inference", "onnx"], None),
 ])
 def test_old_flags_are_refused_with_the_new_one(verb, args, hint):
     msg = compat.renamed_flag(verb, args)
@@ -99,7 +99,7 @@ def test_old_flags_are_refused_with_the_new_one(verb, args, hint):
         assert msg.startswith(hint) and "\n" not in msg
 
 
-@pytest.mark.parametrize("kw,field", [({"runtime": "onnx"}, "engine='onnx'"), ({"run": object()}, "runtime=")])
+@pytest.mark.parametrize("kw,field", [({"runtime": "onnx"}, "inference='onnx'"), ({"run": object()}, "runtime=")])
 def test_deploy_config_old_field_names_name_the_new_ones(kw, field):
     from graspsim.robot.deploy import DeployConfig
 

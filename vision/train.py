@@ -162,7 +162,8 @@ def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Opti
 # ----------------------------------------------------------------------------------------------- fine-tuning
 def resumed_config(cfg: TrainVisionConfig) -> TrainVisionConfig:
     """``cfg`` with the net a ``--resume``d run folder trained, where that folder was written before the default net
-    changed (:data:`graspsim.compat.CHANGED_DEFAULTS`) and ``cfg`` asks for today's default; otherwise ``cfg`` itself."""
+    changed (:data:`graspsim.compat.CHANGED_DEFAULTS`) and ``cfg`` asks for today's default; otherwise ``cfg``
+    itself."""
     if not cfg.resume or not (Path(cfg.out) / CHECKPOINT_NAME).is_file():
         return cfg  # nothing to resume: _train_vision says so
     stored = runs.read_config(cfg.out) or {}  # the run folder's config.json, as the checkpoint holds it
