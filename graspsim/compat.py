@@ -5,10 +5,10 @@ refused with a hint (:data:`RENAMED_FLAGS`), config fields renamed in code (:dat
 folders written by earlier releases resume: settings added since (:data:`ADDED_SETTINGS`), defaults changed since
 (:data:`CHANGED_DEFAULTS`), settings and values stored under older names (:data:`RENAMED_SETTINGS`,
 :data:`RENAMED_VALUES`), settings that moved into a group (:data:`LEGACY_TOP_LEVEL`), simulator settings added since
-(:data:`SIM_SETTINGS_ADDED`) and checkpoint keys renamed since (:data:`LEGACY_CHECKPOINT_KEYS`).
-The run-folder tables hold
-history as plain values (what an older release wrote), keyed by the verb whose run folders they describe; the
-modules that resume read them through :func:`added_settings` and :func:`changed_defaults`.
+(:data:`SIM_SETTINGS_ADDED`) and checkpoint keys renamed since (:data:`LEGACY_CHECKPOINT_KEYS`). The run-folder
+tables hold history as plain values (what an older release wrote), keyed by the verb whose run folders they describe;
+the modules that resume read them through :func:`added_settings`, :func:`changed_defaults` and
+:func:`renamed_settings`.
 
 Two horizons: an import path or a flag hint goes one release after it changed (0.3.0); a run-folder or checkpoint
 format stays readable until 1.0.0, since users keep their runs longer than their scripts.
