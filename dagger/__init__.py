@@ -4,4 +4,39 @@ checkpoints (``policy``), batched expert/learner rollouts (``rollout``), DAgger 
 
 The robot stack (cameras, robots, the deploy loop, the deployable controller, ONNX export) lives in
 :mod:`graspsim.robot`; the old module paths here (``graspsim.dagger.robots``, ``graspsim.dagger.cameras``, ...) still
-import for one release and warn (:mod:`graspsim.compat`)."""
+import for one release and warn (:mod:`graspsim.compat`).
+
+The public names below are imported on first use (``from graspsim.dagger import DaggerConfig, run_dagger``). The
+function ``rollout`` stays in its module (``graspsim.dagger.rollout.rollout``): a package attribute named like a
+submodule would hide it."""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "ControlNet": "model", "ControlNetConfig": "model",
+    "MaskPolicy": "policy",
+    "RolloutResult": "rollout", "gt_masks": "rollout", "segmenter_masks": "rollout",
+    "make_mask_fn": "masks",
+    "Aggregate": "aggregate",
+    "DaggerConfig": "train", "run_dagger": "train",
+    "EvalSimConfig": "evaluate", "evaluate_sim": "evaluate",
+    "PipelineConfig": "pipeline", "run_pipeline": "pipeline", "PRESETS": "pipeline",
+    "run_bench": "throughput",
+}
+"""Public name -> the submodule that defines it."""
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

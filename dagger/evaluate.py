@@ -51,7 +51,7 @@ from graspsim.validate import non_negative_int, positive_int
 from .policy import MaskPolicy, check_fits_scenes
 from .rollout import RolloutResult
 from .sharded import sharded_rollout
-from .train import make_mask_fn
+from .masks import check_vision_kinds, make_mask_fn
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +63,10 @@ MOVING_SPEED = (0.005, 0.02)
 
 @dataclass(frozen=True)
 class EvalSimConfig:
-    """Evaluate a control checkpoint closed-loop in randomized simulated scenes."""
+    """Evaluate a policy checkpoint closed-loop in randomized simulated scenes."""
 
     policy: Path
-    """Control checkpoint (graspsim dagger: policy.pt or checkpoints/iter_NNN.pt)."""
+    """Policy checkpoint (graspsim dagger: policy.pt or checkpoints/iter_NNN.pt)."""
     out: Path
     """Output folder (created): metrics.json, rollout GIFs, report.md. A non-empty folder is refused unless
     --overwrite is given."""
@@ -101,7 +101,7 @@ class EvalSimConfig:
         object.__setattr__(self, "out", Path(self.out))
         if self.vision is not None:
             object.__setattr__(self, "vision", Path(self.vision))
-        check_in_file(self.policy, "EvalSimConfig.policy", "control checkpoint", inside="best.pt")
+        check_in_file(self.policy, "EvalSimConfig.policy", "policy checkpoint", inside="best.pt")
         if self.vision is not None:
             check_in_file(self.vision, "EvalSimConfig.vision", "vision checkpoint", inside="checkpoint.pt")
         if self.masks not in (None, "gt", "predicted"):
@@ -161,16 +161,6 @@ def summarize(res: RolloutResult) -> dict:
         "per_episode_kind": [str(k) for k in res.kinds] if res.kinds is not None else [],
         "per_kind": per_kind_success(res),
     }
-
-
-def check_vision_kinds(vision: Path, sim: SimConfig) -> None:
-    """ValueError naming the vision checkpoint when it was trained for another embodiment than ``sim``'s, or ``sim``
-    holds target kinds its net was not trained on."""
-    from graspsim.vision.checkpoint import load_checkpoint
-
-    config = load_checkpoint(vision).get("config")
-    runs.check_embodiment(runs.trained_embodiment(config), sim.embodiment, f"vision checkpoint {vision}")
-    runs.check_trained_kinds(runs.trained_kinds(config), sim.target.kinds, f"vision checkpoint {vision}")
 
 
 def per_kind_success(res: RolloutResult) -> dict[str, dict]:
@@ -239,7 +229,7 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
     dev = distributed.local_device(cfg.runtime.device)
     policy = MaskPolicy.from_checkpoint(cfg.policy, dev)
     sim = cfg.eval_sim_config()
-    check_fits_scenes(policy.cfg, sim, f"control checkpoint {cfg.policy}", policy.trained_kinds,
+    check_fits_scenes(policy.cfg, sim, f"policy checkpoint {cfg.policy}", policy.trained_kinds,
                       policy.trained_embodiment)
     if cfg.vision is not None and cfg.mask_source == "predicted":
         check_vision_kinds(cfg.vision, sim)

@@ -43,7 +43,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Literal, Optional
 
-from graspsim import SimConfig, distributed
+from graspsim import SimConfig, compat, distributed
 from graspsim.config import TargetConfig
 from graspsim import runs as run_folder
 from graspsim.fileio import atomic_write_text, check_folder_path, check_in_file, check_out_dir
@@ -70,21 +70,9 @@ where the doubled segmentation cost of every DAgger, BC and evaluation rollout w
 budget. The default cascade always mirrors its window (36.7 MFLOP a frame in all)."""
 RESUMABLE_KEYS = ("resume", "runtime.progress", "runtime.threads", "gifs", "runtime.dist_timeout")
 """Settings that may differ when resuming a pipeline run folder (they do not change results)."""
-ADDED_SETTINGS = {"vision_model": "unet", "target": None, "sim.fingertip_pixels": False}
-"""Settings added after run folders were first written, with the value that reproduces what those runs did (a
-folder without the key resumes as if it held that value)."""
-CHANGED_DEFAULTS = {"vision_model": ("unet", "cropped"), "sim.fingertip_pixels": (False, True)}
-"""Defaults changed after run folders were written, as (before, now): a folder that trained the U-Net when it was
-the default resumes with it, one whose wrist nets read no fingertip senses without them
-(:func:`graspsim.runs.resume_old_defaults`)."""
 VISION_MODELS = {"cropped": "the cropped cascade", "unet": "the whole-frame U-Net"}
 """Nets the vision stage can train (``--vision-model``: ``graspsim.vision.train_config.CROPPED_MODEL`` and ``UNET_MODEL``),
 as the report names them."""
-RENAMED_VISION_MODELS = {"default": "unet"}
-"""``vision_model`` values of run folders written before issue 40, under today's names."""
-RENAMED_SETTINGS = {"vision_checkpoint": "vision"}
-"""Settings renamed after run folders were written (old key -> new key; the flag ``--vision-checkpoint`` became
-``--vision``): a stored config with the old key compares as if it held the new one."""
 OVERRIDES = ("collect_episodes", "vision_steps", "iterations", "episodes_per_iter", "train_steps",
              "dagger_eval_episodes", "eval_episodes", "num_envs")
 
@@ -228,16 +216,16 @@ def _json(path: Path) -> dict | None:
 
 def _resumed_config(cfg: PipelineConfig, out: Path) -> PipelineConfig:
     """The one resume rule for a pipeline run folder, after giving ``cfg`` the vision net the folder trained where it
-    was written before the default net changed (:data:`CHANGED_DEFAULTS`; old names in
-    :data:`RENAMED_VISION_MODELS`) and ``cfg`` asks for today's default. Settings stored under an old name
-    (:data:`RENAMED_SETTINGS`) compare under the new one. Raises ValueError naming every other difference."""
+    was written before the default net changed (:data:`graspsim.compat.CHANGED_DEFAULTS`; old names in
+    :data:`graspsim.compat.RENAMED_VALUES`) and ``cfg`` asks for today's default. Settings stored under an old name
+    (:data:`graspsim.compat.RENAMED_SETTINGS`) compare under the new one. Raises ValueError naming every other
+    difference."""
     stored = run_folder.read_config(out)
     if stored is None:
         return cfg
-    stored = {RENAMED_SETTINGS.get(k, k): v for k, v in stored.items()}
-    if stored.get("vision_model") in RENAMED_VISION_MODELS:
-        stored = {**stored, "vision_model": RENAMED_VISION_MODELS[stored["vision_model"]]}
-    adopted = run_folder.resume_old_defaults(stored, cfg.to_dict(), CHANGED_DEFAULTS, ADDED_SETTINGS)
+    stored = compat.renamed_settings("pipeline", stored)
+    added = compat.added_settings("pipeline")
+    adopted = run_folder.resume_old_defaults(stored, cfg.to_dict(), compat.changed_defaults("pipeline"), added)
     if "vision_model" in adopted:
         log.info("pipeline --resume: %s trained the %s, the default then; resuming with it", out,
                  VISION_MODELS[adopted["vision_model"]])
@@ -245,7 +233,7 @@ def _resumed_config(cfg: PipelineConfig, out: Path) -> PipelineConfig:
     if "sim.fingertip_pixels" in adopted:
         log.info("pipeline --resume: %s was written before the fingertip senses; resuming without them", out)
         cfg = dataclasses.replace(cfg, sim=dataclasses.replace(cfg.sim, fingertip_pixels=False))
-    run_folder.check_resume(stored, cfg.to_dict(), RESUMABLE_KEYS, out / run_folder.CONFIG_NAME, ADDED_SETTINGS)
+    run_folder.check_resume(stored, cfg.to_dict(), RESUMABLE_KEYS, out / run_folder.CONFIG_NAME, added)
     return cfg
 
 
@@ -431,7 +419,7 @@ def _vision_html(v: dict) -> str:
                       "<td></td></tr>" for k, m in v.get("transfer_test_by_kind", {}).items())
     where = " + ".join(op.get("chosen_on", ["composite"]))
     src = f" Checkpoint: <code>{e(v['checkpoint'])}</code>." if "checkpoint" in v else ""
-    model = RENAMED_VISION_MODELS.get(v.get("model"), v.get("model"))
+    model = compat.renamed_value("pipeline", "vision_model", v.get("model"))
     net = (f"Net: {e(VISION_MODELS[model])} (<code>--vision-model {e(model)}</code>). " if model in VISION_MODELS else "")
     return (f"<p>{net}Operating point chosen on <b>{e(where)}</b> validation: threshold {v.get('threshold', nan):.2f}, frame gate "
             f"{v.get('peak_threshold', 0.0):g}, mirror averaging {'on' if v.get('mirror_tta') else 'off'}.{src}</p>"

@@ -17,7 +17,7 @@ import os
 import torch
 from torch import Tensor
 
-from graspsim import SimConfig, runs
+from graspsim import SimConfig, compat, runs
 from graspsim.config import TargetConfig, gripper_width
 from graspsim.env import fingertip_calibration
 
@@ -28,9 +28,10 @@ GRIPPER_WRIST = gripper_width(True, False)
 
 KIND = "graspsim-control"
 FORMAT_VERSION = 2
-RENAMED = (("config", "model_config"), ("run_config", "config"))
+RENAMED = compat.LEGACY_CHECKPOINT_KEYS[KIND]
 """Keys renamed in version 2 so that ``config`` means the run's config in every checkpoint (:mod:`graspsim.runs`), as
-(old, new) in the order they apply: files of versions 0 and 1 hold the net's config as ``config``."""
+(old, new) in the order they apply: files of versions 0 and 1 hold the net's config as ``config``. The table lives in
+:mod:`graspsim.compat`."""
 
 
 def save_checkpoint(path: str | os.PathLike, model: ControlNet, optimizer: torch.optim.Optimizer | None,

@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 
 from graspsim import GraspEnv, SimConfig
-from graspsim.bench import Act, BenchConfig, _stepper, _timed, bench, median_ratio, timed_pairs
+from graspsim.bench import Act, BenchConfig, bench, env_stepper, median_ratio, time_steps, timed_pairs
 from graspsim.keys import GRIPPER, RGB
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ def load_nets(cfg: BenchConfig, image_size: int, sim: SimConfig | None = None) -
     randomly initialised nets of the shapes users train by default (``train-vision``'s net and its mirror-averaging
     setting, bf16 where the CPU has it, as a trained checkpoint would run; ``train-dagger``'s control net, turning the
     wrist when ``sim`` holds cubes or cylinders), so the loop costs what a default run's nets cost. Raises ImportError
-    when a module is missing, ValueError when the control checkpoint cannot drive ``sim``'s target kinds."""
+    when a module is missing, ValueError when the policy checkpoint cannot drive ``sim``'s target kinds."""
     from graspsim.dagger.model import ControlNet, ControlNetConfig
     from graspsim.dagger.policy import MaskPolicy, check_fits_scenes
     from graspsim.vision.infer import Segmenter
@@ -124,7 +124,7 @@ def measure_full_loop(cfg: BenchConfig, sim: SimConfig, seg, ctl) -> dict:
         step()
     for k in timing:
         timing[k] = 0.0
-    n, dt = _timed(step, 0, cfg.min_steps, cfg.seconds)
+    n, dt = time_steps(step, 0, cfg.min_steps, cfg.seconds)
     from graspsim.vision.infer import vision_mflop_per_frame
 
     mflop = vision_mflop_per_frame(seg, sim.image_size)
@@ -164,7 +164,7 @@ def measure_loop_paired(cfg: BenchConfig, sim: SimConfig, seg, ctl, act: Act) ->
     B = cfg.loop_batch
     bare = GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed)
     bare.reset()
-    sim_step = torch.inference_mode()(_stepper(bare, sim, act))
+    sim_step = torch.inference_mode()(env_stepper(bare, sim, act))
     loop_step = _loop_stepper(GraspEnv(sim, num_envs=B, device=cfg.device, seed=cfg.seed), seg, ctl,
                               {"sim": 0.0, "vision": 0.0, "control": 0.0})
     rounds = [{"sim_fps": fs, "loop_fps": fl, "ratio": fs / fl, "load_avg_1min": load}
@@ -203,7 +203,7 @@ def measure_training(cfg: BenchConfig, seg, ctl, image_size: int) -> dict:
             loss_fn().backward()
             opt.step()
 
-        n, dt = _timed(step, cfg.warmup, cfg.min_steps, cfg.seconds)
+        n, dt = time_steps(step, cfg.warmup, cfg.min_steps, cfg.seconds)
         net.eval()
         out[name] = {"batch": B, "steps": n, "seconds": dt, "samples_per_s": B * n / dt,
                      "params": sum(p.numel() for p in net.parameters()),

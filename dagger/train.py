@@ -1,4 +1,4 @@
-"""``graspsim dagger``: train the mask-driven controller by DAgger (Ross et al., AISTATS 2011).
+"""``graspsim dagger``: train the mask-driven policy by DAgger (Ross et al., AISTATS 2011).
 
 Iteration ``i`` (all scenes batched on ``device``):
 
@@ -51,7 +51,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graspsim import GraspEnv, SimConfig, distributed
+from graspsim import GraspEnv, SimConfig, compat, distributed
 from graspsim.config import from_dict
 from graspsim.fileio import check_in_file, check_out_dir, replace_atomically
 from graspsim.progress import progress_bar
@@ -59,13 +59,14 @@ from graspsim.torch_util import count_parameters
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int, probability
 
-from .data import Aggregate, iteration_file, join_iteration, part_file, write_iteration
+from .aggregate import Aggregate, iteration_file, join_iteration, part_file, write_iteration
 from .model import ControlNet, ControlNetConfig, to_gripper_frame
 from .policy import MaskPolicy, load_checkpoint, save_checkpoint
 from graspsim import runs
 from graspsim.seeds import dagger_stream_seed, episode_seeds, net_init_seed
 
-from .rollout import RolloutResult, gt_masks, segmenter_masks
+from .masks import check_vision_kinds, make_mask_fn
+from .rollout import RolloutResult
 from .sharded import sharded_rollout
 
 log = logging.getLogger(__name__)
@@ -74,17 +75,9 @@ RESUMABLE_KEYS = ("out", "iterations", "resume", "runtime.progress", "runtime.th
 """Config fields that may differ when resuming (they do not change what finished iterations did; ``out`` differs
 when a run folder was moved or copied)."""
 SCHEDULES = ("linear", "exponential", "constant")
-ADDED_KEYS = {"model.wrist": False, "model.max_yaw_rate": ControlNetConfig.max_yaw_rate,
-              "model.fingertip_pixels": False, "sim.fingertip_pixels": False}
-"""Settings the wrist and the fingertip senses added, at the values of a run folder written before them (spheres
-only; wrist nets with 5 senses), so that folder still resumes (:func:`graspsim.runs.check_resume`)."""
-CHANGED_DEFAULTS = {"sim.fingertip_pixels": (False, True)}
-"""Settings a run folder from before them resumes with as it was written (:func:`resumed_config`)."""
-
-
 @dataclass(frozen=True)
 class DaggerConfig:
-    """Train the mask-driven control net by DAgger (or behaviour cloning with --schedule constant --beta-start 1)."""
+    """Train the mask-driven policy by DAgger (or behaviour cloning with --schedule constant --beta-start 1)."""
 
     out: Path
     """Run folder (created): config.json, data/, checkpoints/, policy.pt, metrics.json/csv, tb/, learning_curve.png.
@@ -138,7 +131,7 @@ class DaggerConfig:
     """Device, threads, torchrun timeout and progress bar (flags --device, --threads, --dist-timeout,
     --progress/--no-progress)."""
     model: ControlNetConfig = field(default_factory=ControlNetConfig)
-    """Control network size (its image_size, max_speed, and with cubes or cylinders its wrist and max_yaw_rate, are
+    """Policy network size (its image_size, max_speed, and with cubes or cylinders its wrist and max_yaw_rate, are
     taken from --sim)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration (training scenes)."""
@@ -254,17 +247,6 @@ def train_steps(model: ControlNet, opt: torch.optim.Optimizer, data: Aggregate, 
     return {"loss": float(tail[:, 0].mean()), "loss_vel": float(tail[:, 1].mean()), "loss_grip": float(tail[:, 2].mean())}
 
 
-def make_mask_fn(masks: str, vision: Optional[Path], device: torch.device):
-    """``gt_masks`` or a Segmenter-backed mask function."""
-    if masks == "gt":
-        return gt_masks
-    if vision is None:
-        raise ValueError("--masks predicted needs --vision CKPT")
-    from graspsim.vision.infer import Segmenter
-
-    return segmenter_masks(Segmenter.from_checkpoint(vision, device))
-
-
 def plot_learning_curve(path: Path, curves: dict[str, list[dict]]) -> None:
     """PNG: held-out success (learner alone) and training loss versus iteration, one line per run."""
     import matplotlib
@@ -318,7 +300,8 @@ def resumed_config(cfg: DaggerConfig) -> DaggerConfig:
     stored = runs.read_config(cfg.out)
     if not stored:
         return cfg
-    adopted = runs.resume_old_defaults(stored, cfg.to_dict(), CHANGED_DEFAULTS, ADDED_KEYS)
+    adopted = runs.resume_old_defaults(stored, cfg.to_dict(), compat.changed_defaults("dagger"),
+                                       compat.added_settings("dagger"))
     if "sim.fingertip_pixels" not in adopted:
         return cfg
     log.info("--resume: %s was written before the fingertip senses; resuming without them", cfg.out)
@@ -337,7 +320,7 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
     heldout = episode_seeds(cfg.seed, "heldout", 0, cfg.eval_episodes)
     tb = SummaryWriter(str(out / "tb")) if ctx.is_main else None
     t_run = time.perf_counter()
-    log.info("DAgger: %d iterations x %d episodes, %d-parameter control net, masks=%s, schedule=%s",
+    log.info("DAgger: %d iterations x %d episodes, %d-parameter policy, masks=%s, schedule=%s",
              cfg.iterations, cfg.episodes_per_iter, count_parameters(learner.model), cfg.masks, cfg.schedule)
     try:
         with progress_bar(None, cfg.runtime.progress and ctx.is_main, fields=("{task.fields[info]}",), remaining=False) as bar:
@@ -364,10 +347,9 @@ def _open_run_folder(cfg: DaggerConfig, dev: torch.device,
     ``obs -> B,H,W bool`` the learner sees)."""
     out = check_out_dir(cfg.out, resume=cfg.resume)
     rows = runs.finished_iterations(out, cfg.to_dict(), RESUMABLE_KEYS, resume=cfg.resume, what="DAgger",
-                                    added=ADDED_KEYS)
+                                    added=compat.added_settings("dagger"))
     mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
     if cfg.masks == "predicted":
-        from .evaluate import check_vision_kinds
         check_vision_kinds(cfg.vision, cfg.sim)
     if ctx.world_size > min(cfg.episodes_per_iter, cfg.eval_episodes):
         raise ValueError(f"DaggerConfig: --episodes-per-iter {cfg.episodes_per_iter} and --eval-episodes "

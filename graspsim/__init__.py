@@ -15,7 +15,12 @@ _LAZY = {
     "EMBODIMENTS": "embodiment", "Embodiment": "embodiment",
     "GRIPPER_DIM": "env", "OBS_KEYS": "env", "GraspEnv": "env", "observe": "env", "privileged": "env",
     "FAILURE_NAMES": "physics", "failure_cause": "physics", "step": "physics",
+    "GraspEnvProtocol": "protocol",
     "sample_scenes": "randomization",
+    "RuntimeConfig": "runtime",
+    "Hooks": "rollout", "run_episodes": "rollout",
+    "episode_seeds": "seeds",
+    "BenchConfig": "bench",
     "RenderOutput": "render", "render": "render",
     "State": "state",
 }

@@ -86,7 +86,7 @@ class BenchConfig:
     vision: Optional[Path] = None
     """Optional trained segmentation checkpoint for the full loop (random weights of the default net otherwise)."""
     policy: Optional[Path] = None
-    """Optional trained control checkpoint for the full loop (random weights of the default net otherwise)."""
+    """Optional trained policy checkpoint for the full loop (random weights of the default net otherwise)."""
     loop_rounds: int = 7
     """Rounds of alternating bare-simulator / full-loop timing windows at ``loop_batch`` (0 = skip): the median of
     the per-round ratios is the loop's cost over the simulator, robust to load that drifts over minutes. Taken at the
@@ -177,7 +177,7 @@ class PeakMemory:
 
 
 # ----------------------------------------------------------------------------- timing
-def _timed(step: Callable[[], None], warmup: int, min_steps: int, seconds: float) -> tuple[int, float]:
+def time_steps(step: Callable[[], None], warmup: int, min_steps: int, seconds: float) -> tuple[int, float]:
     """Run ``step`` ``warmup`` times untimed, then at least ``min_steps`` times until ``seconds`` pass.
     Returns (timed steps, elapsed seconds)."""
     for _ in range(warmup):
@@ -194,7 +194,10 @@ Act = Callable[[dict, SimConfig], torch.Tensor]
 (the app layer passes the FSM expert, :func:`expert.expert_action`)."""
 
 
-def _stepper(env, cfg: SimConfig, act: Act) -> Callable[[], None]:
+def env_stepper(env, cfg: SimConfig, act: Act) -> Callable[[], None]:
+    """One benchmark step of any env of the protocol (:class:`graspsim.protocol.GraspEnvProtocol`): ``act`` on its
+    privileged state, then ``env.step``; what :func:`time_steps` times."""
+
     def step() -> None:
         env.step(act(env.privileged(), cfg))
 
@@ -207,7 +210,7 @@ def measure_torch_sim(act: Act, sim: SimConfig, batch: int, device: str, seed: i
     with PeakMemory() as mem:
         env = GraspEnv(sim, num_envs=batch, device=device, seed=seed)
         env.reset()
-        n, dt = _timed(_stepper(env, sim, act), warmup, min_steps, seconds)
+        n, dt = time_steps(env_stepper(env, sim, act), warmup, min_steps, seconds)
     return {"batch": batch, "steps": n, "seconds": dt, "fps": batch * n / dt,
             "peak_mem_mb_per_scene": None if mem.peak_bytes is None else mem.peak_bytes / batch / 2**20,
             "load_avg_1min": os.getloadavg()[0]}
@@ -224,7 +227,7 @@ def measure_bullet(act: Act, sim: SimConfig, num_envs: int, workers: int, seed: 
         build = time.perf_counter() - t0
         try:
             env.reset()
-            n, dt = _timed(_stepper(env, sim, act), warmup, min_steps, seconds)
+            n, dt = time_steps(env_stepper(env, sim, act), warmup, min_steps, seconds)
         finally:
             env.close()
     per_scene = None if (mem.peak_bytes is None or workers > 0) else mem.peak_bytes / num_envs / 2**20
@@ -242,7 +245,8 @@ def measure_paired(act: Act, sim: SimConfig, batch: int, num_envs: int, workers:
     tenv.reset()
     with BulletGraspEnv(sim, num_envs=num_envs, seed=cfg.seed, workers=workers) as benv:
         benv.reset()
-        pairs = timed_pairs(_stepper(tenv, sim, act), batch, _stepper(benv, sim, act), num_envs, cfg.paired_rounds, cfg)
+        pairs = timed_pairs(env_stepper(tenv, sim, act), batch, env_stepper(benv, sim, act), num_envs,
+                            cfg.paired_rounds, cfg)
     rounds = [{"torch_fps": ft, "bullet_fps": fb, "ratio": ft / fb, "load_avg_1min": load} for ft, fb, load in pairs]
     return {"torch_batch": batch, "bullet_num_envs": num_envs, "bullet_workers": workers, "rounds": rounds,
             "median_ratio": median_ratio(rounds)}
@@ -255,8 +259,8 @@ def timed_pairs(first: Callable[[], None], first_frames: int, second: Callable[[
     ``first``, frames/s of ``second``, 1-minute load average); a step advances ``*_frames`` frames."""
     out = []
     for _ in range(rounds):
-        n1, dt1 = _timed(first, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
-        n2, dt2 = _timed(second, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
+        n1, dt1 = time_steps(first, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
+        n2, dt2 = time_steps(second, cfg.warmup, cfg.min_steps, cfg.seconds / 2)
         out.append((first_frames * n1 / dt1, second_frames * n2 / dt2, os.getloadavg()[0]))
     return out
 

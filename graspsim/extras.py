@@ -30,7 +30,7 @@ def installed(module: str) -> bool:
 
 def require(module: str, extra: str, verb: str) -> None:
     """Raise :class:`MissingExtra` unless ``module`` (from the extra ``extra``) is installed; ``verb`` says what
-    needs it, e.g. ``"export"`` or ``"deploy --runtime onnx"``."""
+    needs it, e.g. ``"export"`` or ``"deploy --inference onnx"``."""
     if not installed(module):
         raise MissingExtra(f"{verb} needs the optional '{extra}' extra ({module} is not installed): "
                            f"pip install 'graspsim[{extra}]'")

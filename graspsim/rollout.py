@@ -14,8 +14,9 @@ this loop with different :class:`Hooks`:
    with the next seeds by ``env.reset(slots, seeds)``; when the seeds run out their slots idle until the
    last episode ends, so every seed contributes exactly one episode (no bias towards short episodes).
 
-Outcomes come back in seed order. ``env`` is anything with the env protocol of
-:class:`graspsim.GraspEnv` (the torch simulator or :class:`graspsim.bullet.BulletGraspEnv`).
+Outcomes come back in seed order. ``env`` is anything with the env protocol,
+:class:`graspsim.protocol.GraspEnvProtocol` (the torch simulator, :class:`graspsim.bullet.BulletGraspEnv`, the robot
+env of deploy).
 """
 
 from __future__ import annotations

@@ -43,6 +43,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 import torch
 
+from . import compat
 from .fileio import atomic_write_text, check_in_file, replace_atomically
 
 log = logging.getLogger(__name__)
@@ -107,10 +108,10 @@ def grouped_runtime(old: dict, new: dict) -> dict:
     return {**{k: v for k, v in old.items() if k not in moved}, "runtime": moved}
 
 
-SIM_FIELDS_BEFORE = {"fingertip_pixels": False}
+SIM_FIELDS_BEFORE = {k: e.value for k, e in compat.SIM_SETTINGS_ADDED.items()}
 """Simulator settings added after the wrist whose default changed what a run does, at the value that reproduces runs
-written before them (:func:`sim_fields_added`). They only act with the wrist: a stored sphere-only config takes the
-requested value (it would have run the same either way)."""
+written before them (:func:`sim_fields_added`; the table is :data:`graspsim.compat.SIM_SETTINGS_ADDED`). They only
+act with the wrist: a stored sphere-only config takes the requested value (it would have run the same either way)."""
 
 
 def sim_fields_added(old: dict, new: dict) -> dict:

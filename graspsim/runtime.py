@@ -1,8 +1,9 @@
 """Where and how a verb runs: one config shared by every verb that simulates or trains.
 
-``collect``, ``train-vision``, ``dagger``, ``eval-sim`` and ``pipeline`` each hold a :class:`RuntimeConfig` in their
-field ``runtime``. Its flags carry no prefix (``--device``, ``--threads``, ``--dist-timeout``,
-``--progress/--no-progress``), and in a run folder's ``config.json`` they sit under the key ``runtime``
+``collect``, ``train-vision``, ``dagger``, ``eval-sim``, ``pipeline``, ``eval-real``, ``calibrate``, ``show``,
+``export-dataset`` and ``deploy`` each hold a :class:`RuntimeConfig` in their field ``runtime`` (one meaning in every
+verb; deploy's torch|onnx choice is its ``inference``). Its flags carry no prefix (``--device``, ``--threads``,
+``--dist-timeout``, ``--progress/--no-progress``), and in a run folder's ``config.json`` they sit under the key ``runtime``
 (``runtime.threads`` ...). Run folders written before these settings were grouped keep them at the top level;
 :func:`graspsim.runs.check_resume` reads such folders as if they were grouped.
 

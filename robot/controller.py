@@ -180,7 +180,7 @@ class OnnxNets:
     runtime = "onnx"
 
     def __init__(self, folder: str | os.PathLike, threads: int = 0):
-        require("onnxruntime", "deploy", "--runtime onnx")
+        require("onnxruntime", "deploy", "--inference onnx")
         import onnxruntime as ort
         folder = Path(folder)
         self.contract = read_contract(folder)
@@ -283,7 +283,7 @@ class Controller:
         if bad:
             names = ("x0", "y0", "x1", "y1")
             got = ", ".join(f"{names[i]} = {v[i]:.3f} (trained {lo[i]:.3f}-{hi[i]:.3f})" for i in bad)
-            raise ValueError(f"{source}: fingertip points outside what the control net was trained on: {got}. Measure "
+            raise ValueError(f"{source}: fingertip points outside what the policy was trained on: {got}. Measure "
                              "again (docs/deploy.md), or train with your camera's --sim.camera-offset and "
                              "--sim.randomization.fov")
         self.fingertip, self.fingertip_source = tuple(float(x) for x in v), source

@@ -32,7 +32,7 @@ Episodes run through the one rollout driver (:func:`graspsim.rollout.run_episode
 Outputs (:data:`OUTPUTS`): ``OUT/summary.json`` (episodes, success_rate where the robot can tell, achieved_hz,
 overruns, capture stalls, latency_ms p50/p99 per stage and end to end, stop counts, per-episode outcomes, the error
 that ended the run), ``OUT/ticks.csv`` (one row per tick: senses, the net's action, the command, what was sent, stop
-reason, stage times) and, with ``--runtime onnx`` without ``--onnx``, ``OUT/onnx`` (the export used). They are
+reason, stage times) and, with ``--inference onnx`` without ``--onnx``, ``OUT/onnx`` (the export used). They are
 written into a hidden staging folder beside OUT and replace an earlier run's outputs as a whole once the run ends
 (also after Ctrl-C or a fault); a run refused before it starts (a camera that does not open) leaves OUT as it was.
 Under torchrun (``WORLD_SIZE`` > 1) deploy is refused before anything opens. ``--record DIR`` writes the
@@ -59,7 +59,7 @@ import numpy as np
 import torch
 import tyro
 
-from graspsim import SimConfig
+from graspsim import SimConfig, compat
 from graspsim.distributed import single_process
 from graspsim.extras import require
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
@@ -86,9 +86,9 @@ ONE_PROCESS = "open the camera and the robot, send every command again and write
 """What every rank of a torchrun job would do (why deploy refuses to run under torchrun)."""
 RECORD_OUTPUTS = ("images", "masks", TICKS_CSV)
 """What ``--record`` writes into its folder (and replaces as a whole with --overwrite)."""
-LEGACY_RUNTIME_KEYS = ("threads", "progress")
-"""Settings that were DeployConfig's own fields before they moved into ``run`` (a RuntimeConfig); a stored config
-or a caller that still gives them at the top level is read as if they were grouped."""
+LEGACY_RUNTIME_KEYS = tuple(compat.LEGACY_TOP_LEVEL["deploy"])
+"""Settings that were DeployConfig's own fields before they moved into ``runtime`` (a RuntimeConfig); a stored config
+or a caller that still gives them at the top level is read as if they were grouped (:mod:`graspsim.compat`)."""
 
 
 def _deploy_runtime() -> RuntimeConfig:
@@ -99,12 +99,12 @@ def _deploy_runtime() -> RuntimeConfig:
 
 @dataclass(frozen=True)
 class DeployConfig:
-    """Run the vision and control nets closed-loop on a camera and a robot at a fixed rate."""
+    """Run the vision net and the policy closed-loop on a camera and a robot at a fixed rate."""
 
     vision: Path
     """Vision checkpoint (graspsim train-vision; e.g. vision/assets/segnet.pt)."""
     policy: Path
-    """Control checkpoint (graspsim dagger: policy.pt or best.pt)."""
+    """Policy checkpoint (graspsim dagger: policy.pt or best.pt)."""
     camera: str
     """Camera: an OpenCV device index, a video file, an image folder (replay), 'sim', 'bullet', or module:Class."""
     robot: str
@@ -119,10 +119,11 @@ class DeployConfig:
     """Episode time limit in seconds of control time (ticks = time_limit x rate; at --hz 0 the simulator's rate)."""
     record: Optional[Path] = None
     """Also record the run into this folder: images/ (+ masks/ for simulated cameras) and ticks.csv."""
-    runtime: Literal["torch", "onnx"] = "torch"
-    """Inference runtime: torch, or onnxruntime on graphs exported from the same checkpoints."""
+    inference: Literal["torch", "onnx"] = "torch"
+    """Where the nets run: torch, or onnxruntime on graphs exported from the same checkpoints (before 0.2.0:
+    --runtime)."""
     onnx: Optional[Path] = None
-    """With --runtime onnx: a 'graspsim export' folder to use (default: export the checkpoints into OUT/onnx)."""
+    """With --inference onnx: a 'graspsim export' folder to use (default: export the checkpoints into OUT/onnx)."""
     precision: Literal["auto", "fp32"] = "auto"
     """Torch vision precision: auto (bf16 where the CPU has native bf16 and the checkpoint's probe agrees) or fp32."""
     seed: int = 0
@@ -139,19 +140,22 @@ class DeployConfig:
     2 cm above it appear in your camera's frame, x0 y0 x1 y1 as fractions of its width and height (docs/deploy.md,
     "Measuring the fingertip points"). None: the adapter's fingertip() if it has one (the simulated robots report their
     scene's), else the nominal mount of the training scenes. Other nets ignore it."""
-    run: Runtime = field(default_factory=_deploy_runtime)
-    """Device of the torch runtime (--runtime onnx runs on the CPU), torch and onnxruntime intra-op threads (one by
+    runtime: Runtime = field(default_factory=_deploy_runtime)
+    """Device of torch inference (--inference onnx runs on the CPU), torch and onnxruntime intra-op threads (one by
     default: see benchmarks/bench_latency.py), and --progress (one log line per finished episode)."""
     overwrite: bool = False
     """Replace the outputs of an earlier run in --out (and --record)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration of the sim/bullet world (and the control rate used at --hz 0)."""
     threads: tyro.conf.Suppress[Optional[int]] = None
-    """Older spelling of run.threads (no flag): given, it replaces run.threads."""
+    """Older spelling of runtime.threads (no flag): given, it replaces runtime.threads."""
     progress: tyro.conf.Suppress[Optional[bool]] = None
-    """Older spelling of run.progress (no flag): given, it replaces run.progress."""
+    """Older spelling of runtime.progress (no flag): given, it replaces runtime.progress."""
+    run: tyro.conf.Suppress[Optional[RuntimeConfig]] = None
+    """The name of ``runtime`` before 0.2.0 (no flag): refused with a ValueError naming ``runtime``."""
 
     def __post_init__(self) -> None:
+        self._check_renamed_fields()
         self._group_legacy_runtime()
         for name in ("vision", "policy", "out"):
             object.__setattr__(self, name, Path(getattr(self, name)))
@@ -159,7 +163,7 @@ class DeployConfig:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, Path(getattr(self, name)))
         check_in_file(self.vision, "DeployConfig.vision", "vision checkpoint", inside="checkpoint.pt")
-        check_in_file(self.policy, "DeployConfig.policy", "control checkpoint", inside="policy.pt")
+        check_in_file(self.policy, "DeployConfig.policy", "policy checkpoint", inside="policy.pt")
         finite_non_negative("DeployConfig", "hz", self.hz, unit="Hz")
         positive_int("DeployConfig", "episodes", self.episodes)
         finite_positive("DeployConfig", "time_limit", self.time_limit, unit="s")
@@ -178,27 +182,39 @@ class DeployConfig:
         if self.record is not None and self.record.resolve() == self.out.resolve():
             raise ValueError("DeployConfig: --record must be another folder than --out")
 
+    def _check_renamed_fields(self) -> None:
+        """ValueError naming today's field where a caller used a name of before 0.2.0 (:mod:`graspsim.compat`):
+        ``run=`` (now ``runtime``) or ``runtime="torch"|"onnx"`` (now ``inference``)."""
+        renamed = compat.RENAMED_FIELDS["DeployConfig"]
+        if self.run is not None:
+            raise ValueError(f"DeployConfig.run is now DeployConfig.{renamed['run'].new} (a RuntimeConfig, as in every "
+                             f"verb); give {renamed['run'].new}=")
+        if isinstance(self.runtime, str):
+            raise ValueError(f"DeployConfig.runtime is now the RuntimeConfig (device, threads, progress); the "
+                             f"torch|onnx choice is DeployConfig.{renamed['runtime'].new}: give "
+                             f"{renamed['runtime'].new}={self.runtime!r}")
+
     def _group_legacy_runtime(self) -> None:
-        """Move top-level ``threads``/``progress`` (the settings' place before ``run``) into ``run``."""
-        run = self.run if isinstance(self.run, RuntimeConfig) else RuntimeConfig(**dict(self.run))
+        """Move top-level ``threads``/``progress`` (the settings' place before ``runtime``) into ``runtime``."""
+        runtime = self.runtime if isinstance(self.runtime, RuntimeConfig) else RuntimeConfig(**dict(self.runtime))
         old = {k: getattr(self, k) for k in LEGACY_RUNTIME_KEYS if getattr(self, k) is not None}
         if old:
-            run = dataclasses.replace(run, **old)
-        object.__setattr__(self, "run", run)
+            runtime = dataclasses.replace(runtime, **old)
+        object.__setattr__(self, "runtime", runtime)
         for k in LEGACY_RUNTIME_KEYS:
             object.__setattr__(self, k, None)
 
     def _check_runtime(self) -> None:
-        if self.runtime not in ("torch", "onnx"):
-            raise ValueError(f"DeployConfig.runtime must be 'torch' or 'onnx'; got {self.runtime!r}")
-        if self.onnx is not None and self.runtime != "onnx":
-            raise ValueError("DeployConfig: --onnx DIR needs --runtime onnx")
-        if self.runtime == "onnx":
-            if self.run.device != "cpu":
-                raise ValueError(f"DeployConfig: --runtime onnx runs on the CPU; got --device {self.run.device}")
-            require("onnxruntime", "deploy", "deploy --runtime onnx")
+        if self.inference not in ("torch", "onnx"):
+            raise ValueError(f"DeployConfig.inference must be 'torch' or 'onnx'; got {self.inference!r}")
+        if self.onnx is not None and self.inference != "onnx":
+            raise ValueError("DeployConfig: --onnx DIR needs --inference onnx")
+        if self.inference == "onnx":
+            if self.runtime.device != "cpu":
+                raise ValueError(f"DeployConfig: --inference onnx runs on the CPU; got --device {self.runtime.device}")
+            require("onnxruntime", "deploy", "deploy --inference onnx")
             if self.onnx is None:  # the checkpoints are exported first
-                require("onnx", "deploy", "deploy --runtime onnx (without --onnx DIR, which exports the checkpoints)")
+                require("onnx", "deploy", "deploy --inference onnx (without --onnx DIR, which exports the checkpoints)")
         if self.precision not in ("auto", "fp32"):
             raise ValueError(f"DeployConfig.precision must be 'auto' or 'fp32'; got {self.precision!r}")
 
@@ -219,7 +235,7 @@ class DeployConfig:
 
     def to_dict(self) -> dict:
         d = json.loads(json.dumps(dataclasses.asdict(self), default=str))
-        for k in LEGACY_RUNTIME_KEYS:  # always None after construction: their values are in "run"
+        for k in (*LEGACY_RUNTIME_KEYS, "run"):  # always None after construction: their values are in "runtime"
             d.pop(k, None)
         return d
 
@@ -229,8 +245,8 @@ def build_controller(cfg: DeployConfig, out: Path) -> Controller:
     """The controller ``cfg`` asks for: torch on the checkpoints, or onnxruntime on ``cfg.onnx`` (refused unless its
     contract names ``cfg.vision`` and ``cfg.policy`` by their sha256; default: the checkpoints exported into
     ``out/onnx`` first)."""
-    if cfg.runtime == "torch":
-        return Controller.from_checkpoints(cfg.vision, cfg.policy, precision=cfg.precision, device=cfg.run.device,
+    if cfg.inference == "torch":
+        return Controller.from_checkpoints(cfg.vision, cfg.policy, precision=cfg.precision, device=cfg.runtime.device,
                                            safety=cfg.safety, fingertip=cfg.fingertip)
     folder = cfg.onnx
     if folder is None:
@@ -242,7 +258,7 @@ def build_controller(cfg: DeployConfig, out: Path) -> Controller:
         from .onnx_contract import check_sources, read_contract
 
         check_sources(folder, read_contract(folder), cfg.vision, cfg.policy)
-    return Controller.from_export(folder, threads=cfg.run.threads, safety=cfg.safety, fingertip=cfg.fingertip)
+    return Controller.from_export(folder, threads=cfg.runtime.threads, safety=cfg.safety, fingertip=cfg.fingertip)
 
 
 def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | None = None,
@@ -252,8 +268,8 @@ def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | No
     ``camera``, ``robot`` and ``controller`` replace the ones ``cfg`` names (for tests and for callers that build
     their own; those are not closed here)."""
     single_process("deploy", ONE_PROCESS)  # also for library callers, whose config may predate the environment
-    if cfg.run.threads:
-        torch.set_num_threads(cfg.run.threads)
+    if cfg.runtime.threads:
+        torch.set_num_threads(cfg.runtime.threads)
     out = check_out_dir(cfg.out, overwrite=cfg.overwrite)  # writability included: before any command is sent
     recording = None
     if cfg.record is not None:  # checked now (nothing written until the run starts)
@@ -312,11 +328,12 @@ def check_world_kinds(sim: SimConfig, ctl: Controller, cfg: DeployConfig) -> Non
     net was trained on every kind of the world."""
     from graspsim import runs
 
-    from graspsim.dagger.evaluate import check_vision_kinds
+    from graspsim.dagger.masks import check_vision_kinds
     from graspsim.dagger.policy import check_fits_scenes, load_checkpoint as load_control
 
-    trained = runs.trained_kinds(load_control(cfg.policy).get("config"))
-    check_fits_scenes(ctl, sim, f"control checkpoint {cfg.policy}", trained)
+    config = load_control(cfg.policy).get("config")
+    check_fits_scenes(ctl, sim, f"policy checkpoint {cfg.policy}", runs.trained_kinds(config),
+                      runs.trained_embodiment(config))
     check_vision_kinds(cfg.vision, sim)
 
 
@@ -327,7 +344,7 @@ def adapter_fingertip(cfg: DeployConfig, ctl: Controller, robot, guard) -> bool:
     episode start). Logs which fingertip points a run uses."""
     if not ctl.reads_fingertip:
         if cfg.fingertip is not None:
-            log.warning("deploy: --fingertip is ignored: this control net reads no fingertip senses")
+            log.warning("deploy: --fingertip is ignored: this policy reads no fingertip senses")
         return False
     if cfg.fingertip is None and callable(getattr(robot, "fingertip", None)):
         read_fingertip(ctl, robot, guard, allow_none=isinstance(robot, SimRobot))
@@ -358,10 +375,10 @@ def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller, tick_log:
     """Run the episodes; returns the summary (written to ``out``) and the error or Ctrl-C that ended the run early,
     for the caller to raise once the outputs and the recording are in place."""
     guard = guarded(robot, camera)
-    env = RobotEnv(robot, cfg.max_ticks, guard)
+    env = RobotEnv(robot, cfg.max_ticks, guard, cfg.sim)
     hooks = TickHooks(camera, robot, ctl, env, guard, tick_log, period=cfg.period,
                       fallback_period=1.0 / cfg.sim.control_hz, frame_timeout=cfg.frame_timeout, warmup=cfg.warmup,
-                      progress=cfg.run.progress, reader=reader,
+                      progress=cfg.runtime.progress, reader=reader,
                       adapter_fingertip=adapter_fingertip(cfg, ctl, robot, guard))
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
     t0 = time.perf_counter()
@@ -440,7 +457,7 @@ def _summary(cfg: DeployConfig, hooks: TickHooks, ctl: Controller, camera, robot
         "ended": ended or "completed",
         "error": None if error is None or isinstance(error, KeyboardInterrupt) else f"{error}",
         "per_episode": eps,
-        "runtime": ctl.runtime,
+        "inference": ctl.runtime,
         "vision_precision": getattr(ctl.nets, "precision", None),
         "mirror_tta": getattr(ctl.nets, "mirror_tta", None),
         "fingertip": None if ctl.fingertip is None else {

@@ -46,12 +46,12 @@ PARITY_TOLERANCE = 1e-4
 
 @dataclass(frozen=True)
 class ExportConfig:
-    """Export the vision and control nets to ONNX with a JSON contract of their inputs and outputs."""
+    """Export the vision net and the policy to ONNX with a JSON contract of their inputs and outputs."""
 
     vision: Path
     """Vision checkpoint (graspsim train-vision)."""
     policy: Path
-    """Control checkpoint (graspsim dagger)."""
+    """Policy checkpoint (graspsim dagger)."""
     out: Path
     """Output folder: vision.onnx, control.onnx, contract.json."""
     opset: int = 17
@@ -71,7 +71,7 @@ class ExportConfig:
         for name in ("vision", "policy", "out"):
             object.__setattr__(self, name, Path(getattr(self, name)))
         check_in_file(self.vision, "ExportConfig.vision", "vision checkpoint", inside="checkpoint.pt")
-        check_in_file(self.policy, "ExportConfig.policy", "control checkpoint", inside="policy.pt")
+        check_in_file(self.policy, "ExportConfig.policy", "policy checkpoint", inside="policy.pt")
         int_in("ExportConfig", "opset", self.opset, 17, 23)
         positive_int("ExportConfig", "frames", self.frames)
         non_negative_int("ExportConfig", "seed", self.seed)

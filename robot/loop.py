@@ -39,10 +39,11 @@ import logging
 import math
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import torch
+from torch import Tensor
 
 from graspsim import FAILURE_NAMES
 from graspsim.rollout import Finished, Hooks
@@ -195,8 +196,10 @@ class RobotEnv:
     num_envs = 1
     device = torch.device("cpu")
 
-    def __init__(self, robot, max_ticks: int, guard: Callable):
+    def __init__(self, robot, max_ticks: int, guard: Callable, cfg=None):
         self.robot, self.max_ticks, self.guard = robot, max_ticks, guard
+        self.cfg = cfg
+        """The SimConfig the nets were trained in (the protocol's ``cfg``; None when the caller has none)."""
         self.ticks = 0
         self.end = ""
         self.success_known = False
@@ -205,7 +208,7 @@ class RobotEnv:
     def rendering(self, on: bool):
         yield self
 
-    def reset(self, env_ids=None, seeds=None) -> dict:
+    def reset(self, env_ids: Tensor | Sequence[int] | None = None, seeds: Sequence[int] | None = None) -> dict:
         self.guard("start_episode", self.robot.start_episode, int(seeds[0]) if seeds else 0)
         self.ticks, self.end = 0, ""
         return {}
@@ -213,7 +216,7 @@ class RobotEnv:
     def observe(self) -> dict:
         return {}
 
-    def step(self, action):
+    def step(self, action: Tensor) -> tuple[dict, Tensor, Tensor, dict]:
         self.ticks += 1
         out = check_outcome(self.guard("outcome", self.robot.outcome), self.robot)
         done = bool(out.done) or self.ticks >= self.max_ticks
@@ -227,6 +230,9 @@ class RobotEnv:
 
     def privileged(self) -> dict:
         return {"steps": torch.tensor([self.ticks])}
+
+    def close(self) -> None:
+        """Nothing to release: deploy closes the robot and the camera itself."""
 
 
 # ------------------------------------------------------------------------------------------ the steps of a tick

@@ -17,6 +17,8 @@ import logging
 import os
 import sys
 
+from graspsim.compat import renamed_flag  # old flag spellings (imports no torch)
+
 # verb -> (module, config class, function, one-line help)
 VERBS: dict[str, tuple[str, str, str, str]] = {
     "show": ("graspsim.show", "ShowConfig", "show", "contact sheet of randomized scenes (RGB beside mask)"),
@@ -25,7 +27,7 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "train-vision": ("graspsim.vision.train", "TrainVisionConfig", "train_vision", "train the segmentation net on sim-real composites"),
     "eval-real": ("graspsim.vision.evaluate", "EvalRealConfig", "evaluate_real", "evaluate the segmentation net on a recorded image set"),
     "calibrate": ("graspsim.vision.calibrate", "CalibrateConfig", "calibrate", "choose the vision net's threshold and frame gate on your labelled frames"),
-    "dagger": ("graspsim.dagger.train", "DaggerConfig", "run_dagger", "train the mask-driven controller by DAgger"),
+    "dagger": ("graspsim.dagger.train", "DaggerConfig", "run_dagger", "train the mask-driven policy by DAgger"),
     "eval-sim": ("graspsim.dagger.evaluate", "EvalSimConfig", "evaluate_sim", "closed-loop evaluation in simulation"),
     "pipeline": ("graspsim.dagger.pipeline", "PipelineConfig", "run_pipeline", "collect -> vision -> DAgger -> evaluate -> report"),
     "bench": ("graspsim.dagger.throughput", "BenchConfig", "run_bench", "throughput benchmark: batched torch sim vs pybullet"),
@@ -35,24 +37,10 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "render-transfer": ("graspsim.vision.foreign_render", "RenderTransferConfig", "render_transfer_set",
                         "draw a foreign-render transfer set (pybullet TinyRenderer over real photos) in a target colour"),
     "sample-set": ("graspsim.cli.sample_set", "SampleSetConfig", "sample_set", "print the installed sample image set's folder (--where), or rebuild it"),
-    "export": ("graspsim.robot.export", "ExportConfig", "export", "write the vision and control nets as ONNX with a JSON contract"),
+    "export": ("graspsim.robot.export", "ExportConfig", "export", "write the vision net and the policy as ONNX with a JSON contract"),
     "export-dataset": ("graspsim.cli.export_dataset", "ExportDatasetConfig", "export_dataset",
                        "write episode files as a LeRobotDataset v3.0 folder (parquet + mp4 or PNG)"),
 }
-
-
-RENAMED_FLAGS = {"--vision-checkpoint": "--vision", "--control-checkpoint": "--policy"}
-"""Flags renamed so that every verb names an artifact with one word (the vision net ``--vision``, the control net
-``--policy``); the old spellings are refused with a message naming the new one."""
-
-
-def _renamed_flag(args: list[str]) -> str | None:
-    """The error message for the first old flag spelling in ``args`` (``--flag`` or ``--flag=value``), else None."""
-    for a in args:
-        old = a.split("=", 1)[0]
-        if old in RENAMED_FLAGS:
-            return f"{old} is now {RENAMED_FLAGS[old]} (one name for each net in every verb); give {RENAMED_FLAGS[old]}"
-    return None
 
 
 def _usage() -> str:
@@ -152,7 +140,7 @@ def _main(argv: list[str]) -> int:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         print(f"graspsim: unknown verb '{verb}'{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
-    renamed = _renamed_flag(rest)
+    renamed = renamed_flag(verb, rest)
     if renamed:
         print(f"graspsim {verb}: error: {renamed}", file=sys.stderr)
         return 2

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from graspsim.dagger.data import Aggregate, iteration_file
+from graspsim.dagger.aggregate import Aggregate, iteration_file
 from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim, wilson
 from graspsim.dagger.model import ControlNet, ControlNetConfig, mask_stats, to_action
 from graspsim.dagger.policy import KIND, MaskPolicy, load_checkpoint, save_checkpoint

@@ -255,7 +255,7 @@ def test_onnx_folder_is_checked_against_the_checkpoints(tmp_path, capsys, export
     root = exported["root"]
     vision_path = exported["calibrated"] if vision == "calibrated" else VISION
     out = tmp_path / "o"
-    code, line = _run(["deploy", "--vision", str(vision_path), "--policy", str(POLICY), "--runtime", "onnx",
+    code, line = _run(["deploy", "--vision", str(vision_path), "--policy", str(POLICY), "--inference", "onnx",
                        "--onnx", str(root / folder), "--camera", "deploy_fakes:RedDotCamera", "--robot",
                        "deploy_fakes:LoggingRobot", "--out", str(out), *FAKE], capsys)
     expected = message.format(VISION=VISION, calibrated=exported["calibrated"])
@@ -278,7 +278,7 @@ def test_onnx_overwrite_with_a_camera_that_fails_leaves_out_as_it_was(tmp_path, 
     pytest.importorskip("onnx")
     out = tmp_path / "o"
     before = _earlier_run(out, onnx=False)
-    code, line = _run(["deploy", *NETS, "--runtime", "onnx", "--overwrite", "--camera", "deploy_fakes:NoSuchCamera",
+    code, line = _run(["deploy", *NETS, "--inference", "onnx", "--overwrite", "--camera", "deploy_fakes:NoSuchCamera",
                        "--robot", "dry-run", "--out", str(out), *FAKE], capsys)
     assert code == 2 and "no attribute 'NoSuchCamera'" in line, line
     assert {str(p.relative_to(out)): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # no onnx/
@@ -288,13 +288,13 @@ def test_onnx_overwrite_with_a_camera_that_fails_leaves_out_as_it_was(tmp_path, 
 def test_a_refused_onnx_deploy_leaves_nothing_and_a_rerun_works(tmp_path, capsys):
     pytest.importorskip("onnx")
     out = tmp_path / "o"
-    code, _ = _run(["deploy", *NETS, "--runtime", "onnx", "--camera", "deploy_fakes:NoSuchCamera", "--robot",
+    code, _ = _run(["deploy", *NETS, "--inference", "onnx", "--camera", "deploy_fakes:NoSuchCamera", "--robot",
                     "dry-run", "--out", str(out), *FAKE], capsys)
     assert code == 2 and not out.exists()
-    code, _ = _run(["deploy", *NETS, "--runtime", "onnx", "--camera", "deploy_fakes:RedDotCamera", "--robot",
+    code, _ = _run(["deploy", *NETS, "--inference", "onnx", "--camera", "deploy_fakes:RedDotCamera", "--robot",
                     "dry-run", "--out", str(out), *FAKE], capsys)
     assert code == 0 and _tree(out)[:2] == ["onnx", "onnx/contract.json"]
-    assert _summary(out)["runtime"] == "onnx"
+    assert _summary(out)["inference"] == "onnx"
 
 
 def test_a_torch_overwrite_removes_a_stale_onnx_folder(tmp_path, capsys):
@@ -303,7 +303,7 @@ def test_a_torch_overwrite_removes_a_stale_onnx_folder(tmp_path, capsys):
     code, _ = _run(["deploy", *NETS, *SIM, "--overwrite", "--out", str(out)], capsys)
     assert code == 0
     assert _tree(out) == ["notes.txt", "summary.json", "ticks.csv"]  # the user's notes stay, the old onnx/ goes
-    assert _summary(out)["runtime"] == "torch"
+    assert _summary(out)["inference"] == "torch"
 
 
 # ------------------------------------------------------------------------------------------ record

@@ -1,4 +1,5 @@
-"""``graspsim export``: ONNX graphs match torch float32, and ``deploy --runtime onnx`` decides as torch does (issue 18)."""
+"""``graspsim export``: ONNX graphs match torch float32, and ``deploy --inference onnx`` decides as torch does
+(issue 18)."""
 
 from __future__ import annotations
 
@@ -58,11 +59,11 @@ def test_deploy_onnx_decides_like_torch(tmp_path):
         extra = [] if runtime == "onnx" else ["--precision", "fp32"]  # onnx: deploy exports into OUT/onnx itself
         assert main(["deploy", "--vision", str(VISION), "--policy", str(POLICY), "--camera", str(SAMPLE),
                      "--robot", "dry-run", "--out", str(tmp_path / runtime), "--hz", "0", "--time-limit", "1000",
-                     "--runtime", runtime, *extra, "--no-progress", "--warmup", "1"]) == 0
+                     "--inference", runtime, *extra, "--no-progress", "--warmup", "1"]) == 0
         runs[runtime] = _rows(tmp_path / runtime / "ticks.csv")
         if runtime == "onnx":
             assert (tmp_path / "onnx" / "onnx" / "contract.json").is_file()
-        assert json.loads((tmp_path / runtime / "summary.json").read_text())["runtime"] == runtime
+        assert json.loads((tmp_path / runtime / "summary.json").read_text())["inference"] == runtime
     t, o = runs["torch"], runs["onnx"]
     assert len(t) == len(o) >= 10
     assert sum(int(r["visible"]) for r in t) > 0

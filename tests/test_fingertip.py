@@ -143,7 +143,7 @@ def test_controller_appends_the_fingertip_senses_and_checks_them():
     ctl.decide(frame, senses)
     np.testing.assert_allclose(nets.seen[-1][0, 5:], [1, -1, 0, 0], atol=1e-5)
     assert ctl.fingertip_source == "--fingertip"
-    with pytest.raises(ValueError, match=r"--fingertip: fingertip points outside what the control net was trained on: "
+    with pytest.raises(ValueError, match=r"--fingertip: fingertip points outside what the policy was trained on: "
                                          r"x0 = 0\.900 \(trained 0\.400-0\.600\)"):
         Controller(nets, fingertip=(0.9, 0.5, 0.5, 0.44))
     with pytest.raises(ValueError, match=r"must be 4 finite numbers x0 y0 x1 y1"):
@@ -221,7 +221,8 @@ def test_old_configs_without_the_setting_resume_where_it_changes_nothing():
     senses), so a resume that would mix 5- and 9-sense episodes is refused, naming the setting."""
     from graspsim import runs
     from graspsim.runs import sim_fields_added
-    from graspsim.vision.train import ADDED_SETTINGS, RESUMABLE_KEYS
+    from graspsim.compat import added_settings
+    from graspsim.vision.train import RESUMABLE_KEYS
 
     def old(sim: SimConfig) -> dict:
         d = sim.to_dict()
@@ -240,7 +241,7 @@ def test_old_configs_without_the_setting_resume_where_it_changes_nothing():
     new = TrainVisionConfig(out="v").to_dict()
     stored = json.loads(json.dumps(new))
     del stored["model"]["recentre"]
-    runs.check_resume(stored, new, RESUMABLE_KEYS, "v/checkpoint.pt", ADDED_SETTINGS)
+    runs.check_resume(stored, new, RESUMABLE_KEYS, "v/checkpoint.pt", added_settings("train-vision"))
 
 
 def test_an_export_whose_gripper_width_disagrees_with_its_contract_is_refused(tmp_path):

@@ -8,11 +8,10 @@ import json
 import math
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from pixel_ref import camera_ray, ref_hit, reference_mask
 from sphere_pin import bullet_digests, torch_digests
-from test_sim import _ref_hit
 
 from graspsim import GraspEnv, SimConfig
 from graspsim.config import RandomizationConfig, TargetConfig
@@ -97,13 +96,6 @@ def _objects(s, cfg, b):
     return [(k, c.double().numpy(), h.double().numpy(), y, t) for k, c, h, y, t in objs]
 
 
-def _ray(s, b, u, v, size):
-    o = (s.tcp_pos[b] + s.cam_offset[b]).double().numpy()
-    f = float(s.focal[b])
-    d = s.cam_rot[b].double().numpy() @ np.array([(u + 0.5 - size / 2) / f, (v + 0.5 - size / 2) / f, 1.0])
-    return o, d / np.linalg.norm(d)
-
-
 def test_mask_is_exactly_the_visible_target_for_every_kind_with_the_wrist_turned():
     cfg, s = _turned_scene()
     size = cfg.image_size
@@ -111,16 +103,7 @@ def test_mask_is_exactly_the_visible_target_for_every_kind_with_the_wrist_turned
     mismatches, shown = 0, set()
     for b in range(s.batch_size):
         objs = _objects(s, cfg, b)
-        ref = np.zeros((size, size), bool)
-        for v in range(size):
-            for u in range(size):
-                o, d = _ray(s, b, u, v, size)
-                best, tgt = (-o[2] / d[2]) if d[2] < 0 else np.inf, False
-                for kind, c, h, yaw, is_t in objs:
-                    t = _ref_hit(o, d, kind, c, h, yaw)
-                    if t is not None and t < best:
-                        best, tgt = t, is_t
-                ref[v, u] = tgt
+        ref = reference_mask(s, b, size, objs)
         if ref.any():
             shown.add(int(s.target_kind[b]))
         mismatches += int((ref != out.mask[b].numpy()).sum())
@@ -142,9 +125,9 @@ def test_table_shadows_of_every_kind_equal_independent_shadow_rays():
             for u in range(size):
                 if sh.alpha[b, v, u]:
                     continue
-                o, d = _ray(s, b, u, v, size)
+                o, d = camera_ray(s, b, u, v, size)
                 p = o + (-o[2] / d[2]) * d
-                hits = [t for kind, c, h, yaw, t in objs if _ref_hit(p, L, kind, c, h, yaw) is not None]
+                hits = [t for kind, c, h, yaw, t in objs if ref_hit(p, L, kind, c, h, yaw) is not None]
                 by_target += any(hits)
                 mismatches += bool(hits) != bool(darker[b, v, u])
     assert by_target > 20

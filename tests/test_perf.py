@@ -17,7 +17,8 @@ import pytest
 import graspsim.perf as perf
 from graspsim.cli import main
 
-LIBRARY = ("graspsim", "vision", "expert", "dagger")
+LIBRARY = ("graspsim", "graspsim.vision", "graspsim.expert", "graspsim.dagger", "graspsim.robot")
+"""Every library package by its import path (the folders vision/, expert/, dagger/, robot/ install under graspsim)."""
 
 _PROBE = textwrap.dedent("""
     import ctypes, importlib, logging, os, pkgutil, sys, warnings

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
+from pixel_ref import reference_mask
 
 from graspsim import FAILURE_NAMES, GraspEnv, SimConfig, failure_cause
 from graspsim.config import RandomizationConfig
 from graspsim.render import render
-from graspsim.state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE
+from graspsim.state import KIND_BOX, KIND_NONE, KIND_SPHERE
 
 NOMINAL = SimConfig(randomization=RandomizationConfig.none())
 
@@ -264,52 +263,6 @@ def test_config_round_trip_and_typo():
 
 
 # ------------------------------------------------------------------ renderer vs a per-pixel reference
-def _ref_hit(o, d, kind, c, h, yaw):
-    """Plain float64 reference intersection of one ray with one primitive (None for a miss)."""
-    if kind == KIND_SPHERE:
-        oc = o - c
-        b = oc @ d
-        disc = b * b - (oc @ oc - h[0] ** 2)
-        if disc < 0:
-            return None
-        for t in (-b - math.sqrt(disc), -b + math.sqrt(disc)):
-            if t > 1e-5:
-                return t
-        return None
-    cs, sn = math.cos(-yaw), math.sin(-yaw)
-    rot = np.array([[cs, -sn, 0], [sn, cs, 0], [0, 0, 1]])
-    p, dl = rot @ (o - c), rot @ d
-    if kind == KIND_BOX:
-        lo, hi = -np.inf, np.inf
-        for ax in range(3):
-            if abs(dl[ax]) < 1e-12:
-                if abs(p[ax]) > h[ax]:
-                    return None
-                continue
-            t1, t2 = sorted(((-h[ax] - p[ax]) / dl[ax], (h[ax] - p[ax]) / dl[ax]))
-            lo, hi = max(lo, t1), min(hi, t2)
-        if hi < lo:
-            return None
-        return lo if lo > 1e-5 else (hi if hi > 1e-5 else None)
-    # vertical cylinder: sample candidate roots of side and caps
-    best = None
-    a = dl[0] ** 2 + dl[1] ** 2
-    b = p[0] * dl[0] + p[1] * dl[1]
-    cc = p[0] ** 2 + p[1] ** 2 - h[0] ** 2
-    disc = b * b - a * cc
-    if a > 1e-12 and disc >= 0:
-        for t in ((-b - math.sqrt(disc)) / a, (-b + math.sqrt(disc)) / a):
-            if t > 1e-5 and abs(p[2] + t * dl[2]) <= h[2]:
-                best = t if best is None else min(best, t)
-    if abs(dl[2]) > 1e-12:
-        for zc in (h[2], -h[2]):
-            t = (zc - p[2]) / dl[2]
-            q = p + t * dl
-            if t > 1e-5 and q[0] ** 2 + q[1] ** 2 <= h[0] ** 2:
-                best = t if best is None else min(best, t)
-    return best
-
-
 def test_mask_equals_independent_per_pixel_reference():
     size = 24
     cfg = SimConfig(image_size=size, randomization=RandomizationConfig(max_distractors=4, start_height=(0.03, 0.08),
@@ -328,20 +281,7 @@ def test_mask_equals_independent_per_pixel_reference():
             if int(s.dist_kind[b, k]) != KIND_NONE:
                 objs.append((int(s.dist_kind[b, k]), s.dist_pos[b, k], s.dist_size[b, k], float(s.dist_yaw[b, k]), False))
         objs = [(k, c.double().numpy(), h.double().numpy(), y, tgt) for k, c, h, y, tgt in objs]
-        o = (s.tcp_pos[b] + s.cam_offset[b]).double().numpy()
-        R = s.cam_rot[b].double().numpy()
-        f = float(s.focal[b])
-        ref = np.zeros((size, size), bool)
-        for v in range(size):
-            for u in range(size):
-                d = R @ np.array([(u + 0.5 - size / 2) / f, (v + 0.5 - size / 2) / f, 1.0])
-                d /= np.linalg.norm(d)
-                best, tgt = (-o[2] / d[2]) if d[2] < 0 else np.inf, False
-                for kind, c, h, yaw, is_t in objs:
-                    t = _ref_hit(o, d, kind, c, h, yaw)
-                    if t is not None and t < best:
-                        best, tgt = t, is_t
-                ref[v, u] = tgt
+        ref = reference_mask(s, b, size, objs)
         assert ref.any(), "reference scene should show the target"
         mismatches += int((ref != out.mask[b].numpy()).sum())
     assert mismatches == 0

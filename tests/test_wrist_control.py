@@ -11,7 +11,7 @@ import torch
 
 from graspsim import GraspEnv, SimConfig
 from graspsim.config import from_dict
-from graspsim.dagger.data import Aggregate
+from graspsim.dagger.aggregate import Aggregate
 from graspsim.dagger.model import ControlNet, ControlNetConfig, quarter_turn_stats, to_action, to_gripper_frame
 from graspsim.dagger.policy import MaskPolicy, check_fits_scenes
 from graspsim.dagger.train import loss_terms
@@ -228,7 +228,7 @@ def test_onnx_export_of_a_wrist_net_names_its_action_layout(wrist_policy, cube_v
 
 def test_checkpoints_are_refused_for_kinds_they_were_not_trained_on(tmp_path):
     from graspsim import runs
-    from graspsim.dagger.evaluate import check_vision_kinds
+    from graspsim.dagger.masks import check_vision_kinds
 
     assert runs.trained_kinds(None) == ("sphere",)
     assert runs.trained_kinds({"dagger": {"sim": {"target": {"kinds": ["cube"]}}}}) == ("cube",)

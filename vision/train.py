@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graspsim import distributed, runs
+from graspsim import compat, distributed, runs
 from graspsim.fileio import atomic_write_bytes, check_out_dir
 from graspsim.progress import progress_bar
 from graspsim.seeds import data_seed, net_init_seed
@@ -51,7 +51,7 @@ from .losses import lr_at, seg_loss
 from .metrics import PEAKS, best_threshold, choose_thresholds_on, evaluate_set, gate_frames
 from .model import SegNet, SegNetConfig, cpu_has_fast_bf16, locator_coverage, locator_loss
 from .patches import _hdf5_share, _real_share, random_patches, training_batch
-from .train_config import DEFAULT_MODEL, UNET_MODEL, TrainVisionConfig
+from .train_config import TrainVisionConfig
 from .transfer_report import load_transfer_sets, operating_point_gap, transfer_breakdown, transfer_by_kind
 
 log = logging.getLogger(__name__)
@@ -61,16 +61,6 @@ RESUMABLE_KEYS = ("steps", "init_steps", "resume", "ckpt_every", "out", "runtime
                   "runtime.dist_timeout", "sim.fingertip_pixels")
 """Settings that may change on --resume (``steps`` is the new total: the cosine schedule stretches to it;
 ``sim.fingertip_pixels`` changes gripper senses, never a frame)."""
-ADDED_SETTINGS = {"model.arch": "unet", "model.full_channels": 0, "model.crop": 0, "model.locator_channels": 8,
-                  "model.context": False, "locator_weight": 1.0, "teacher": None, "teacher_weight": 1.0, "init": None,
-                  "init_lr": 1e-3, "real": [], "real_fraction": 0.5, "model.recentre": 0}
-"""Settings added after run folders were first written, with the value that reproduces what runs before them did:
-a stored config without one of them resumes as if it held that value (:func:`graspsim.runs.check_resume`)."""
-CHANGED_DEFAULTS = {"model": (dataclasses.asdict(UNET_MODEL), dataclasses.asdict(DEFAULT_MODEL))}
-"""Defaults changed after run folders were written, as (before, now): the U-Net was the default net until issue 40.
-A folder that trained the earlier default resumes with it when the request holds today's
-(:func:`graspsim.runs.resume_old_defaults`)."""
-
 __all__ = [  # the config, losses, batches and evaluation sets live in their own modules; importable from here too
     "CHECKPOINT_NAME", "HDF5Frames", "TrainVisionConfig", "build_composers", "lr_at", "make_set", "new_training_state",
     "per_background", "predict_probs", "random_patches", "seg_loss", "train_step", "train_vision", "training_batch",
@@ -172,11 +162,13 @@ def new_training_state(cfg: TrainVisionConfig) -> tuple[SegNet, torch.optim.Opti
 # ----------------------------------------------------------------------------------------------- fine-tuning
 def resumed_config(cfg: TrainVisionConfig) -> TrainVisionConfig:
     """``cfg`` with the net a ``--resume``d run folder trained, where that folder was written before the default net
-    changed (:data:`CHANGED_DEFAULTS`) and ``cfg`` asks for today's default; otherwise ``cfg`` itself."""
+    changed (:data:`graspsim.compat.CHANGED_DEFAULTS`) and ``cfg`` asks for today's default; otherwise ``cfg``
+    itself."""
     if not cfg.resume or not (Path(cfg.out) / CHECKPOINT_NAME).is_file():
         return cfg  # nothing to resume: _train_vision says so
     stored = runs.read_config(cfg.out) or {}  # the run folder's config.json, as the checkpoint holds it
-    adopted = runs.resume_old_defaults(stored, cfg.to_dict(), CHANGED_DEFAULTS, ADDED_SETTINGS)
+    adopted = runs.resume_old_defaults(stored, cfg.to_dict(), compat.changed_defaults("train-vision"),
+                                       compat.added_settings("train-vision"))
     if "model" in adopted:
         log.info("--resume: %s trained the net that was the default then (%s); resuming with it", cfg.out,
                  adopted["model"])
@@ -355,7 +347,8 @@ def _start_training(cfg: TrainVisionConfig, real: RealFrames | None, ckpt_path: 
     if "optimizer" not in ckpt or "generator_state" not in ckpt:
         raise ValueError(f"--resume: {ckpt_path} is a deployable checkpoint without optimizer and data-RNG state "
                          "(e.g. a shipped net); it can be used for inference but not resumed")
-    runs.check_resume(ckpt["config"], cfg.to_dict(), RESUMABLE_KEYS, ckpt_path, ADDED_SETTINGS)  # the one resume rule
+    runs.check_resume(ckpt["config"], cfg.to_dict(), RESUMABLE_KEYS, ckpt_path,  # the one resume rule
+                      compat.added_settings("train-vision"))
     stored_world = int(ckpt.get("world_size", 1))
     if stored_world != ctx.world_size:
         raise ValueError(f"--resume: {ckpt_path} was written by {stored_world} process(es), this run has "

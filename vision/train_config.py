@@ -189,7 +189,7 @@ class TrainVisionConfig:
     """Network design and size: the cropped cascade (:data:`CROPPED_MODEL`). The whole-frame U-Net
     (:data:`UNET_MODEL`) is ``--model.crop 0 --model.no-context --model.base-channels 12 --model.max-channels 96``; ``--model.arch
     halfres`` selects :data:`HALFRES_MODEL`. A run folder written before the cascade became the default resumes as
-    the U-Net it trained (:data:`graspsim.vision.train.CHANGED_DEFAULTS`)."""
+    the U-Net it trained (:data:`graspsim.compat.CHANGED_DEFAULTS`)."""
     compose: ComposeConfig = field(default_factory=ComposeConfig)
     """How composites are drawn."""
     augment: AugmentConfig = field(default_factory=AugmentConfig)
