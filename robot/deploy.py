@@ -61,7 +61,7 @@ import tyro
 
 from graspsim import SimConfig
 from graspsim.distributed import single_process
-from graspsim.extras import require
+from graspsim.extras import MissingExtra, installed, require
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
 from graspsim.rollout import run_episodes
 from graspsim.runtime import Runtime, RuntimeConfig
@@ -75,7 +75,7 @@ from .loop import (CSV_FIELDS, STAGES, STALE_PERIODS, TICKS_CSV, DeployError, Ro
                          adapter_name, capture_deadlines, guarded, latency_stats, read_fingertip, stop_first,
                          workspace_guard)
 from .robots import SIM_ROBOTS, Robot, SimRobot, SimWorld, open_robot
-from .so101 import So101Config
+from .so101 import INSTALL_HINT as SO101_INSTALL, So101Config
 
 log = logging.getLogger(__name__)
 
@@ -180,8 +180,11 @@ class DeployConfig:
         if self.hz == 0 and rob not in (*SIM_ROBOTS, "dry-run"):
             raise ValueError(f"DeployConfig: --hz 0 (as fast as possible) is for simulated and dry-run robots; "
                              f"give robot {rob!r} a real rate such as --hz 10")
-        if rob == "so101":  # before the nets load: a missing port or id is a one-line refusal
+        if rob == "so101":  # before the nets load: a missing port, id or LeRobot is a one-line refusal
             self.so101.check_ready()
+            if not installed("lerobot"):
+                raise MissingExtra(f"deploy --robot so101 drives the arm through LeRobot, which is not installed: "
+                                   f"{SO101_INSTALL}")
         if self.record is not None and self.record.resolve() == self.out.resolve():
             raise ValueError("DeployConfig: --record must be another folder than --out")
 
