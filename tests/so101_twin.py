@@ -44,10 +44,19 @@ def _encode_sign(value: int, bit: int) -> int:
     return (abs(value) | (1 << bit)) if value < 0 else value
 
 
-class TwinWorld:
-    """The MuJoCo SO-101 on a table with one target (a cube, 2.5 cm by default), physics stepped by the servos."""
+KINDS = (("cube", mujoco.mjtGeom.mjGEOM_BOX, (0.0125, 0.0125, 0.0125)),
+         ("cylinder", mujoco.mjtGeom.mjGEOM_CYLINDER, (0.012, 0.012, 0.015)),
+         ("sphere", mujoco.mjtGeom.mjGEOM_SPHERE, (0.014, 0.014, 0.014)))
+"""(name, MuJoCo shape, half extents x, y, z in m) of the targets: a 2.5 cm cube, an upright cylinder 2.4 cm across
+and 3 cm tall, a 2.8 cm sphere."""
+PARK = {"cube": (0.45, -0.35), "cylinder": (0.45, 0.0), "sphere": (0.45, 0.35)}
+"""Where the kinds not in a scene wait on the table (m), far outside the wrist camera's view."""
 
-    def __init__(self, size: float = 0.025, image: int = 64):
+
+class TwinWorld:
+    """The MuJoCo SO-101 on a table with one target (a cube, cylinder or sphere), physics stepped by the servos."""
+
+    def __init__(self, image: int = 64):
         spec = arm_spec()
         wb = spec.worldbody
         table = wb.add_geom()
@@ -60,18 +69,20 @@ class TwinWorld:
         light.type = mujoco.mjtLightType.mjLIGHT_DIRECTIONAL
         light.dir = [0.0, 0.0, -1.0]
         light.pos = [0.0, 0.0, 1.0]
-        body = wb.add_body()
-        body.name = "target"
-        body.pos = [0.0, 0.0, size / 2]
-        body.add_freejoint()
-        g = body.add_geom()
-        g.name = "target"
-        g.type = mujoco.mjtGeom.mjGEOM_BOX
-        g.size = [size / 2] * 3
-        g.mass = 0.02
-        g.friction = [0.8, 0.005, 0.0005]
-        g.condim = 4
-        g.rgba = [0.9, 0.1, 0.1, 1.0]
+        for kind, shape, half in KINDS:  # one body per kind; the unused ones wait off to the side
+            body = wb.add_body()
+            body.name = kind
+            body.pos = list(PARK[kind]) + [half[2]]
+            body.add_freejoint()
+            g = body.add_geom()
+            g.name = kind
+            g.type = shape
+            g.size = list(half) if shape == mujoco.mjtGeom.mjGEOM_BOX else (
+                [half[0], half[2], 0.0] if shape == mujoco.mjtGeom.mjGEOM_CYLINDER else [half[0], 0.0, 0.0])
+            g.mass = 0.02
+            g.friction = [0.8, 0.005, 0.0005]
+            g.condim = 4
+            g.rgba = [0.9, 0.1, 0.1, 1.0]
         spec.visual.headlight.active = 1
         spec.visual.quality.shadowsize = 0
         spec.visual.quality.offsamples = 0
@@ -79,13 +90,14 @@ class TwinWorld:
         self.model = spec.compile()
         self.data = mujoco.MjData(self.model)
         m = self.model
-        self.size = size
         self.qadr = np.array([m.jnt_qposadr[m.joint(n).id] for n in MOTORS])
         self.act = np.array([m.actuator(n).id for n in MOTORS])
         self.lo = m.jnt_range[[m.joint(n).id for n in MOTORS], 0].copy()
         self.hi = m.jnt_range[[m.joint(n).id for n in MOTORS], 1].copy()
-        self.target_adr = int(m.jnt_qposadr[m.body("target").jntadr[0]])
-        self.target_dof = int(m.jnt_dofadr[m.body("target").jntadr[0]])
+        self.adr = {k: int(m.jnt_qposadr[m.body(k).jntadr[0]]) for k, _, _ in KINDS}
+        self.dof = {k: int(m.jnt_dofadr[m.body(k).jntadr[0]]) for k, _, _ in KINDS}
+        self.half = {k: h for k, _, h in KINDS}
+        self.kind = "cube"
         self.substeps = int(round(0.1 / m.opt.timestep))
         self.image = image
         self._local = threading.local()  # a GL context is current in one thread: one renderer per reading thread
@@ -94,29 +106,38 @@ class TwinWorld:
         rest = np.array([0.0, -1.7, 1.6, 1.2, 0.0, 0.0])  # folded like LeRobot's rest pose, jaw closed
         self.data.qpos[self.qadr] = rest
         self.data.ctrl[self.act] = rest
-        self.place(0.0, 0.0, 0.0)
+        self.place("cube", 0.0, 0.0, 0.0)
         mujoco.mj_forward(m, self.data)
-        self.z0 = size / 2
         self.episode = -1
-        self.yaw = 0.0
 
-    def place(self, x: float, y: float, yaw: float) -> None:
-        a = self.target_adr
-        self.data.qpos[a:a + 3] = [x, y, self.size / 2 + 1e-4]
+    def _put(self, kind: str, x: float, y: float, yaw: float) -> None:
+        a, d = self.adr[kind], self.dof[kind]
+        self.data.qpos[a:a + 3] = [x, y, self.half[kind][2] + 1e-4]
         self.data.qpos[a + 3:a + 7] = [math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)]
-        self.data.qvel[self.target_dof:self.target_dof + 6] = 0.0
-        self.yaw = yaw
+        self.data.qvel[d:d + 6] = 0.0
+
+    def place(self, kind: str, x: float, y: float, yaw: float) -> None:
+        """``kind`` on the table at (x, y) turned by ``yaw``; the other kinds back to their parking places."""
+        for k, _, _ in KINDS:
+            if k != kind:
+                self._put(k, *PARK[k], 0.0)
+        self._put(kind, x, y, yaw)
+        self.kind, self.yaw = kind, yaw
+        self.z0 = self.half[kind][2]
 
     def reset(self, seed: int) -> None:
-        """A new scene from ``seed``: the cube within 4 cm of the workspace centre, turned up to 40 degrees."""
+        """A new scene from ``seed``: a cube, an upright cylinder or a sphere within 6 cm of the workspace centre
+        (each axis), turned up to 45 degrees."""
         rng = np.random.default_rng(seed)
-        x, y = rng.uniform(-0.04, 0.04, 2)
-        self.place(float(x), float(y), float(rng.uniform(-0.7, 0.7)))
+        kind = KINDS[int(rng.integers(len(KINDS)))][0]
+        x, y = rng.uniform(-0.06, 0.06, 2)
+        self.place(kind, float(x), float(y), float(rng.uniform(-math.pi / 4, math.pi / 4)))
         mujoco.mj_forward(self.model, self.data)
         self.episode += 1
 
     def target_pos(self) -> np.ndarray:
-        return self.data.qpos[self.target_adr:self.target_adr + 3].copy()
+        a = self.adr[self.kind]
+        return self.data.qpos[a:a + 3].copy()
 
     def lifted(self) -> bool:
         return bool(self.target_pos()[2] > self.z0 + 0.02)
@@ -442,8 +463,8 @@ class ScriptedNets:
         pos, yaw = self.kin.grasp_pose(q)
         cube = w.target_pos()
         err = cube[:2] - pos[:2]
-        dyaw = wrap_quarter(w.yaw - yaw)
-        grasp_z = w.size / 2
+        dyaw = wrap_quarter(w.yaw - yaw) if w.kind == "cube" else 0.0
+        grasp_z = max(w.half[w.kind][2], 0.0125)
         v = np.zeros(3)
         wz = float(np.clip(3.0 * dyaw, -1.5, 1.5))
         grip = -1.0
