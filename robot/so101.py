@@ -144,7 +144,14 @@ class So101Config:
     max_height: float = 0.09
     """Highest grasp point (m) the IK is asked for (the straight-down reach ends there)."""
     contact_dz: float = 0.004
-    """Table contact, the guarded move: the arm was commanded this much (m) lower than the grasp point got."""
+    """Table contact, the guarded move: the arm was commanded this much (m) lower than the grasp point got, with the
+    fingertips within ``press_height`` of the table."""
+    press_height: float = 0.015
+    """Height (m) of the fingertips (the pads' lower edges, forward kinematics) below which a guarded move that is
+    held back counts as contact (higher up, a target ahead of the arm is the servos' lag)."""
+    contact_height: float = 0.003
+    """Fingertips at most this high (m) above the table plane by the forward kinematics count as contact, as in the
+    simulator (its contact_height)."""
     follow_limit_deg: float = 15.0
     """A joint further than this (degrees) from the IK's target for ``follow_ticks`` ticks in a row while the arm
     is not pressing on the table is a fault (a servo that does not follow)."""
@@ -166,7 +173,7 @@ class So101Config:
 
     def __post_init__(self) -> None:
         for name in ("speed", "max_step_deg", "max_gripper_step", "start_height", "workspace", "max_height",
-                     "contact_dz", "follow_limit_deg", "plausible_margin_deg"):
+                     "contact_dz", "press_height", "contact_height", "follow_limit_deg", "plausible_margin_deg"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v > 0):
                 raise ValueError(f"So101Config.{name} must be a finite number above 0; got {v!r}")
@@ -188,6 +195,22 @@ class So101Config:
             raise ValueError("so101: give the arm's serial port, --so101.port /dev/ttyACM0 (lerobot-find-port names it)")
         if not str(self.id).strip():
             raise ValueError("so101: give the arm's LeRobot id, --so101.id ID (the --robot.id of lerobot-calibrate)")
+
+
+def pad_drop(kin) -> float:
+    """How far (m) the lowest corner of either jaw pad lies below the grasp point when the gripper points straight
+    down (the kinematics' home pose), measured on the model."""
+    from graspsim.mujoco.model import FIXED_PAD, MOVING_PAD
+
+    grasp, _ = kin.grasp_pose(kin.home)  # also leaves the model's geoms at that pose
+    m, d = kin.model, kin.data
+    lowest = math.inf
+    for name in (FIXED_PAD, MOVING_PAD):
+        g = m.geom(name).id
+        signs = np.array([[a, b, c] for a in (-1, 1) for b in (-1, 1) for c in (-1, 1)], float)
+        corners = d.geom_xpos[g] + (signs * m.geom_size[g]) @ d.geom_xmat[g].reshape(3, 3).T
+        lowest = min(lowest, float(corners[:, 2].min()))
+    return float(grasp[2] - lowest)
 
 
 def calibrate_command(cfg: So101Config) -> str:
@@ -244,6 +267,8 @@ class So101Robot(Robot):
         self.jaw_closed = float(self.kin.model.jnt_range[self.kin.model.joint(GRIPPER).id, 0])
         """The moving jaw's angle (rad, model) at the closed end of its calibrated range (the model's lower limit)."""
         self.jaw_span = math.radians(span)
+        self.pad_drop = pad_drop(self.kin)
+        """How far (m) the pads' lower edges reach below the grasp point with the gripper straight down."""
         self.q = np.zeros(5)
         """Last measured arm joints (rad, model)."""
         self.pct = 0.0
@@ -444,10 +469,18 @@ class So101Robot(Robot):
         q, pct = self._measured()
         pos, yaw = self.kin.grasp_pose(q)
         gap = self.kin.jaw_to_gap(self.to_jaw(pct)) / self.open_gap
-        contact = bool(math.isfinite(self.target_z) and self.target_z < pos[2] - self.cfg.contact_dz)
+        contact = self.contact(pos)
         dyaw = yaw - self.yaw0
         g = np.array([gap, float(self.closed), float(contact), math.sin(dyaw), math.cos(dyaw)], np.float32)
         return Senses(g, pos.astype(np.float64))
+
+    def contact(self, pos) -> bool:
+        """The table-contact sense at the measured grasp point ``pos`` (3,) m: fingertips within ``contact_height``
+        of the table, or the guarded move held back (commanded ``contact_dz`` lower than reached) with the
+        fingertips below ``press_height``."""
+        tip = float(pos[2]) - self.pad_drop
+        held = math.isfinite(self.target_z) and self.target_z < float(pos[2]) - self.cfg.contact_dz
+        return bool(tip <= self.cfg.contact_height or (held and tip <= self.cfg.press_height))
 
     def _check_following(self, q, pct: float) -> None:
         """So101Fault when a joint lags its target too long (not while pressing on the table) or the gripper sits
@@ -455,7 +488,7 @@ class So101Robot(Robot):
         if self.cfg.dry_run or self.goal_q is None:
             return
         pos, _ = self.kin.grasp_pose(q)
-        pressing = math.isfinite(self.target_z) and self.target_z < pos[2] - self.cfg.contact_dz
+        pressing = self.contact(pos)
         err = np.abs(np.degrees(q - self.ik.q))
         self.lag = np.where((err > self.cfg.follow_limit_deg) & (not pressing), self.lag + 1, 0)
         if (self.lag >= self.cfg.follow_ticks).any():

@@ -109,6 +109,8 @@ class TwinWorld:
         self.place("cube", 0.0, 0.0, 0.0)
         mujoco.mj_forward(m, self.data)
         self.episode = -1
+        self.history: list[str] = []
+        """The kind of every scene so far."""
 
     def _put(self, kind: str, x: float, y: float, yaw: float) -> None:
         a, d = self.adr[kind], self.dof[kind]
@@ -134,6 +136,7 @@ class TwinWorld:
         self.place(kind, float(x), float(y), float(rng.uniform(-math.pi / 4, math.pi / 4)))
         mujoco.mj_forward(self.model, self.data)
         self.episode += 1
+        self.history.append(kind)
 
     def target_pos(self) -> np.ndarray:
         a = self.adr[self.kind]
@@ -512,12 +515,14 @@ class DirectSo101:
     def __init__(self, world: TwinWorld, kin, period: float = 0.1, start_height: float = 0.055,
                  max_step_deg: float = 10.0, contact_dz: float = 0.004):
         from graspsim.mujoco.ik import CartesianIK
+        from graspsim.robot.so101 import pad_drop
 
         self.world, self.kin = world, kin
         self.ik = CartesianIK(kin, dt=period, max_speed=0.1, max_yaw_rate=1.5, workspace=0.1, max_height=0.09)
         self.home = kin.solve(np.array([0.0, 0.0, start_height]), 0.0, kin.home).q
         self.step_rad, self.contact_dz = math.radians(max_step_deg), contact_dz
         self.open_gap = kin.jaw_to_gap(self.ik.open_jaw)
+        self.pad_drop = pad_drop(kin)
         self.closed, self.yaw0, self.target_z = False, 0.0, math.nan
 
     def _q(self) -> tuple[np.ndarray, float]:
@@ -550,7 +555,9 @@ class DirectSo101:
 
         q, jaw = self._q()
         pos, yaw = self.kin.grasp_pose(q)
-        contact = math.isfinite(self.target_z) and self.target_z < pos[2] - self.contact_dz
+        tip = pos[2] - self.pad_drop  # the adapter's rule (So101Robot.contact) with its default thresholds
+        held = math.isfinite(self.target_z) and self.target_z < pos[2] - self.contact_dz
+        contact = tip <= 0.003 or (held and tip <= 0.015)
         d = yaw - self.yaw0
         g = [self.kin.jaw_to_gap(jaw) / self.open_gap, float(self.closed), float(contact), math.sin(d), math.cos(d)]
         return Senses(np.array(g, np.float32), pos)

@@ -199,6 +199,23 @@ def test_send_limits_joint_steps_and_scales_speed(twin, kin):
     robot.close()
 
 
+def test_contact_sense_is_the_guarded_move_near_the_table(twin, kin):
+    """Going down at full speed in the air gives no contact (the servos' lag is not a contact); near the table, the
+    arm held back by it (or the fingertips at the table) does."""
+    world, arm, cfg = twin
+    robot = tw.twin_robot(cfg, world, kinematics=kin)
+    robot.start_episode(0)
+    world.place("cube", 0.09, 0.09, 0.0)  # nothing under the jaws
+    seen = []
+    for _ in range(12):
+        robot.send(np.array([0.0, 0.0, -0.1, 0.0, -1.0], np.float32))
+        s = robot.senses()
+        seen.append((float(s.tcp[2]) - robot.pad_drop, bool(s.gripper[2])))
+    assert not any(c for tip, c in seen if tip > cfg.press_height), seen
+    assert seen[-1][1] and seen[-1][0] < 0.005, seen  # pressing on the table
+    robot.close()
+
+
 def test_dry_run_moves_nothing_and_logs_joint_targets(twin, kin, tmp_path):
     world, arm, cfg = twin
     dry = So101Config(port=cfg.port, id="twin", calibration_dir=cfg.calibration_dir, dry_run=True)
@@ -340,5 +357,13 @@ def test_driver_matches_the_backend_alone_over_100_scenes(tmp_path, monkeypatch,
     direct_world = tw.TwinWorld()
     direct = _run(tmp_path / "b", direct_world, tw.DirectSo101(direct_world, kin), kin, episodes=100)
     a, b = through["num_success"], direct["num_success"]
-    print(f"through LeRobot's driver {a}/100, MuJoCo arm directly {b}/100")
+
+    def per_kind(summary, w):
+        ok = {}
+        for ep, kind in zip(summary["per_episode"], w.history):
+            ok.setdefault(kind, []).append(bool(ep["success"]))
+        return ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in sorted(ok.items()))
+
+    print(f"through LeRobot's driver {a}/100 ({per_kind(through, world)}), MuJoCo arm directly {b}/100 "
+          f"({per_kind(direct, direct_world)})")
     assert abs(a - b) <= 3, (a, b)
