@@ -139,6 +139,16 @@ def test_refused_without_port_or_id_or_calibration(twin, kin, tmp_path):
     assert arm.writes == 0
 
 
+def test_deploy_config_refuses_so101_without_lerobot(tmp_path, monkeypatch):
+    from graspsim.extras import MissingExtra
+    from graspsim.robot import deploy as deploy_module
+
+    monkeypatch.setattr(deploy_module, "installed", lambda module: module != "lerobot")
+    with pytest.raises(MissingExtra, match=r"LeRobot, which is not installed: pip install 'graspsim\[so101\]'"):
+        DeployConfig(vision=VISION, policy=POLICY, camera="0", robot="so101", out=tmp_path / "o",
+                     so101=So101Config(port="/dev/ttyACM0", id="a"))
+
+
 def test_refused_when_motors_hold_another_calibration(twin, kin):
     world, arm, cfg = twin
     arm.regs[3][tw.ADDR["Homing_Offset"]] = 5  # the elbow was calibrated again since the file was written
@@ -229,6 +239,21 @@ def test_dry_run_moves_nothing_and_logs_joint_targets(twin, kin, tmp_path):
     targets = [a for k, a in robot.log if k == "targets"]
     assert len(targets) == summary["ticks"] and set(targets[0]) == {f"{j}.pos" for j in tw.MOTORS}
     robot.close()
+
+
+def test_deploy_robot_so101_opens_the_arm_from_its_flags(twin, kin, tmp_path):
+    """``--robot so101 --so101.*`` through DeployConfig and open_robot (real time, 10 Hz), dry run: the adapter is
+    built from the flags and connected; nothing moves."""
+    world, arm, cfg = twin
+    dry = So101Config(port=cfg.port, id="twin", calibration_dir=cfg.calibration_dir, dry_run=True)
+    dcfg = DeployConfig(vision=VISION, policy=POLICY, camera="lerobot:twin", robot="so101", out=tmp_path / "out",
+                        hz=10.0, time_limit=0.5, progress=False, warmup=1, so101=dry)
+    q0 = _arm_q(world)
+    summary = deploy(dcfg, camera=LeRobotCamera(tw.lerobot_twin_camera(world)),
+                     controller=Controller(tw.ScriptedNets(world, kin)))
+    assert summary["ended"] == "completed" and summary["robot"] == "so101" and summary["ticks"] == 5
+    assert summary["config"]["so101"]["dry_run"] is True and arm.writes == 0
+    assert np.abs(_arm_q(world) - q0).max() < math.radians(0.5)
 
 
 # ------------------------------------------------------------------------------------------ the loop grasps
