@@ -67,6 +67,15 @@ def _rot_z(yaw: float) -> np.ndarray:
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
 
 
+def _cross_sum(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """sum_i cross(A[:, i], B[:, i]) (3,): twice the small-angle rotation taking frame A to frame B."""
+    return np.array([
+        (A[1] * B[2] - A[2] * B[1]).sum(),
+        (A[2] * B[0] - A[0] * B[2]).sum(),
+        (A[0] * B[1] - A[1] * B[0]).sum(),
+    ])
+
+
 def _angle_of(R: np.ndarray) -> float:
     return float(math.acos(max(-1.0, min(1.0, (np.trace(R) - 1.0) / 2.0))))
 
@@ -163,7 +172,7 @@ class So101Kinematics:
         for it in range(1, self.MAX_ITERS + 1):
             p, R = self._fk(q)
             ep = pos - p
-            er = 0.5 * (np.cross(R[:, 0], Rd[:, 0]) + np.cross(R[:, 1], Rd[:, 1]) + np.cross(R[:, 2], Rd[:, 2]))
+            er = 0.5 * _cross_sum(R, Rd)
             pos_err = float(np.linalg.norm(ep))
             rot_err = _angle_of(R.T @ Rd)
             if pos_err < self.POS_TOL and rot_err < self.ROT_TOL:

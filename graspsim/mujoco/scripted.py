@@ -50,6 +50,10 @@ class ScriptedGrasp:
             self.phase[ids] = 0
             self.count[ids] = 0
 
+    def act(self, priv: dict[str, Tensor]) -> Tensor:
+        """The policy interface of :class:`graspsim.rollout.ExpertHooks`: :meth:`__call__`."""
+        return self(priv)
+
     def __call__(self, priv: dict[str, Tensor]) -> Tensor:
         """B,5 (or B,4 without the wrist) actions for the privileged state ``priv``."""
         tcp, obj = priv["tcp_pos"].cpu(), priv["sphere_pos"].cpu()
