@@ -15,10 +15,13 @@ from torch import Tensor
 
 from graspsim.state import KIND_BOX
 
-APPROACH_HEIGHT = 0.03  # hover above the target's centre before descending (m)
+APPROACH_HEIGHT = 0.015  # hover this far above the grasp height before descending (m): low enough to stay inside
+# the reach band at the far edge of the so101 target square (radius 0.245 m: the band ends at 0.25 m at 3 cm height)
 JAW_SWEEP = 0.0117  # closing, the moving pad swings this far below the grasp point (m, measured on the MJCF)
 MIN_GRASP_HEIGHT = JAW_SWEEP + 0.003  # the lowest grasp-point height that keeps the closing jaw off the table
 GAIN = 4.0  # 1/s
+FACE_CLEARANCE = 0.004  # the target's side stops this far inside the fixed pad's face before closing (m)
+XY_TOL = 0.002  # descend once the grasp point is this close above its goal (m)
 CLOSE_STEPS = 4  # control steps spent closing before the lift
 
 
@@ -67,15 +70,18 @@ class ScriptedGrasp:
         # the closing axis (towards the fixed jaw) in the world at the goal yaw: (-sin, cos); the target's centre goes
         # just inside the fixed pad's face, so the closing moving jaw pushes it onto the fixed one
         axis = torch.stack([-torch.sin(yaw_goal), torch.cos(yaw_goal)], 1)
-        along = self.fixed_face - r - 0.002
+        along = self.fixed_face - r - FACE_CLEARANCE
         goal_xy = obj[:, :2] - axis * along[:, None]
         grasp_z = torch.clamp(obj[:, 2], min=MIN_GRASP_HEIGHT)
         goal = torch.cat([goal_xy, (grasp_z - self.below)[:, None]], 1)
-        hover = goal + torch.tensor([0.0, 0.0, APPROACH_HEIGHT])
+        # hover above the grasp height, and with the pads' lower edges clear of the target's top
+        top = obj[:, 2] + half[:, 2]
+        hover_z = torch.maximum(goal[:, 2] + APPROACH_HEIGHT, top + 0.008)
+        hover = torch.cat([goal_xy, hover_z[:, None]], 1)
         err_xy = (goal_xy - tcp[:, :2]).norm(dim=1)
         yaw_err = (yaw_goal - wrist).abs()
         ph = self.phase
-        ph = torch.where((ph == 0) & (err_xy < 0.003) & ((tcp[:, 2] - hover[:, 2]).abs() < 0.01) & (yaw_err < 0.03),
+        ph = torch.where((ph == 0) & (err_xy < XY_TOL) & ((tcp[:, 2] - hover[:, 2]).abs() < 0.005) & (yaw_err < 0.03),
                          torch.ones_like(ph), ph)
         ph = torch.where((ph == 1) & ((tcp[:, 2] - goal[:, 2]).abs() < 0.002) & (err_xy < 0.003),
                          torch.full_like(ph, 2), ph)
