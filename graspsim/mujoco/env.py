@@ -8,9 +8,12 @@
 
 Scenes come from :func:`graspsim.randomization.sample_scenes` (the same seed gives the same target kind, size,
 position and colour, distractors, table texture and tint, light as in the other backends). The arm is the SO-101 of
-:mod:`graspsim.mujoco.model` (base 0.19 m behind the workspace centre); the scene's ``tcp_pos`` is the **grasp
-point** (between the pads, :func:`graspsim.mujoco.model.so101_geometry`), the scene's camera mount and field of view
-are replaced by the arm's wrist camera (fixed mount, 48.5 degrees square).
+:mod:`graspsim.mujoco.model` (pan axis 0.195 m behind the workspace centre); the state's ``tcp_pos`` is the
+simulator's TCP of the ``so101`` embodiment, the centre of the pads' lower edges (the grasp point of
+:func:`graspsim.mujoco.model.so101_geometry` lowered by ``tcp_below_grasp``), ``wrist_yaw`` the yaw of
+:mod:`graspsim.mujoco.ik` (0: camera in front of the jaws, fixed jaw at +y); the scene's camera mount and lens
+are replaced by the arm's wrist camera (fixed mount; 48.5 degrees square, or the scene's drawn lens with the ``so101``
+embodiment).
 
 Each control step: the velocity command becomes a grasp-point target exactly as in the pybullet backend
 (:func:`graspsim.physics.command`: latency, gain, noise, per-axis clip; :func:`graspsim.physics.move_toward`:
@@ -30,6 +33,7 @@ Bookkeeping in a :class:`graspsim.State`, so ``privileged()`` and the failure co
 * ``success``: held with the target's bottom at least ``lift_height`` above the table (latched).
 * ``pushed``: a pad touched the free target while it moved more than 1 mm in the step; ``missed``: the pads closed
   below ``MISS_GAP`` without holding; ``dropped``: a held target lost while the close command stayed on.
+* distractors within ``BASE_CLEARANCE`` of the pan axis (inside the arm's base) are left out.
 * gripper senses: the layout of :func:`graspsim.env.gripper_obs`, with the measured pad gap, and two senses measured
   here instead of taken from the state: table contact (a pad or jaw touches the table) and the four fingertip-pixel
   senses (the grasp point and a point 2 cm above it projected through the MuJoCo wrist camera).
@@ -41,6 +45,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import sys
 from contextlib import contextmanager
 from typing import Sequence
 
@@ -71,7 +77,20 @@ MISS_GAP = 2e-3  # a close that ends below this pad gap without a hold is a miss
 CONTACT_DIST = 1e-3  # a pad touches the target when their contact distance is below this (m)
 START_MARGIN = 0.01  # a start pose is moved this far inside the reach band (m)
 TEX_SIZE = 128  # table texture resolution (pixels)
+BASE_CLEARANCE = 0.09  # distractors drawn within this distance (m) of the pan axis would stand inside the arm's base
+# (the floating simulator has no arm there): they are left out of the MuJoCo scene
 _KIND_SLOT = {KIND_SPHERE: 0, KIND_BOX: 1, KIND_CYLINDER: 2}  # State kind code -> index into SCENE_KINDS
+
+
+GL_HINT = ("MuJoCo could not open an OpenGL context for the wrist camera; without a display set MUJOCO_GL=egl "
+           "(or MUJOCO_GL=osmesa with libosmesa6) before Python imports mujoco")
+
+
+def _default_gl() -> None:
+    """Without a display and before MuJoCo is imported, pick the headless EGL backend for its renderer (MuJoCo reads
+    ``MUJOCO_GL`` once, at import). Called when an env is built, never at import of this module."""
+    if "mujoco" not in sys.modules and not os.environ.get("MUJOCO_GL") and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl"
 
 
 def _quat_z(yaw: float) -> np.ndarray:
@@ -107,7 +126,10 @@ class _Scene:
         self.opt = mujoco.MjvOption()  # geom groups 0-2 drawn: the scene and the gripper's visual meshes
         self.opt.geomgroup[3] = 0
         if render:
-            self.renderer = mujoco.Renderer(m, size, size)
+            try:
+                self.renderer = mujoco.Renderer(m, size, size)
+            except Exception as e:  # mujoco.FatalError without a GL platform
+                raise RuntimeError(GL_HINT) from e
 
     # ------------------------------------------------------------------ building
     def _set_object(self, name: str, kind_code: int, half: np.ndarray, pos: np.ndarray, yaw: float,
@@ -168,8 +190,11 @@ class _Scene:
         mass = TARGET_MASS["sphere"] if kind == KIND_SPHERE else TARGET_MASS["solid"]
         self.target_geom = self._set_object("target", kind, np.array([r, r, hz]), pos, yaw, p["sphere_color"], mass)
         self.rest_z = hz
+        pan = kin.pan_axis
         for k, name in enumerate(self.objects[1:]):
             dk = int(p["dist_kind"][k]) if k < len(p["dist_kind"]) else 0
+            if dk and math.hypot(p["dist_pos"][k][0] - pan[0], p["dist_pos"][k][1] - pan[1]) < BASE_CLEARANCE:
+                dk = 0
             if dk:
                 size = p["dist_size"][k].astype(np.float64)
                 half = np.array([size[0], size[0], size[0]]) if dk == KIND_SPHERE else size
@@ -246,11 +271,12 @@ class _Scene:
     def measure(self, kin: So101Kinematics) -> dict:
         d = self.d
         R = d.xmat[self.grip].reshape(3, 3).copy()
-        tcp = d.xpos[self.grip] + R @ kin.grasp_local
+        grasp = d.xpos[self.grip] + R @ kin.grasp_local
+        tcp = grasp - R[:, 2] * kin.geometry.tcp_below_grasp
         q = self.qadr["target"]
         quat = d.qpos[q + 3:q + 7]
         target_yaw = math.atan2(2 * (quat[0] * quat[3] + quat[1] * quat[2]), 1 - 2 * (quat[2] ** 2 + quat[3] ** 2))
-        return {"tcp": tcp, "rot": R, "gap": max(0.0, kin.jaw_to_gap(d.qpos[self.jaw_q])), "jaw": float(d.qpos[self.jaw_q]),
+        return {"tcp": tcp, "grasp": grasp, "rot": R, "gap": max(0.0, kin.jaw_to_gap(d.qpos[self.jaw_q])), "jaw": float(d.qpos[self.jaw_q]),
                 "q": d.qpos[self.arm_q].copy(), "sphere": d.qpos[q:q + 3].copy(), "target_yaw": target_yaw,
                 "touch": self.touching_pads(), "table": self.table_contact()}
 
@@ -286,7 +312,7 @@ class _Scene:
             self.renderer = None
 
 
-SCENE_KEYS = ("tcp_pos", "sphere_pos", "sphere_radius", "sphere_vel", "dist_kind", "dist_pos", "dist_size", "dist_yaw",
+SCENE_KEYS = ("focal", "tcp_pos", "sphere_pos", "sphere_radius", "sphere_vel", "dist_kind", "dist_pos", "dist_size", "dist_yaw",
               "dist_color", "sphere_color", "table_tex", "table_tint", "tex_scale", "light_dir", "light_intensity",
               "ambient", "specular", "target_kind", "target_half_height", "target_yaw")
 
@@ -305,6 +331,7 @@ class MujocoGraspEnv:
     def __init__(self, cfg: SimConfig | None = None, num_envs: int = 1, device: str | torch.device = "cpu",
                  seed: int = 0, render_obs: bool = True):
         positive_int("", "num_envs", num_envs)
+        _default_gl()
         self.mj = require_mujoco()
         self.cfg = cfg or SimConfig()
         self.num_envs = num_envs
@@ -313,7 +340,13 @@ class MujocoGraspEnv:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(int(seed))
         self.kin = So101Kinematics(BASE_POS)
+        self.below = self.kin.geometry.tcp_below_grasp
         cfg = self.cfg
+        # with the so101 embodiment the scene's own lens (its field of view drawn per scene); otherwise the SO-101's
+        # nominal 48.5 degrees (the floating preset's lens belongs to another camera)
+        self.scene_fov = getattr(cfg, "embodiment", "floating") == "so101"
+        if not self.scene_fov:
+            log.info("MujocoGraspEnv: the configuration's embodiment is not so101; the arm is the SO-101 all the same")
         self.scenes: list[_Scene] = []
         H = cfg.image_size
         try:
@@ -357,7 +390,8 @@ class MujocoGraspEnv:
         for i in ids.tolist():
             sc, ik = self.scenes[i], self.iks[i]
             p = scene_params(self.state, i)
-            start = self.kin.clamp_to_band(p["tcp_pos"].astype(np.float64), START_MARGIN)
+            start = p["tcp_pos"].astype(np.float64) + np.array([0.0, 0.0, self.below])
+            start = self.kin.clamp_to_band(start, START_MARGIN)
             w = self.cfg.workspace
             start[:2] = np.clip(start[:2], -w, w)
             res = self.kin.solve(start, 0.0, self.kin.home)
@@ -366,6 +400,8 @@ class MujocoGraspEnv:
                                    f"(pos_err {res.pos_err:.4f} m)")
             jaw = ik.open_jaw
             sc.build(p, self.kin, res.q, jaw, self.substeps)
+            if self.scene_fov:  # the embodiment's lens, drawn per scene (square image: vertical = horizontal fov)
+                sc.m.cam_fovy[sc.cam] = math.degrees(2 * math.atan(H / 2 / float(p["focal"])))
             ik.reset(res.q, jaw)
             self._jaw_cmd[i] = jaw
             mres = sc.measure(self.kin)
@@ -431,7 +467,7 @@ class MujocoGraspEnv:
         self._yaw, self._yaw_rate = wrist_command(ws, wz, cfg)
         self.state = self.state.replace(prev_wz=wz)
         drift = self._drift()
-        t_np = target.cpu().numpy().astype(np.float64)
+        t_np = target.cpu().numpy().astype(np.float64) + np.array([0.0, 0.0, self.below])  # TCP -> grasp point
         y_np = self._yaw.cpu().numpy().astype(np.float64)
         c_np = close.cpu().numpy()
         d_np = drift.cpu().numpy().astype(np.float64)
@@ -472,15 +508,15 @@ class MujocoGraspEnv:
         s, cfg, dev = self.state, self.cfg, self.device
         self._success_before = s.success
         f = lambda k: torch.as_tensor(np.stack([m[k] for m in meas]), dtype=torch.float32, device=dev)  # noqa: E731
-        tcp, sphere, width, rot = f("tcp"), f("sphere"), f("gap"), f("rot")
+        tcp, grasp, sphere, width, rot = f("tcp"), f("grasp"), f("sphere"), f("gap"), f("rot")
         touch = torch.as_tensor(np.stack([m["touch"] for m in meas]), device=dev)
         target_yaw = f("target_yaw")
-        wrist = torch.atan2(-rot[:, 0, 0], rot[:, 1, 0])
+        wrist = torch.atan2(rot[:, 1, 1], rot[:, 0, 1])
         r = s.sphere_radius
         hz = torch.where(s.target_kind == KIND_CYLINDER, s.target_half_height, r)
         # the target in the gripper frame, relative to the grasp point: x along the closing axis (fixed pad face at
         # FIXED_FACE, moving pad face at FIXED_FACE + gap), y across the pads, z up the roll axis
-        rel = torch.einsum("bji,bj->bi", rot, sphere - tcp)
+        rel = torch.einsum("bji,bj->bi", rot, sphere - grasp)
         geo = self.kin.geometry
         fixed_face = geo.fixed_pad_face[0] - geo.grasp_point[0]
         pad_half_y = float(self.scenes[0].m.geom_size[self.scenes[0].pads[0]][1])

@@ -13,7 +13,8 @@ Frames and units: see :mod:`graspsim.mujoco.model` (world frame = the simulator'
 axis 0.19 m behind the workspace centre). ``q`` is the five arm joints of :data:`So101Kinematics.ARM_JOINTS` in
 radians, zero at the middle of each joint's range (the MJCF's "new calibration"; LeRobot's calibrated degrees are
 ``degrees(q)``). ``yaw`` (rad) turns the straight-down gripper about the vertical through the grasp point; at 0 the
-jaws close along world y.
+jaws close along world y (fixed jaw at +y) and the camera is in front of them (+x), as in the simulator's ``so101``
+embodiment.
 
 A straight-down gripper fixes the grasp point (3) and the gripper's axis (2; one of them holds by construction since
 the three pitch axes are parallel) and the yaw (1): five joints, five independent constraints. :meth:`solve` runs
@@ -28,12 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from graspsim.mujoco.model import (
-    ARM_JOINTS as _ARM_JOINTS, BASE_POS, GRIPPER_BODY, JAW_JOINT, PAN_IN_BASE, arm_model, require_mujoco,
+    ARM_JOINTS as _ARM_JOINTS, BASE_POS, DOWN, GRIPPER_BODY, JAW_JOINT, PAN_IN_BASE, arm_model, require_mujoco,
     so101_geometry,
 )
 
-# the straight-down gripper at yaw 0: gripper x -> world y, gripper y -> world -x, gripper z -> world z
-_DOWN = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+_DOWN = DOWN  # the straight-down gripper at yaw 0 (graspsim.mujoco.model.DOWN)
 
 REACH_HEIGHTS = np.arange(0.0, 0.0901, 0.01)
 """Grasp-point heights (m) of the reach band table (:data:`REACH_BAND`)."""
@@ -65,6 +65,15 @@ class JointTargets:
 def _rot_z(yaw: float) -> np.ndarray:
     c, s = math.cos(yaw), math.sin(yaw)
     return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def _cross_sum(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """sum_i cross(A[:, i], B[:, i]) (3,): twice the small-angle rotation taking frame A to frame B."""
+    return np.array([
+        (A[1] * B[2] - A[2] * B[1]).sum(),
+        (A[2] * B[0] - A[0] * B[2]).sum(),
+        (A[0] * B[1] - A[1] * B[0]).sum(),
+    ])
 
 
 def _angle_of(R: np.ndarray) -> float:
@@ -103,12 +112,14 @@ class So101Kinematics:
         self.geometry = geo
         self.grasp_local = np.array(geo.grasp_point)
         table = np.array(geo.jaw_table)
-        keep = np.concatenate([[True], np.diff(table[:, 1]) > 0])  # the gap table must increase strictly
-        self._jaw_angles, self._jaw_gaps = table[keep, 0], table[keep, 1]
+        top = int(np.argmax(table[:, 1])) + 1  # the widest opening: past it the moving pad swings away, not open
+        self._jaw_angles, self._jaw_gaps = table[:top, 0], table[:top, 1]
+        if np.any(np.diff(self._jaw_gaps) <= 0):
+            raise RuntimeError("So101Kinematics: the measured jaw-angle -> gap table does not grow with the angle")
         self._jacp = np.zeros((3, m.nv))
         self._jacr = np.zeros((3, m.nv))
         self.home = np.zeros(5)
-        res = self.solve(np.array([0.0, 0.0, 0.05]), 0.0, np.array([0.0, 0.0, 0.6, 1.0, 0.0]))
+        res = self.solve(np.array([0.0, 0.0, 0.05]), 0.0, np.array([0.0, 0.0, 0.6, 1.0, -1.4]))
         if not res.ok:
             raise RuntimeError(f"So101Kinematics: no straight-down pose at the workspace centre (pos_err {res.pos_err})")
         self.home = res.q
@@ -123,11 +134,11 @@ class So101Kinematics:
 
     def grasp_pose(self, q) -> tuple[np.ndarray, float]:
         """Grasp point (3,) m in the world frame and gripper yaw (rad) for the arm joints ``q`` (5,) rad. The yaw is
-        the angle of the closing axis (gripper x) about world z, measured from world y (meaningful when the gripper
-        points down)."""
+        the angle about world z of the simulator gripper frame's x axis (the gripper body's y axis, towards the camera),
+        from world x (meaningful when the gripper points down)."""
         q = self._check_q(q)
         p, R = self._fk(q)
-        return p, float(math.atan2(-R[0, 0], R[1, 0]))
+        return p, float(math.atan2(R[1, 1], R[0, 1]))
 
     def tilt(self, q) -> float:
         """Angle (rad) between the gripper's roll axis and the vertical for joints ``q``."""
@@ -161,7 +172,7 @@ class So101Kinematics:
         for it in range(1, self.MAX_ITERS + 1):
             p, R = self._fk(q)
             ep = pos - p
-            er = 0.5 * (np.cross(R[:, 0], Rd[:, 0]) + np.cross(R[:, 1], Rd[:, 1]) + np.cross(R[:, 2], Rd[:, 2]))
+            er = 0.5 * _cross_sum(R, Rd)
             pos_err = float(np.linalg.norm(ep))
             rot_err = _angle_of(R.T @ Rd)
             if pos_err < self.POS_TOL and rot_err < self.ROT_TOL:
@@ -277,8 +288,8 @@ def measure_reach_band(kin: So101Kinematics, heights=REACH_HEIGHTS, yaws=(-math.
 # sweep the arm's own base (the IK checks no collisions): the inner edge is raised to MIN_RADIUS.
 MIN_RADIUS = 0.11
 _MEASURED_BAND = np.array([
-    [0.0650, 0.2625], [0.0675, 0.2600], [0.0700, 0.2575], [0.0750, 0.2525], [0.0800, 0.2450],
-    [0.0900, 0.2375], [0.0975, 0.2300], [0.1100, 0.2175], [0.1275, 0.2000], [0.1600, 0.1675],
+    [0.0625, 0.2625], [0.0650, 0.2600], [0.0700, 0.2575], [0.0750, 0.2525], [0.0800, 0.2450],
+    [0.0875, 0.2375], [0.0975, 0.2300], [0.1100, 0.2175], [0.1275, 0.2000], [0.1600, 0.1675],
 ])
 REACH_BAND = np.stack([np.maximum(_MEASURED_BAND[:, 0] + 0.0025, MIN_RADIUS), _MEASURED_BAND[:, 1] - 0.0025], 1)
 REACH_BAND_MAX_HEIGHT = 0.09

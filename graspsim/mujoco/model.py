@@ -11,18 +11,19 @@ Frames (metres, radians)
   forward, y left, z up.
 * **Arm base**: the MJCF's ``base`` body stands on the table (z = 0) behind the workspace, unrotated, so that the
   shoulder-pan axis is the vertical line x = ``-PAN_TO_CENTRE``, y = 0 (:data:`BASE_POS`). With the pan at 0 the arm
-  reaches along +x. The workspace centre is thus ``PAN_TO_CENTRE`` = 0.19 m in front of the pan axis, in the middle of
-  the straight-down reach band near the table.
-* **Gripper**: the MJCF's ``gripper`` body (turned by ``wrist_roll``; it carries the fixed jaw). Its -z axis runs
-  down the roll axis towards the jaw tips, the jaws close along its x axis (fixed jaw at -x, moving jaw at +x). This
-  body frame is the same as in MuJoCo Menagerie's ``robotstudio_so101`` (same parent offset and quaternion), so the
-  Menagerie wrist-camera pose applies unchanged.
+  reaches along +x. The workspace centre is thus ``PAN_TO_CENTRE`` = 0.195 m in front of the pan axis, in the middle
+  of the straight-down reach band near the table (the ``so101`` embodiment preset's ``base_xy``).
+* **Gripper body**: the MJCF's ``gripper`` body (turned by ``wrist_roll``; it carries the fixed jaw). Its -z axis
+  runs down the roll axis towards the jaw tips, the jaws close along its x axis (fixed jaw at -x, moving jaw at +x),
+  the camera sits on its +y side. This body frame is the same as in MuJoCo Menagerie's ``robotstudio_so101`` (same
+  parent offset and quaternion), so the Menagerie wrist-camera pose applies unchanged.
 * **Grasp point**: between the two pad faces, at mid-height of the pads, with the jaw opened to a 4 cm gap (where
-  the pads are parallel); a fixed point of the gripper frame (:func:`so101_geometry`).
-* **Straight-down pose with yaw** ``psi``: gripper z axis = world +z (jaw tips down) and the closing axis (gripper x)
-  along world (-sin psi, cos psi, 0): at ``psi`` = 0 the jaws close along world y like the simulator's fingers,
-  fixed jaw on the right (-y), moving jaw on the left (+y); the camera then sits behind the jaws (towards the arm).
-
+  the pads are parallel); a fixed point of the gripper body (:func:`so101_geometry`). The simulator's **TCP** is
+  the centre of the pads' lower edges: the grasp point lowered by the pads' half height (``tcp_below_grasp``).
+* **Simulator gripper frame** (the ``so101`` embodiment's): z up the roll axis, y the closing axis from the moving
+  jaw towards the fixed jaw (= gripper body -x), x = y cross z (= gripper body +y, towards the camera).
+  **Yaw** ``psi`` is the turn of that frame about world z: at ``psi`` = 0 it is the world frame, so the camera is
+  in front of the jaws (+x, away from the arm) looking back and down at them, the fixed jaw on the left (+y).
 What is changed from the shipped file (all in memory):
 * the wrist camera ``wrist_cam`` on the gripper body at Menagerie's pose: pos (0, 0.055, -0.045), rotated -0.57 rad
   about the gripper x axis; sensor 5.76 x 3.24 mm behind a 3.6 mm lens (77 x 48.5 degrees); the square image is the
@@ -63,7 +64,7 @@ CAMERA_TILT = -0.57
 """Wrist camera rotation about the gripper x axis (rad), Menagerie's mount."""
 SENSOR_MM = (5.76, 3.24)
 FOCAL_MM = 3.6
-PAN_TO_CENTRE = 0.19
+PAN_TO_CENTRE = 0.195
 """Distance (m) from the shoulder-pan axis to the workspace centre (the world origin), along +x."""
 PAN_IN_BASE = 0.0388353
 """x of the shoulder-pan axis in the base body frame (from the MJCF)."""
@@ -81,6 +82,11 @@ TARGET_MASS = {"sphere": 0.005, "solid": 0.02}
 DISTRACTOR_MASS = 0.05
 OBJECT_FRICTION = (0.8, 0.005, 0.0005)
 PAD_FRICTION = (1.0, 0.005, 0.0005)
+
+
+DOWN = np.array([[0.0, 1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+"""Rotation (columns: the gripper body's axes in the world) of the straight-down gripper at yaw 0: body x (fixed to
+moving jaw) -> world -y, body y (towards the camera) -> world +x, body z (up the roll axis) -> world +z."""
 
 
 def require_mujoco():
@@ -168,13 +174,20 @@ class So101Geometry:
     """The SO-101 gripper measured on its MJCF (metres, radians; gripper frame unless stated)."""
 
     grasp_point: tuple[float, float, float]
-    """Between the pad faces at a 4 cm gap, in the gripper frame."""
+    """Between the pad faces at a 4 cm gap, in the gripper body frame."""
+    tcp_below_grasp: float
+    """The simulator's TCP (centre of the pads' lower edges) lies this far below the grasp point (m)."""
     fixed_pad_face: tuple[float, float, float]
     """Centre of the fixed pad's inner face, gripper frame."""
     parallel_jaw: float
     """Jaw angle at which the pads are 4 cm apart (rad)."""
     camera_from_grasp: tuple[float, float, float]
-    """Camera position minus grasp point, in the world frame, gripper straight down at yaw 0."""
+    """Camera position minus grasp point, in the world frame, gripper straight down at yaw 0 (= the simulator's
+    gripper frame)."""
+    camera_from_tcp: tuple[float, float, float]
+    """Camera position minus the TCP, simulator gripper frame."""
+    roll_axis_from_tcp: tuple[float, float]
+    """Where the roll axis crosses the TCP's horizontal plane, relative to the TCP, simulator gripper frame (x, y)."""
     camera_tilt_deg: float
     """Angle between the camera's optical axis and straight down (degrees), gripper straight down."""
     camera_axis: tuple[float, float, float]
@@ -232,8 +245,7 @@ def so101_geometry(model=None) -> So101Geometry:
     angles, gaps, faces = jaw_gap_table(m, 200)
     k = int(np.argmin(np.abs(gaps - 0.04)))
     grasp = (fixed_face + faces[k]) / 2
-    # straight down at yaw 0: gripper x -> world y, gripper y -> world -x, gripper z -> world z
-    R = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
+    R = DOWN  # straight down at yaw 0: gripper body frame -> world (= simulator gripper) frame
     cam_id = m.camera(CAMERA).id
     cam_pos = np.array(m.cam_pos[cam_id])
     cam_R = np.zeros(9)
@@ -241,8 +253,14 @@ def so101_geometry(model=None) -> So101Geometry:
     axis = R @ (cam_R.reshape(3, 3) @ np.array([0.0, 0.0, -1.0]))  # a MuJoCo camera looks along its -z
     tilt = math.degrees(math.acos(float(np.clip(-axis[2], -1, 1))))
     table_a, table_g, _ = jaw_gap_table(m, 24)
+    below = float(m.geom_size[m.geom(FIXED_PAD).id][2])
+    cam_from_tcp = R @ (cam_pos - grasp) + np.array([0.0, 0.0, below])
+    roll = -(R @ grasp)[:2]
     return So101Geometry(
         grasp_point=tuple(float(v) for v in grasp),
+        tcp_below_grasp=below,
+        camera_from_tcp=tuple(float(v) for v in cam_from_tcp),
+        roll_axis_from_tcp=tuple(float(v) for v in roll),
         fixed_pad_face=tuple(float(v) for v in fixed_face),
         parallel_jaw=float(angles[k]),
         camera_from_grasp=tuple(float(v) for v in R @ (cam_pos - grasp)),

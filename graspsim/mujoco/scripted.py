@@ -15,23 +15,35 @@ from torch import Tensor
 
 from graspsim.state import KIND_BOX
 
-APPROACH_HEIGHT = 0.03  # hover above the target's centre before descending (m)
+APPROACH_HEIGHT = 0.015  # hover this far above the grasp height before descending (m): low enough to stay inside
+# the reach band at the far edge of the so101 target square (radius 0.245 m: the band ends at 0.25 m at 3 cm height)
 JAW_SWEEP = 0.0117  # closing, the moving pad swings this far below the grasp point (m, measured on the MJCF)
-MIN_GRASP_HEIGHT = JAW_SWEEP + 0.003  # so the lowest grasp height keeps the closing jaw off the table
+MIN_GRASP_HEIGHT = JAW_SWEEP + 0.003  # the lowest grasp-point height that keeps the closing jaw off the table
 GAIN = 4.0  # 1/s
+FACE_CLEARANCE = 0.004  # the target's side stops this far inside the fixed pad's face before closing (m)
+XY_TOL = 0.002  # descend once the grasp point is this close above its goal (m)
 CLOSE_STEPS = 4  # control steps spent closing before the lift
 
 
 class ScriptedGrasp:
-    """Per-scene phase machine: 0 hover, 1 descend, 2 close, 3 lift. ``fixed_face`` is the fixed pad's face along the
-    closing axis relative to the grasp point (m, negative: :func:`graspsim.mujoco.model.so101_geometry`)."""
+    """Per-scene phase machine: 0 hover, 1 descend, 2 close, 3 lift, on the TCP of the state (the pads' lower-edge
+    centre, ``tcp_below_grasp`` under the grasp point). ``fixed_face``: the fixed pad's face along the closing axis
+    (the simulator gripper frame's y, from the moving jaw to the fixed one) from the grasp point (m, positive)."""
 
-    def __init__(self, num_envs: int, fixed_face: float, max_speed: float = 0.1, max_yaw_rate: float = 1.5,
-                 wrist: bool = True):
+    def __init__(self, num_envs: int, fixed_face: float, tcp_below_grasp: float, max_speed: float = 0.1,
+                 max_yaw_rate: float = 1.5, wrist: bool = True):
         self.fixed_face = float(fixed_face)
+        self.below = float(tcp_below_grasp)
         self.max_speed, self.max_yaw_rate, self.wrist = max_speed, max_yaw_rate, wrist
         self.phase = torch.zeros(num_envs, dtype=torch.long)
         self.count = torch.zeros(num_envs, dtype=torch.long)
+
+    @classmethod
+    def for_env(cls, env) -> "ScriptedGrasp":
+        """The script for a :class:`graspsim.mujoco.env.MujocoGraspEnv` (its geometry and limits)."""
+        g = env.kin.geometry
+        return cls(env.num_envs, g.grasp_point[0] - g.fixed_pad_face[0], g.tcp_below_grasp, env.cfg.max_speed,
+                   env.cfg.max_yaw_rate, env.cfg.wrist)
 
     def reset(self, ids=None) -> None:
         if ids is None:
@@ -40,6 +52,10 @@ class ScriptedGrasp:
         else:
             self.phase[ids] = 0
             self.count[ids] = 0
+
+    def act(self, priv: dict[str, Tensor]) -> Tensor:
+        """The policy interface of :class:`graspsim.rollout.ExpertHooks`: :meth:`__call__`."""
+        return self(priv)
 
     def __call__(self, priv: dict[str, Tensor]) -> Tensor:
         """B,5 (or B,4 without the wrist) actions for the privileged state ``priv``."""
@@ -51,17 +67,21 @@ class ScriptedGrasp:
         cube_yaw = priv["target_yaw"].cpu()
         cube_yaw = torch.remainder(cube_yaw + math.pi / 4, math.pi / 2) - math.pi / 4
         yaw_goal = torch.where(kind == KIND_BOX, cube_yaw, torch.zeros_like(cube_yaw))
-        # the closing axis in the world at the current yaw: (-sin, cos); put the target just off the fixed pad's face
+        # the closing axis (towards the fixed jaw) in the world at the goal yaw: (-sin, cos); the target's centre goes
+        # just inside the fixed pad's face, so the closing moving jaw pushes it onto the fixed one
         axis = torch.stack([-torch.sin(yaw_goal), torch.cos(yaw_goal)], 1)
-        along = self.fixed_face + r + 0.002
+        along = self.fixed_face - r - FACE_CLEARANCE
         goal_xy = obj[:, :2] - axis * along[:, None]
         grasp_z = torch.clamp(obj[:, 2], min=MIN_GRASP_HEIGHT)
-        goal = torch.cat([goal_xy, grasp_z[:, None]], 1)
-        hover = goal + torch.tensor([0.0, 0.0, APPROACH_HEIGHT])
+        goal = torch.cat([goal_xy, (grasp_z - self.below)[:, None]], 1)
+        # hover above the grasp height, and with the pads' lower edges clear of the target's top
+        top = obj[:, 2] + half[:, 2]
+        hover_z = torch.maximum(goal[:, 2] + APPROACH_HEIGHT, top + 0.008)
+        hover = torch.cat([goal_xy, hover_z[:, None]], 1)
         err_xy = (goal_xy - tcp[:, :2]).norm(dim=1)
         yaw_err = (yaw_goal - wrist).abs()
         ph = self.phase
-        ph = torch.where((ph == 0) & (err_xy < 0.003) & ((tcp[:, 2] - hover[:, 2]).abs() < 0.01) & (yaw_err < 0.03),
+        ph = torch.where((ph == 0) & (err_xy < XY_TOL) & ((tcp[:, 2] - hover[:, 2]).abs() < 0.005) & (yaw_err < 0.03),
                          torch.ones_like(ph), ph)
         ph = torch.where((ph == 1) & ((tcp[:, 2] - goal[:, 2]).abs() < 0.002) & (err_xy < 0.003),
                          torch.full_like(ph, 2), ph)
