@@ -480,7 +480,8 @@ class ScriptedNets:
         else:
             v[:2] = np.clip(4.0 * err, -0.1, 0.1)
             aligned = np.linalg.norm(err) < 0.006 and abs(dyaw) < 0.1
-            v[2] = np.clip(4.0 * ((grasp_z - 0.002 if aligned else 0.05) - pos[2]), -0.1, 0.1)
+            # hover 3 cm above the grasp height: higher, the far edge of the square is out of the straight-down reach
+            v[2] = np.clip(4.0 * ((grasp_z - 0.002 if aligned else grasp_z + 0.03) - pos[2]), -0.1, 0.1)
         return np.array([[*v, wz, grip]], np.float32)
 
 
