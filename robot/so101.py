@@ -145,12 +145,12 @@ class So101Config:
     """Highest grasp point (m) the IK is asked for (the straight-down reach ends there)."""
     contact_dz: float = 0.004
     """Table contact, the guarded move: the arm was commanded this much (m) lower than the grasp point got, with the
-    fingertips within ``press_height`` of the table."""
+    TCP within ``press_height`` of the table."""
     press_height: float = 0.015
-    """Height (m) of the fingertips (the pads' lower edges, forward kinematics) below which a guarded move that is
-    held back counts as contact (higher up, a target ahead of the arm is the servos' lag)."""
+    """Height (m) of the TCP (the centre of the pads' lower edges, forward kinematics) below which a guarded move that
+    is held back counts as contact (higher up, a target ahead of the arm is the servos' lag)."""
     contact_height: float = 0.003
-    """Fingertips at most this high (m) above the table plane by the forward kinematics count as contact, as in the
+    """A TCP at most this high (m) above the table plane by the forward kinematics counts as contact, as in the
     simulator (its contact_height)."""
     follow_limit_deg: float = 15.0
     """A joint further than this (degrees) from the IK's target for ``follow_ticks`` ticks in a row while the arm
@@ -195,22 +195,6 @@ class So101Config:
             raise ValueError("so101: give the arm's serial port, --so101.port /dev/ttyACM0 (lerobot-find-port names it)")
         if not str(self.id).strip():
             raise ValueError("so101: give the arm's LeRobot id, --so101.id ID (the --robot.id of lerobot-calibrate)")
-
-
-def pad_drop(kin) -> float:
-    """How far (m) the lowest corner of either jaw pad lies below the grasp point when the gripper points straight
-    down (the kinematics' home pose), measured on the model."""
-    from graspsim.mujoco.model import FIXED_PAD, MOVING_PAD
-
-    grasp, _ = kin.grasp_pose(kin.home)  # also leaves the model's geoms at that pose
-    m, d = kin.model, kin.data
-    lowest = math.inf
-    for name in (FIXED_PAD, MOVING_PAD):
-        g = m.geom(name).id
-        signs = np.array([[a, b, c] for a in (-1, 1) for b in (-1, 1) for c in (-1, 1)], float)
-        corners = d.geom_xpos[g] + (signs * m.geom_size[g]) @ d.geom_xmat[g].reshape(3, 3).T
-        lowest = min(lowest, float(corners[:, 2].min()))
-    return float(grasp[2] - lowest)
 
 
 def calibrate_command(cfg: So101Config) -> str:
@@ -267,8 +251,8 @@ class So101Robot(Robot):
         self.jaw_closed = float(self.kin.model.jnt_range[self.kin.model.joint(GRIPPER).id, 0])
         """The moving jaw's angle (rad, model) at the closed end of its calibrated range (the model's lower limit)."""
         self.jaw_span = math.radians(span)
-        self.pad_drop = pad_drop(self.kin)
-        """How far (m) the pads' lower edges reach below the grasp point with the gripper straight down."""
+        self.tcp_drop = float(self.kin.geometry.tcp_below_grasp)
+        """How far (m) the simulator's TCP, the centre of the pads' lower edges, lies below the grasp point."""
         self.q = np.zeros(5)
         """Last measured arm joints (rad, model)."""
         self.pct = 0.0
@@ -472,13 +456,18 @@ class So101Robot(Robot):
         contact = self.contact(pos)
         dyaw = yaw - self.yaw0
         g = np.array([gap, float(self.closed), float(contact), math.sin(dyaw), math.cos(dyaw)], np.float32)
-        return Senses(g, pos.astype(np.float64))
+        return Senses(g, self.tcp(pos))
+
+    def tcp(self, pos) -> np.ndarray:
+        """The simulator's TCP (3,) m, the centre of the pads' lower edges, for the grasp point ``pos`` of a
+        straight-down gripper."""
+        return np.asarray(pos, np.float64) - np.array([0.0, 0.0, self.tcp_drop])
 
     def contact(self, pos) -> bool:
-        """The table-contact sense at the measured grasp point ``pos`` (3,) m: fingertips within ``contact_height``
-        of the table, or the guarded move held back (commanded ``contact_dz`` lower than reached) with the
-        fingertips below ``press_height``."""
-        tip = float(pos[2]) - self.pad_drop
+        """The table-contact sense at the measured grasp point ``pos`` (3,) m: the TCP within ``contact_height``
+        of the table, or the guarded move held back (commanded ``contact_dz`` lower than reached) with the TCP below
+        ``press_height``."""
+        tip = float(pos[2]) - self.tcp_drop
         held = math.isfinite(self.target_z) and self.target_z < float(pos[2]) - self.cfg.contact_dz
         return bool(tip <= self.cfg.contact_height or (held and tip <= self.cfg.press_height))
 
@@ -551,8 +540,10 @@ class So101Robot(Robot):
         return Outcome(done=False, success=None)
 
     def workspace(self) -> tuple[np.ndarray, np.ndarray]:
+        """The box of the TCP (``senses().tcp``): the workspace square, from the table up to ``max_height`` of the
+        grasp point."""
         w = self.cfg.workspace
-        return np.array([-w, -w, 0.0]), np.array([w, w, self.cfg.max_height])
+        return np.array([-w, -w, 0.0]), np.array([w, w, self.cfg.max_height - self.tcp_drop])
 
     def close(self) -> None:
         """Disconnect (torque kept unless ``torque_off_at_exit``); safe to call twice."""

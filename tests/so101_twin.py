@@ -516,14 +516,13 @@ class DirectSo101:
     def __init__(self, world: TwinWorld, kin, period: float = 0.1, start_height: float = 0.055,
                  max_step_deg: float = 10.0, contact_dz: float = 0.004):
         from graspsim.mujoco.ik import CartesianIK
-        from graspsim.robot.so101 import pad_drop
 
         self.world, self.kin = world, kin
         self.ik = CartesianIK(kin, dt=period, max_speed=0.1, max_yaw_rate=1.5, workspace=0.1, max_height=0.09)
         self.home = kin.solve(np.array([0.0, 0.0, start_height]), 0.0, kin.home).q
         self.step_rad, self.contact_dz = math.radians(max_step_deg), contact_dz
         self.open_gap = kin.jaw_to_gap(self.ik.open_jaw)
-        self.pad_drop = pad_drop(kin)
+        self.tcp_drop = float(kin.geometry.tcp_below_grasp)
         self.closed, self.yaw0, self.target_z = False, 0.0, math.nan
 
     def _q(self) -> tuple[np.ndarray, float]:
@@ -556,12 +555,12 @@ class DirectSo101:
 
         q, jaw = self._q()
         pos, yaw = self.kin.grasp_pose(q)
-        tip = pos[2] - self.pad_drop  # the adapter's rule (So101Robot.contact) with its default thresholds
+        tip = pos[2] - self.tcp_drop  # the adapter's rule (So101Robot.contact) with its default thresholds
         held = math.isfinite(self.target_z) and self.target_z < pos[2] - self.contact_dz
         contact = tip <= 0.003 or (held and tip <= 0.015)
         d = yaw - self.yaw0
         g = [self.kin.jaw_to_gap(jaw) / self.open_gap, float(self.closed), float(contact), math.sin(d), math.cos(d)]
-        return Senses(np.array(g, np.float32), pos)
+        return Senses(np.array(g, np.float32), pos - np.array([0.0, 0.0, self.tcp_drop]))
 
     def send(self, command):
         cmd = np.asarray(command, float)
@@ -582,4 +581,4 @@ class DirectSo101:
         return Outcome(done=up, success=up, reason="success" if up else "")
 
     def workspace(self):
-        return np.array([-0.1, -0.1, 0.0]), np.array([0.1, 0.1, 0.09])
+        return np.array([-0.1, -0.1, 0.0]), np.array([0.1, 0.1, 0.09 - self.tcp_drop])

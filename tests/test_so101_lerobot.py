@@ -220,7 +220,7 @@ def test_contact_sense_is_the_guarded_move_near_the_table(twin, kin):
     for _ in range(12):
         robot.send(np.array([0.0, 0.0, -0.1, 0.0, -1.0], np.float32))
         s = robot.senses()
-        seen.append((float(s.tcp[2]) - robot.pad_drop, bool(s.gripper[2])))
+        seen.append((float(s.tcp[2]), bool(s.gripper[2])))
     assert not any(c for tip, c in seen if tip > cfg.press_height), seen
     assert seen[-1][1] and seen[-1][0] < 0.005, seen  # pressing on the table
     robot.close()
