@@ -2,6 +2,7 @@
 
     python benchmarks/expert_kinds.py --engine torch --episodes 1000
     python benchmarks/expert_kinds.py --engine bullet --episodes 1000 --kinds cube cylinder
+    python benchmarks/expert_kinds.py --engine torch --episodes 1000 --embodiment so101
 
 Each kind runs alone (``SimConfig.target.kinds = (kind,)``, default randomization) on episode seeds 0..N-1 of
 run seed 0's ``test`` stream through the one rollout driver, the expert reading privileged state (no images
@@ -29,8 +30,8 @@ class NoisyExpert(ExpertHooks):
         return self.policy.perturb(self.policy.act(self.env.privileged()))
 
 
-def run(engine: str, kind: str, episodes: int, noise: float, workers: int) -> dict:
-    cfg = SimConfig(target=TargetConfig(kinds=(kind,)))
+def run(engine: str, kind: str, episodes: int, noise: float, workers: int, embodiment: str = "floating") -> dict:
+    cfg = SimConfig(target=TargetConfig(kinds=(kind,)), embodiment=embodiment)
     if engine == "torch":
         env = GraspEnv(cfg, num_envs=min(episodes, 250), seed=0, render_obs=False)
     else:
@@ -44,7 +45,7 @@ def run(engine: str, kind: str, episodes: int, noise: float, workers: int) -> di
                            NoisyExpert(env, FSMExpert(cfg, num_envs=env.num_envs, noise_std=noise)))
     finally:
         env.close()
-    return {"engine": engine, "kind": kind, "episodes": episodes, "success": float(out.success.mean()),
+    return {"engine": engine, "embodiment": embodiment, "kind": kind, "episodes": episodes, "success": float(out.success.mean()),
             "failures": out.failure_counts(), "seconds": time.perf_counter() - t0}
 
 
@@ -55,6 +56,7 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=1000)
     ap.add_argument("--noise", type=float, default=0.0, help="exploration noise std (m/s), as collect uses")
     ap.add_argument("--workers", type=int, default=0, help="pybullet worker processes")
+    ap.add_argument("--embodiment", default="floating", help="simulator embodiment preset (floating, so101)")
     a = ap.parse_args()
     if a.episodes <= 0:
         ap.error(f"--episodes must be a positive count; got {a.episodes}")
@@ -64,10 +66,14 @@ def main() -> None:
         ap.error(f"--noise must be a non-negative std (m/s); got {a.noise}")
     for k in a.kinds:
         TargetConfig(kinds=(k,))  # an unknown kind fails here, naming it
+    try:
+        SimConfig(embodiment=a.embodiment)
+    except ValueError as e:
+        ap.error(str(e))
     torch.set_num_threads(1)
     for kind in a.kinds:
-        r = run(a.engine, kind, a.episodes, a.noise, a.workers)
-        print(f"{r['engine']:6} {r['kind']:8} {r['episodes']} episodes: success {r['success']:.3f} "
+        r = run(a.engine, kind, a.episodes, a.noise, a.workers, a.embodiment)
+        print(f"{r['engine']:6} {r['embodiment']:8} {r['kind']:8} {r['episodes']} episodes: success {r['success']:.3f} "
               f"{r['failures']} ({r['seconds']:.0f} s)", flush=True)
 
 

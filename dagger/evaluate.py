@@ -165,11 +165,13 @@ def summarize(res: RolloutResult) -> dict:
 
 
 def check_vision_kinds(vision: Path, sim: SimConfig) -> None:
-    """ValueError naming the vision checkpoint when ``sim`` holds target kinds its net was not trained on."""
+    """ValueError naming the vision checkpoint when it was trained for another embodiment than ``sim``'s, or ``sim``
+    holds target kinds its net was not trained on."""
     from graspsim.vision.checkpoint import load_checkpoint
 
-    trained = runs.trained_kinds(load_checkpoint(vision).get("config"))
-    runs.check_trained_kinds(trained, sim.target.kinds, f"vision checkpoint {vision}")
+    config = load_checkpoint(vision).get("config")
+    runs.check_embodiment(runs.trained_embodiment(config), sim.embodiment, f"vision checkpoint {vision}")
+    runs.check_trained_kinds(runs.trained_kinds(config), sim.target.kinds, f"vision checkpoint {vision}")
 
 
 def per_kind_success(res: RolloutResult) -> dict[str, dict]:
@@ -238,7 +240,8 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
     dev = distributed.local_device(cfg.runtime.device)
     policy = MaskPolicy.from_checkpoint(cfg.policy, dev)
     sim = cfg.eval_sim_config()
-    check_fits_scenes(policy.cfg, sim, f"control checkpoint {cfg.policy}", policy.trained_kinds)
+    check_fits_scenes(policy.cfg, sim, f"control checkpoint {cfg.policy}", policy.trained_kinds,
+                      policy.trained_embodiment)
     if cfg.vision is not None and cfg.mask_source == "predicted":
         check_vision_kinds(cfg.vision, sim)
     if policy.cfg.image_size != sim.image_size:

@@ -79,11 +79,15 @@ def model_from_checkpoint(ckpt: dict) -> ControlNet:
     return model
 
 
-def check_fits_scenes(cfg, sim: SimConfig, what: str, trained: tuple[str, ...] | None = None) -> None:
-    """ValueError naming ``what`` (the checkpoint) when its net cannot drive scenes of ``sim``: a sphere-only net
+def check_fits_scenes(cfg, sim: SimConfig, what: str, trained: tuple[str, ...] | None = None,
+                      embodiment: str | None = None) -> None:
+    """ValueError naming ``what`` (the checkpoint) when its net cannot drive scenes of ``sim``: a net trained for
+    another ``embodiment`` (:func:`graspsim.runs.trained_embodiment`; None: not checked), a sphere-only net
     (no wrist) for a mix with cubes or cylinders, a wrist net for sphere-only scenes (whose actions are 4-D), or
     scenes holding a kind outside ``trained`` (the kinds it was trained on, :func:`graspsim.runs.trained_kinds`).
     ``cfg``: anything with the net's ``wrist`` flag (a :class:`ControlNetConfig`, or a deploy controller)."""
+    if embodiment is not None:
+        runs.check_embodiment(embodiment, sim.embodiment, what)
     kinds = ",".join(sim.target.kinds)
     if cfg.wrist and not sim.wrist:
         raise ValueError(f"{what} turns the wrist (trained on cubes or cylinders) but the simulated world holds only "
@@ -106,7 +110,8 @@ class MaskPolicy:
     Stateless across steps."""
 
     def __init__(self, model: ControlNet, device: str | torch.device = "cpu", iteration: int = -1,
-                 trained_kinds: tuple[str, ...] | None = None, trained_sim: SimConfig | None = None):
+                 trained_kinds: tuple[str, ...] | None = None, trained_sim: SimConfig | None = None,
+                 trained_embodiment: str | None = None):
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
         self.cfg = model.cfg
@@ -115,6 +120,9 @@ class MaskPolicy:
         """Target kinds of the scenes it was trained on (from a checkpoint's run config), None when unknown."""
         self.trained_sim = trained_sim
         """The simulator config of its training run (from a checkpoint), None when unknown."""
+        self.trained_embodiment = trained_embodiment
+        """The embodiment it was trained for (from a checkpoint; ``floating`` for one written before embodiments),
+        None when unknown."""
         self._fingertip: dict[str, list[float]] | None = None
 
     @property
@@ -136,7 +144,7 @@ class MaskPolicy:
         except (TypeError, ValueError):  # a config this version cannot rebuild: the nominal camera of today's default
             trained_sim = None
         return cls(model_from_checkpoint(ckpt), device, int(ckpt["iteration"]), runs.trained_kinds(ckpt.get("config")),
-                   trained_sim)
+                   trained_sim, runs.trained_embodiment(ckpt.get("config")))
 
     @torch.no_grad()
     def act(self, mask: Tensor, gripper: Tensor) -> Tensor:

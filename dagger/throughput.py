@@ -79,7 +79,7 @@ def load_nets(cfg: BenchConfig, image_size: int, sim: SimConfig | None = None) -
     if cfg.policy is not None:
         ctl = MaskPolicy.from_checkpoint(cfg.policy, dev)
         if sim is not None:
-            check_fits_scenes(ctl.cfg, sim, f"--policy {cfg.policy}")
+            check_fits_scenes(ctl.cfg, sim, f"--policy {cfg.policy}", embodiment=ctl.trained_embodiment)
     else:
         wrist = sim is not None and sim.wrist
         ctl = MaskPolicy(ControlNet(ControlNetConfig(image_size=image_size, wrist=wrist,

@@ -15,6 +15,10 @@ correctly from *any* state a learner may have driven the scene into (DAgger need
                  the pads): close, hold position (tracking drift).
 * ``LIFT``     - the sphere is held: keep closed and go up.
 
+A one-jaw gripper (``SimConfig.body.one_jaw``, the SO-101) has a fixed jaw and a moving jaw: the expert servos the
+TCP to where the target lies ``FIXED_JAW_GAP`` from the fixed pad's face (instead of centred between the pads) and
+closes the moving jaw, which pushes the target against the fixed one; the rest of the machine is the same.
+
 Cubes and cylinders (``SimConfig.target.kinds`` beyond spheres, ``cfg.wrist``): the action gains the wrist's
 yaw rate, ``(vx, vy, vz, wz, grip)``. For a cube the expert turns the wrist during the approach to the
 nearest face pair (a cube repeats every quarter turn, so the turn is the target's yaw relative to the pads
@@ -59,6 +63,9 @@ creeping towards it."""
 YAW_TOL = 0.05
 """Largest yaw (rad) of a cube relative to the pads at which the expert descends the last centimetres and
 closes; far inside the physics' tolerance (about 0.32 rad, :func:`graspsim.physics.cube_yaw_tolerance`)."""
+FIXED_JAW_GAP = 0.004
+"""One-jaw gripper: the target's side is aimed this far (m) from the fixed pad's face while descending; closing, the
+moving pad then pushes it against the fixed one."""
 YAW_GAIN = 0.5
 """Fraction of the remaining wrist turn commanded per control step (as the xy servo does with position)."""
 
@@ -96,7 +103,14 @@ def expert_phase_and_action(priv: dict[str, Tensor], cfg: SimConfig) -> tuple[Te
 
     # aim one step ahead of a drifting sphere
     aim_xy = sph[:, :2] + drift * dt
-    e_xy = aim_xy - tcp[:, :2]
+    one_jaw = cfg.body.one_jaw
+    if one_jaw:  # the TCP goes where the target lies FIXED_JAW_GAP from the fixed pad's face (gripper y)
+        face = cfg.body.fixed_jaw_y
+        y_aim = face - across - FIXED_JAW_GAP
+        off = torch.stack([torch.zeros_like(y_aim), y_aim], 1)
+        e_xy = aim_xy - torch.where(turned[:, None], rotate_xy(off, cw, sw), off) - tcp[:, :2]
+    else:
+        e_xy = aim_xy - tcp[:, :2]
     dist_xy = e_xy.norm(dim=1)
     e_g = to_grip(e_xy)  # the same error along the pads (x) and across them (y)
     h = tcp[:, 2]
@@ -118,10 +132,15 @@ def expert_phase_and_action(priv: dict[str, Tensor], cfg: SimConfig) -> tuple[Te
     wait = ~fully_open | ~aligned
     vz_descend = torch.where(wait & low, torch.zeros_like(vz_descend), vz_descend)
     # rise only where a finger could come down on the sphere: low, and the sphere not inside the open gap
-    gap_half = width / 2 - across - GAP_MARGIN
     # (the footprint grown by one step of travel, so a finger cannot sweep into the sphere sideways)
     reach = cfg.pad_width / 2 + across + GAP_MARGIN + vmax * dt
-    under_finger = low & (e_g[:, 1].abs() > gap_half) & (e_g[:, 0].abs() < reach)
+    if one_jaw:  # the gap runs from the fixed pad's face down to the moving pad's, ``width`` from it
+        y_t = e_g[:, 1] + y_aim  # the target across the pads, from the TCP
+        outside_gap = (y_t + across + GAP_MARGIN > face) | (y_t - across - GAP_MARGIN < face - width)
+    else:
+        gap_half = width / 2 - across - GAP_MARGIN
+        outside_gap = e_g[:, 1].abs() > gap_half
+    under_finger = low & outside_gap & (e_g[:, 0].abs() < reach)
     vz = torch.where(under_finger, torch.full_like(h, 0.5 * vmax), vz_descend)
 
     ready = fully_open & contact & centred & aligned

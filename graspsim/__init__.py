@@ -12,6 +12,7 @@ import types
 
 _LAZY = {
     "RandomizationConfig": "config", "SimConfig": "config", "TargetConfig": "config",
+    "EMBODIMENTS": "embodiment", "Embodiment": "embodiment",
     "GRIPPER_DIM": "env", "OBS_KEYS": "env", "GraspEnv": "env", "observe": "env", "privileged": "env",
     "FAILURE_NAMES": "physics", "failure_cause": "physics", "step": "physics",
     "sample_scenes": "randomization",

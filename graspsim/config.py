@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Tuple
 
+from .embodiment import Embodiment, get_embodiment
 from .validate import (  # noqa: F401 (check_device is re-exported: configs elsewhere import it from here)
     check_device, finite_non_negative, finite_positive, int_in, positive_int, probability, value_range,
 )
@@ -259,6 +260,13 @@ class SimConfig:
     fingers) appear in the wrist image (:func:`graspsim.env.fingertip_senses`). The camera mount is randomised per
     scene and a mask cannot show it; on a real arm these are constants measured once (docs/deploy.md). False gives
     the 5 senses of runs before this setting. Sphere-only scenes (no wrist) never carry them."""
+    embodiment: str = "floating"
+    """The arm: a preset of :data:`graspsim.embodiment.EMBODIMENTS` (``floating``: the floating parallel gripper of
+    every run before embodiments; ``so101``: the SO-101 and its wrist camera). It sets the camera mount and lens, the
+    gripper, the reach and the start pose: the settings it owns (:data:`EMBODIMENT_FIELDS`) take its values wherever
+    they are left at the floating defaults (a value given otherwise is kept; ``RandomizationConfig.none()`` fixes the
+    field of view at the floating lens's 1.2 rad, so give ``fov`` with it). A config stored without it is
+    ``floating``."""
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     """Domain-randomization ranges."""
     target: TargetConfig = field(default_factory=TargetConfig)
@@ -266,6 +274,9 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         owner = "SimConfig"
+        body = get_embodiment(self.embodiment)
+        if body.name != "floating":
+            _apply_embodiment(self, body)
         int_in(owner, "image_size", self.image_size, 16, 512)
         positive_int(owner, "max_steps", self.max_steps)
         for name in ("control_hz", "max_speed", "max_accel", "finger_speed", "open_width", "pad_width",
@@ -295,6 +306,11 @@ class SimConfig:
         if "cylinder" in t.kinds and t.cylinder_height[1] > 2 * self.finger_length:
             raise ValueError(f"TargetConfig.cylinder_height {t.cylinder_height!r}: at most twice the finger length "
                              f"({2 * self.finger_length} m) fits between the pads")
+
+    @property
+    def body(self) -> Embodiment:
+        """The :class:`graspsim.embodiment.Embodiment` named by ``embodiment``."""
+        return get_embodiment(self.embodiment)
 
     @property
     def wrist(self) -> bool:
@@ -329,6 +345,42 @@ class SimConfig:
     def from_dict(cls, d: dict) -> "SimConfig":
         """Rebuild from ``to_dict`` output; unknown keys raise ValueError naming them."""
         return from_dict(cls, d)
+
+
+EMBODIMENT_FIELDS = {
+    "control_hz": "control_hz", "open_width": "open_width", "pad_width": "pad_width",
+    "finger_length": "finger_length", "finger_thickness": "finger_thickness", "camera_offset": "camera_offset",
+    "workspace": "workspace", "max_height": "max_height", "randomization.fov": "fov",
+    "randomization.sphere_xy": "target_xy", "randomization.start_height": "start_height",
+    "randomization.start_offset": "start_offset",
+}
+"""The :class:`SimConfig` settings an embodiment owns (dotted name -> :class:`graspsim.embodiment.Embodiment` field)."""
+
+
+def _apply_embodiment(cfg: "SimConfig", body: Embodiment) -> None:
+    """Give ``cfg``'s embodiment-owned settings still at their floating defaults the values of ``body`` (in place, in
+    ``__post_init__``), so ``--sim.embodiment so101`` alone sets them and a stored config rebuilds as written."""
+    floating = get_embodiment("floating")
+    rand = {}
+    for dotted, attr in EMBODIMENT_FIELDS.items():
+        name = dotted.split(".")[-1]
+        holder = cfg.randomization if dotted.startswith("randomization.") else cfg
+        value = getattr(holder, name)
+        if _same(value, getattr(floating, attr)):
+            new = getattr(body, attr)
+            if holder is cfg:
+                object.__setattr__(cfg, name, new)
+            else:
+                rand[name] = new
+    if rand:
+        object.__setattr__(cfg, "randomization", dataclasses.replace(cfg.randomization, **rand))
+
+
+def _same(a, b) -> bool:
+    """Equal values, a list equal to a tuple of the same numbers."""
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return tuple(a) == tuple(b)
+    return a == b
 
 
 def from_dict(cls, d: dict):

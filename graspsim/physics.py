@@ -36,6 +36,13 @@ captured only when the pads close across two opposite faces: its yaw relative to
 [-45, 45) degrees, must lie within :func:`cube_yaw_tolerance`; the squeeze then turns it flat against the
 pads. Closer to its edge, the pads catch two corners, the cube spins past the edge and is squeezed out
 along the pads (a missed grasp, like an off-centre sphere). A held target turns with the wrist.
+
+The embodiment (``cfg.body``, :mod:`graspsim.embodiment`) may change three things; the floating preset changes none
+of them, so its arithmetic is the one above. A **one-jaw** gripper (the SO-101) has a fixed pad whose face stays at
+``fixed_jaw_y`` and a moving pad ``width`` from it: the grasp window is the gap between them, closing herds the target
+ahead of the moving pad, and a captured target lies against the fixed pad. A **yaw centre** off the TCP makes the TCP
+swing about it when the wrist turns (:func:`yaw_centre_shift`). A **reach band** keeps the TCP radially within the
+arm's straight-down reach at its height (:func:`keep_in_reach`).
 """
 
 from __future__ import annotations
@@ -89,10 +96,16 @@ def split_action(action: Tensor) -> tuple[Tensor, Tensor | None]:
 
 def finger_boxes(tcp: Tensor, width: Tensor, cfg: SimConfig, yaw: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Finger boxes as (centres ``B,2,3``, half-extents ``B,2,3`` in the gripper frame); finger 0 on the gripper's
-    +y side. ``yaw`` (B rad, the wrist angle) turns the centres about the TCP; the boxes themselves carry the
+    +y side (a one-jaw gripper's fixed jaw, its inner face at ``fixed_jaw_y``; finger 1 the moving jaw, ``width``
+    from it). ``yaw`` (B rad, the wrist angle) turns the centres about the TCP; the boxes themselves carry the
     same yaw (the renderer draws them so). Without ``yaw`` the boxes are axis-aligned."""
-    half_w = width / 2 + cfg.finger_thickness / 2
-    offs = torch.stack([half_w, -half_w], dim=1)  # B,2
+    one_jaw = cfg.body.one_jaw
+    if one_jaw:  # finger 0 the fixed jaw (face at fixed_jaw_y), finger 1 the moving one, ``width`` from it
+        face, t2, f2 = cfg.body.fixed_jaw_y, cfg.finger_thickness / 2, cfg.body.fixed_jaw_thickness / 2
+        offs = torch.stack([torch.full_like(width, face + f2), face - width - t2], dim=1)  # B,2
+    else:
+        half_w = width / 2 + cfg.finger_thickness / 2
+        offs = torch.stack([half_w, -half_w], dim=1)  # B,2
     centre = tcp[:, None, :].repeat(1, 2, 1)
     if yaw is not None:
         turned = (yaw != 0)[:, None]
@@ -102,6 +115,11 @@ def finger_boxes(tcp: Tensor, width: Tensor, cfg: SimConfig, yaw: Tensor | None 
     else:
         centre[..., 1] = centre[..., 1] + offs
     centre[..., 2] = centre[..., 2] + cfg.finger_length / 2
+    if one_jaw:
+        half = torch.tensor([[cfg.pad_width / 2, f2, cfg.finger_length / 2],
+                             [cfg.pad_width / 2, t2, cfg.finger_length / 2]], dtype=tcp.dtype, device=tcp.device
+                            ).expand_as(centre)
+        return centre, half
     half = torch.tensor(
         [cfg.pad_width / 2, cfg.finger_thickness / 2, cfg.finger_length / 2], dtype=tcp.dtype, device=tcp.device
     ).expand_as(centre)
@@ -235,6 +253,16 @@ def wrist_command(state: State, wz: Tensor, cfg: SimConfig) -> tuple[Tensor, Ten
     return yaw, (yaw - state.wrist_yaw) / dt
 
 
+def yaw_centre_shift(yaw_before: Tensor, yaw_after: Tensor, cfg: SimConfig) -> Tensor:
+    """B,3 move of the TCP (m, world) when the wrist turns from ``yaw_before`` to ``yaw_after`` (B rad) about the
+    embodiment's yaw centre (:attr:`graspsim.embodiment.Embodiment.yaw_centre`, gripper frame): the centre stays,
+    the TCP swings about it."""
+    c = torch.tensor([*cfg.body.yaw_centre, 0.0], dtype=yaw_before.dtype, device=yaw_before.device).expand(
+        yaw_before.shape[0], 3)
+    return (rotate_xy(c, torch.cos(yaw_before), torch.sin(yaw_before))
+            - rotate_xy(c, torch.cos(yaw_after), torch.sin(yaw_after)))
+
+
 def rotation_z(angle: Tensor) -> Tensor:
     """B,3,3 rotations about z by ``angle`` (B rad)."""
     c, s = torch.cos(angle), torch.sin(angle)
@@ -264,9 +292,32 @@ def move_toward(pos: Tensor, vel: Tensor, v_cmd: Tensor, cfg: SimConfig) -> Tens
     dt = cfg.dt
     dv = (v_cmd - vel).clamp(-cfg.max_accel * dt, cfg.max_accel * dt)
     new = pos + (vel + dv) * dt
+    return keep_in_reach(new, cfg)
+
+
+def keep_in_reach(pos: Tensor, cfg: SimConfig) -> Tensor:
+    """``pos`` (B,3 TCP positions, m) clamped to the workspace box and, for an embodiment with a reach band
+    (:attr:`graspsim.embodiment.Embodiment.reach`), moved radially into the band at its height."""
     lo = torch.tensor([-cfg.workspace, -cfg.workspace, 0.0], device=pos.device)
     hi = torch.tensor([cfg.workspace, cfg.workspace, cfg.max_height], device=pos.device)
-    return torch.maximum(torch.minimum(new, hi), lo)
+    pos = torch.maximum(torch.minimum(pos, hi), lo)
+    body = cfg.body
+    if not body.reach:
+        return pos
+    rows = torch.tensor(body.reach, dtype=pos.dtype, device=pos.device)  # R,3: height, least, greatest radius
+    h = pos[:, 2].clamp(float(rows[0, 0]), float(rows[-1, 0]))
+    if rows.shape[0] == 1:
+        r_lo, r_hi = rows[0, 1].expand_as(h), rows[0, 2].expand_as(h)
+    else:
+        j = torch.searchsorted(rows[:, 0].contiguous(), h).clamp(1, rows.shape[0] - 1)
+        a, b = rows[j - 1], rows[j]
+        t = ((h - a[:, 0]) / (b[:, 0] - a[:, 0])).clamp(0.0, 1.0)
+        r_lo, r_hi = torch.lerp(a[:, 1], b[:, 1], t), torch.lerp(a[:, 2], b[:, 2], t)
+    base = torch.tensor(body.base_xy, dtype=pos.dtype, device=pos.device)
+    d = pos[:, :2] - base
+    r = d.norm(dim=1)
+    scale = torch.minimum(torch.maximum(r, r_lo), r_hi) / r.clamp_min(1e-9)
+    return torch.cat([base + d * scale[:, None], pos[:, 2:]], 1)
 
 
 def step(state: State, action: Tensor, cfg: SimConfig) -> State:
@@ -318,6 +369,8 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
         carry = moved & held
         held_offset = _where(carry, rotate_xy(held_offset, cd, sd), held_offset)
         target_yaw = torch.where(carry, target_yaw + dpsi, target_yaw)
+        if cfg.body.yaw_centre != (0.0, 0.0):  # the wrist turns about its own axis, off the TCP: the TCP swings
+            tcp = keep_in_reach(tcp + yaw_centre_shift(state.wrist_yaw, yaw, cfg), cfg)
     turned = yaw != 0
     cw, sw = torch.cos(yaw), torch.sin(yaw)
 
@@ -345,11 +398,16 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     tight = in_window & closing & (width <= 2 * across)
     flat_ok = ~is_cube | (delta.abs() <= cube_yaw_tolerance(r, cfg))
     capture = tight & flat_ok
-    # closing but not yet tight: the pads herd the target towards the centre
-    herd_lim = (width / 2 - across).clamp_min(0.0)
     herd = in_window & closing & ~capture
-    herd_y = rel[:, 1].clamp(-1.0, 1.0).clamp(min=-herd_lim).clamp(max=herd_lim)
-    new_y = torch.where(capture, torch.zeros_like(r), torch.where(herd, herd_y, rel[:, 1]))
+    one_jaw = cfg.body.one_jaw
+    if one_jaw:  # the moving pad sweeps the target towards the fixed pad; captured, it lies against the fixed pad
+        face = cfg.body.fixed_jaw_y
+        herd_y = torch.minimum(torch.maximum(rel[:, 1], face - width + across), face - across)
+        new_y = torch.where(capture, face - across, torch.where(herd, herd_y, rel[:, 1]))
+    else:  # closing but not yet tight: the pads herd the target towards the centre
+        herd_lim = (width / 2 - across).clamp_min(0.0)
+        herd_y = rel[:, 1].clamp(-1.0, 1.0).clamp(min=-herd_lim).clamp(max=herd_lim)
+        new_y = torch.where(capture, torch.zeros_like(r), torch.where(herd, herd_y, rel[:, 1]))
     moved_y = herd | capture
     plain_y = torch.where(moved_y, tcp[:, 1] + new_y, sphere[:, 1])
     turned_xy = tcp[:, :2] + rotate_xy(torch.stack([rel[:, 0], new_y], 1), cw, sw)
@@ -366,10 +424,14 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
         target_yaw = torch.where(edge_on, target_yaw + spin, target_yaw)
         pushed = pushed | edge_on
     held = held | capture
-    plain_offset = sphere - tcp
-    plain_offset[:, 1] = torch.where(capture, torch.zeros_like(r), plain_offset[:, 1])
-    turned_offset = torch.stack([cw * rel[:, 0], sw * rel[:, 0], rel[:, 2]], 1)
-    held_offset = _where(capture, _where(turned, turned_offset, plain_offset), held_offset)
+    if one_jaw:  # held where the pads squeeze it, in the gripper frame turned to the world
+        grip_offset = torch.stack([rel[:, 0], new_y, rel[:, 2]], 1)
+        held_offset = _where(capture, _where(turned, rotate_xy(grip_offset, cw, sw), grip_offset), held_offset)
+    else:
+        plain_offset = sphere - tcp
+        plain_offset[:, 1] = torch.where(capture, torch.zeros_like(r), plain_offset[:, 1])
+        turned_offset = torch.stack([cw * rel[:, 0], sw * rel[:, 0], rel[:, 2]], 1)
+        held_offset = _where(capture, _where(turned, turned_offset, plain_offset), held_offset)
     target_yaw = torch.where(capture & is_cube, target_yaw - delta, target_yaw)  # squeezed flat against the pads
 
     # --- finger contact pushes the free target aside (gripper frame: the finger boxes are axis-aligned there)
@@ -444,13 +506,19 @@ def grasp_window(rel: Tensor, r: Tensor, hz: Tensor, kind: Tensor, width: Tensor
     """B bool: the target centre, ``rel`` (B,3 m) from the TCP in the gripper frame, lies where closing pads
     of gap ``width`` (B m) catch it: along the pads within their half length (less ``margin``), across them
     inside the gap, and in height above the fingertips by a fifth of its half height (``hz``, B m) and, for a
-    sphere, below the finger top by its radius ``r`` (B m)."""
+    sphere, below the finger top by its radius ``r`` (B m). A one-jaw gripper's gap runs from its fixed pad's face
+    (``Embodiment.fixed_jaw_y``) to ``width`` below it."""
     top = torch.where(kind == KIND_SPHERE, cfg.finger_length - r, cfg.finger_length - 0.2 * hz)
+    if cfg.body.one_jaw:  # between the fixed pad's face and the moving pad's, ``width`` from it
+        face = cfg.body.fixed_jaw_y
+        across_ok = (rel[:, 1] < face) & (rel[:, 1] > face - width)
+    else:
+        across_ok = rel[:, 1].abs() < width / 2
     return (
         (rel[:, 0].abs() <= cfg.pad_width / 2 - margin)
         & (rel[:, 2] >= 0.2 * hz)
         & (rel[:, 2] <= top)
-        & (rel[:, 1].abs() < width / 2)
+        & across_ok
     )
 
 

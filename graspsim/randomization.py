@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from .config import SimConfig
+from .physics import keep_in_reach
 from .rng import key_from_floats
 from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, TARGET_KIND_CODES, State
 from .textures import TEXTURE_NAMES
@@ -54,10 +55,17 @@ def rotation_xyz(angles: Tensor) -> Tensor:
 
 
 def nominal_camera_rotation(cfg: SimConfig, device) -> Tensor:
-    """Camera axes (columns right, down, forward) for a camera at ``camera_offset`` looking at the TCP."""
-    off = torch.tensor(cfg.camera_offset, dtype=torch.float32, device=device)
-    fwd = -off / off.norm()
-    right = torch.tensor([0.0, -1.0, 0.0], device=device)  # looking along +x, image right is -y
+    """Camera axes (columns right, down, forward; gripper frame at wrist angle 0) for a camera at ``camera_offset``
+    looking at the TCP, or along the embodiment's ``camera_forward`` when it names one."""
+    body = cfg.body
+    if body.camera_forward is not None:
+        fwd = torch.tensor(body.camera_forward, dtype=torch.float32, device=device)
+        fwd = fwd / fwd.norm()
+        right = torch.tensor(body.camera_right, dtype=torch.float32, device=device)
+    else:
+        off = torch.tensor(cfg.camera_offset, dtype=torch.float32, device=device)
+        fwd = -off / off.norm()
+        right = torch.tensor([0.0, -1.0, 0.0], device=device)  # looking along +x, image right is -y
     right = right - fwd * (right @ fwd)
     right = right / right.norm()
     down = torch.linalg.cross(fwd, right)
@@ -92,6 +100,8 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
     start_xy = sxy + _u(r.start_offset, (n, 2), g, dev)
     start_z = _u(r.start_height, (n, 1), g, dev)
     tcp = torch.cat([start_xy.clamp(-cfg.workspace, cfg.workspace), start_z], dim=1)
+    if cfg.body.reach:  # an arm starts where it reaches straight down
+        tcp = keep_in_reach(tcp, cfg)
 
     # Distractors: K slots, count uniform in 0..K, kind uniform, placed away from the target.
     K = r.max_distractors
@@ -106,7 +116,7 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         size = torch.where((kind == KIND_CYLINDER)[..., None], cyl, size)
         size = torch.where((kind == KIND_SPHERE)[..., None], sph, size)
         # rejection sampling with a fixed number of candidates; slots with no valid candidate are emptied
-        cand = _u((-0.2, 0.2), (n, K, 8, 2), g, dev)
+        cand = _u(cfg.body.clutter_xy, (n, K, 8, 2), g, dev)
         reach = size[..., :2].norm(dim=-1)[..., None] + radius[:, None, None] + r.distractor_min_gap
         ok = (cand - sxy[:, None, None, :]).norm(dim=-1) > reach
         first = torch.argmax(ok.int(), dim=-1)  # first valid candidate (0 if none)

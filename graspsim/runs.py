@@ -116,6 +116,7 @@ requested value (it would have run the same either way)."""
 def sim_fields_added(old: dict, new: dict) -> dict:
     """``old`` completed with the :class:`graspsim.SimConfig` settings that target kinds and the wrist added
     (``target.*``, ``max_yaw_rate``, ``max_yaw_accel``, ``max_wrist_yaw``, ``pad_friction``) and later
+    (``embodiment``: ``floating``)
     (:data:`SIM_FIELDS_BEFORE`), at the values that reproduce what runs before them did (spheres only, so the wrist
     never turns; no fingertip senses), wherever ``new`` has them and a
     stored simulator config (recognised by its ``open_width``) lacks them: a run folder written before they
@@ -124,7 +125,7 @@ def sim_fields_added(old: dict, new: dict) -> dict:
 
     base = {**flatten_config(_jsonable(SimConfig().to_dict())), **SIM_FIELDS_BEFORE}
     names = [k for k in base if k.split(".")[0] in ("target", "max_yaw_rate", "max_yaw_accel", "max_wrist_yaw",
-                                                     "pad_friction", *SIM_FIELDS_BEFORE)]
+                                                     "pad_friction", "embodiment", *SIM_FIELDS_BEFORE)]
     flat_old, flat_new = flatten_config(_jsonable(old)), flatten_config(_jsonable(new))
     fill = {}
     for k in flat_new:
@@ -168,6 +169,21 @@ def check_trained_kinds(trained: Sequence[str], kinds: Sequence[str], what: str)
         raise ValueError(f"{what} was trained on {','.join(trained)}, not on {','.join(missing)}; give "
                          f"--sim.target.kinds within {','.join(trained)}, or train one with "
                          f"--sim.target.kinds {','.join(kinds)}")
+
+
+def trained_embodiment(config: dict | None) -> str:
+    """The embodiment a run was trained for, from its stored config (a checkpoint's ``config``): ``sim.embodiment``
+    of :func:`stored_sim`, else ``floating``, the one embodiment of every run written before embodiments existed."""
+    name = (stored_sim(config) or {}).get("embodiment")
+    return str(name) if name else "floating"
+
+
+def check_embodiment(trained: str, embodiment: str, what: str) -> None:
+    """ValueError naming ``what`` (a checkpoint) and both embodiments when it was ``trained`` for another than the
+    scenes' ``embodiment``: its camera, gripper and reach differ, so its net is not for these scenes."""
+    if trained != embodiment:
+        raise ValueError(f"{what} was trained for the {trained!r} embodiment, not for {embodiment!r}; give "
+                         f"--sim.embodiment {trained}, or train one with --sim.embodiment {embodiment}")
 
 
 def check_resume(old: dict, new: dict, may_change: Collection[str], where: str | os.PathLike,
@@ -387,5 +403,6 @@ __all__ = [
     "CHECKPOINTS_DIR", "CONFIG_NAME", "METRICS_CSV_NAME", "METRICS_NAME", "TRAINING_ONLY", "check_resume",
     "config_differences", "deployable", "describe_differences", "finished_iterations", "flatten_config",
     "grouped_runtime", "iteration_checkpoint", "load_checkpoint", "read_config", "resume_config",
-    "resume_old_defaults", "save_checkpoint", "stored_sim", "write_config", "write_metrics",
+    "resume_old_defaults", "save_checkpoint", "stored_sim", "trained_embodiment", "check_embodiment", "write_config",
+    "write_metrics",
 ]

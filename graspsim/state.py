@@ -6,7 +6,8 @@ World frame: origin on the table surface at the workspace centre, x forward, y l
 The gripper frame is the world frame turned about z by the wrist angle ``wrist_yaw`` and translated to the
 **TCP**, the point midway between the two fingertips. The fingers close along the gripper y axis. The wrist
 camera is rigidly mounted at ``SimConfig.camera_offset`` (gripper frame) from the TCP (behind and above it),
-tilted so that its optical axis passes through the TCP, and sees the fingers in the lower part of the image;
+tilted so that its optical axis passes through the TCP (or, for an embodiment that names one, along its
+``camera_forward``: :mod:`graspsim.embodiment`), and sees the fingers in the lower part of the image;
 ``cam_offset`` and ``cam_rot`` hold that mount in the world frame, so they turn with the wrist. The wrist only
 turns when the configuration's target mix holds more than spheres (``SimConfig.wrist``); with spheres alone
 ``wrist_yaw`` stays 0 and the gripper frame is the world frame translated, as before kinds existed.

@@ -90,6 +90,9 @@ class BulletGraspEnv:
         positive_int("", "num_envs", num_envs)
         non_negative_int("", "workers", workers)
         self.cfg = cfg or SimConfig()
+        if self.cfg.embodiment != "floating":
+            raise ValueError(f"the pybullet backend models the floating embodiment (a Panda hand), not "
+                             f"--sim.embodiment {self.cfg.embodiment}")
         self.num_envs = num_envs
         self.device = torch.device(device)
         self.render_obs = render_obs
