@@ -294,12 +294,12 @@ def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
             check_world_kinds(cfg.sim, ctl, cfg)
             world = SimWorld(rob_name, cfg.sim)
         if own_robot and controller is None and rob_name == "so101":
-            check_embodiment("so101", cfg.policy)  # before the arm is connected
+            check_embodiment("so101", cfg.policy, cfg.vision)  # before the arm is connected
         if own_robot:
             robot = open_robot(rob_name, world, ctl.wrist, cfg.period or 1.0 / cfg.sim.control_hz, so101=cfg.so101,
                                sim=cfg.sim)
         if controller is None and rob_name != "so101" and isinstance(getattr(robot, "embodiment", None), str):
-            check_embodiment(robot.embodiment, cfg.policy, adapter_name(robot, "send"))
+            check_embodiment(robot.embodiment, cfg.policy, cfg.vision, adapter_name(robot, "send"))
         check_wrist(robot, ctl.wrist)
         if own_camera:
             camera = open_camera(cam_name, world)
@@ -321,17 +321,20 @@ def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
             world.close()
 
 
-def check_embodiment(embodiment: str, policy: Path, who: str = "--robot so101") -> None:
-    """ValueError naming both when the control checkpoint ``policy`` was trained for another simulator embodiment
-    than the robot's (``embodiment``: its camera mount, gripper and reach differ). Runs from before embodiments
-    existed were trained for ``floating``."""
+def check_embodiment(embodiment: str, policy: Path, vision: Path | None = None, who: str = "--robot so101") -> None:
+    """ValueError naming the checkpoint and both embodiments when the control checkpoint ``policy`` (or the vision
+    checkpoint ``vision``) was trained for another simulator embodiment than the robot's (``embodiment``: its camera
+    mount, gripper and reach differ). Runs from before embodiments existed were trained for ``floating``."""
     from graspsim import runs
     from graspsim.dagger.policy import load_checkpoint as load_control
+    from graspsim.vision.checkpoint import load_checkpoint as load_vision
 
-    trained = (runs.stored_sim(load_control(policy).get("config")) or {}).get("embodiment") or "floating"
-    if trained != embodiment:
-        raise ValueError(f"control checkpoint {policy} was trained for the {trained!r} embodiment; {who} is the "
-                         f"{embodiment!r} one: train for it with --sim.embodiment {embodiment}")
+    nets = [("control", policy, load_control)] + ([("vision", vision, load_vision)] if vision is not None else [])
+    for kind, path, load in nets:
+        trained = runs.trained_embodiment(load(path).get("config"))
+        if trained != embodiment:
+            raise ValueError(f"{kind} checkpoint {path} was trained for the {trained!r} embodiment; {who} is the "
+                             f"{embodiment!r} one: train for it with --sim.embodiment {embodiment}")
 
 
 def check_world_kinds(sim: SimConfig, ctl: Controller, cfg: DeployConfig) -> None:

@@ -194,6 +194,26 @@ def test_deploy_refuses_a_net_of_another_embodiment_before_connecting(twin, tmp_
     assert arm.writes == 0 and arm.reads == 0
 
 
+def test_embodiment_check_reads_both_checkpoints(tmp_path):
+    """A control and a vision checkpoint recorded as so101 pass; a floating one of either is refused, named."""
+    import torch
+
+    from graspsim.robot.deploy import check_embodiment
+
+    so101_sim = {"sim": {"embodiment": "so101"}}
+    policy, vision = tmp_path / "policy.pt", tmp_path / "seg.pt"
+    from graspsim.dagger import policy as control
+
+    ckpt = control.load_checkpoint(POLICY)  # upgraded from its old format
+    torch.save({**ckpt, "kind": control.KIND, "format_version": control.FORMAT_VERSION, "config": so101_sim}, policy)
+    torch.save({**torch.load(VISION, map_location="cpu", weights_only=False), "config": so101_sim}, vision)
+    check_embodiment("so101", policy, vision)
+    with pytest.raises(ValueError, match=r"control checkpoint .*policy_format0.pt was trained for the 'floating'"):
+        check_embodiment("so101", POLICY, vision)
+    with pytest.raises(ValueError, match=r"vision checkpoint .*segnet.pt was trained for the 'floating'"):
+        check_embodiment("so101", policy, VISION)
+
+
 # ------------------------------------------------------------------------------------------ commands
 def test_send_limits_joint_steps_and_scales_speed(twin, kin):
     world, arm, cfg = twin
