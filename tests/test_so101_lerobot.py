@@ -289,6 +289,18 @@ def test_deploy_grasps_in_mujoco_through_lerobots_driver(twin, kin, tmp_path):
     robot.close()
 
 
+def test_a_wrong_joint_sign_breaks_the_grasps(twin, kin, tmp_path):
+    """The same scenes with shoulder_pan's sign flipped (a mapping that passes the start-pose check, the pan near its
+    middle): the arm goes the wrong way and no cube is lifted, so the grasp test above does check the conversions."""
+    world, arm, cfg = twin
+    flipped = So101Config(port=cfg.port, id="twin", calibration_dir=cfg.calibration_dir,
+                          joint_map=JointMap(sign=(-1, 1, 1, 1, 1)))
+    robot = tw.twin_robot(flipped, world, kinematics=kin)
+    summary = _run(tmp_path, world, robot, kin, episodes=3, time_limit=3.0)
+    assert summary["num_success"] == 0, summary["per_episode"]
+    robot.close()
+
+
 # ------------------------------------------------------------------------------------------ faults: stop first
 def _faulty(world, arm, at: int, fault):
     """The LeRobot twin camera, injecting ``fault(arm)`` once ``at`` frames were read."""
