@@ -26,6 +26,8 @@ BAD_FLAGS = {
     "render_floor.py": (["--batch-sizes", "0"], "RenderFloorConfig.batch_sizes"),
     "vision_throughput.py": (["--batch", "0"], "VisionThroughputConfig.batch"),
     "sphere_fps.py": (["--base", ".", "--batch", "0"], "--batch"),
+    "so101_geometry_mujoco.py": (["--solves", "0"], "GeometryConfig.solves"),
+    "so101_mujoco.py": (["--episodes", "0"], "So101MujocoConfig.episodes"),
 }
 
 

@@ -33,7 +33,8 @@ Bookkeeping in a :class:`graspsim.State`, so ``privileged()`` and the failure co
 * ``success``: held with the target's bottom at least ``lift_height`` above the table (latched).
 * ``pushed``: a pad touched the free target while it moved more than 1 mm in the step; ``missed``: the pads closed
   below ``MISS_GAP`` without holding; ``dropped``: a held target lost while the close command stayed on.
-* distractors within ``BASE_CLEARANCE`` of the pan axis (inside the arm's base) are left out.
+* distractors within ``BASE_CLEARANCE`` of the pan axis (inside the arm's base), or overlapping the target or an
+  earlier distractor (the torch simulator lets them interpenetrate; rigid bodies would be blown apart), are left out.
 * gripper senses: the layout of :func:`graspsim.env.gripper_obs`, with the measured pad gap, and two senses measured
   here instead of taken from the state: table contact (a pad or jaw touches the table) and the four fingertip-pixel
   senses (the grasp point and a point 2 cm above it projected through the MuJoCo wrist camera).
@@ -122,6 +123,7 @@ class _Scene:
         self.vadr = {n: int(m.jnt_dofadr[m.body_jntadr[self.body[n]]]) for n in self.objects}
         self.target_geom = -1
         self.substeps = 1
+        self.unstable = False  # MuJoCo reported a diverging simulation (and reset its data) in this episode
         self.renderer = None
         self.opt = mujoco.MjvOption()  # geom groups 0-2 drawn: the scene and the gripper's visual meshes
         self.opt.geomgroup[3] = 0
@@ -181,6 +183,7 @@ class _Scene:
         m, d, mj = self.m, self.d, self.mj
         mj.mj_resetData(m, d)
         self.substeps = substeps
+        self.unstable = False
         kind = int(p["target_kind"])
         r = float(p["sphere_radius"])
         hz = float(p["target_half_height"]) if kind == KIND_CYLINDER else r
@@ -191,10 +194,19 @@ class _Scene:
         self.target_geom = self._set_object("target", kind, np.array([r, r, hz]), pos, yaw, p["sphere_color"], mass)
         self.rest_z = hz
         pan = kin.pan_axis
+        # footprints (centre xy, bounding radius) of the bodies placed so far: rigid bodies must not start inside
+        # each other (the torch simulator lets distractors overlap; contact physics would blow them apart)
+        placed = [(pos[:2], r * (math.sqrt(2) if kind == KIND_BOX else 1.0))]
         for k, name in enumerate(self.objects[1:]):
             dk = int(p["dist_kind"][k]) if k < len(p["dist_kind"]) else 0
-            if dk and math.hypot(p["dist_pos"][k][0] - pan[0], p["dist_pos"][k][1] - pan[1]) < BASE_CLEARANCE:
-                dk = 0
+            if dk:
+                xy, size = p["dist_pos"][k][:2].astype(np.float64), p["dist_size"][k].astype(np.float64)
+                rad = float(np.hypot(size[0], size[1])) if dk == KIND_BOX else float(size[0])
+                if (math.hypot(xy[0] - pan[0], xy[1] - pan[1]) < BASE_CLEARANCE
+                        or any(np.hypot(*(xy - c)) < rad + rc for c, rc in placed)):
+                    dk = 0
+                else:
+                    placed.append((xy, rad))
             if dk:
                 size = p["dist_size"][k].astype(np.float64)
                 half = np.array([size[0], size[0], size[0]]) if dk == KIND_SPHERE else size
@@ -237,6 +249,11 @@ class _Scene:
             if drift is not None and k == 1:
                 self._drive(drift)
             mj.mj_step(m, d)
+        bad = [int(w) for w in (mj.mjtWarning.mjWARN_BADQACC, mj.mjtWarning.mjWARN_BADQVEL, mj.mjtWarning.mjWARN_BADQPOS)]
+        if any(d.warning[w].number for w in bad):  # MuJoCo reset the data: this episode's physics is void
+            self.unstable = True
+            for w in bad:
+                d.warning[w].number = 0
 
     def _drive(self, drift: np.ndarray) -> None:
         q, v = self.qadr["target"], self.vadr["target"]
@@ -481,7 +498,11 @@ class MujocoGraspEnv:
             jaw_to = jaw_from + float(np.clip(jt.jaw - jaw_from, -self.jaw_step, self.jaw_step))
             self._jaw_cmd[i] = jaw_to
             moving = bool(np.any(d_np[i] != 0))
+            was = sc.unstable
             sc.run(q_from, jt.q, jaw_from, jaw_to, d_np[i] if moving else None)
+            if sc.unstable and not was:
+                log.warning("MujocoGraspEnv: scene %d diverged (MuJoCo reset its data) at step %d", i,
+                            int(self.state.steps[i]) + 1)
             mres = sc.measure(self.kin)
             self._table[i] = mres["table"]
             self._tips[i] = sc.fingertip_fractions(mres["tcp"], H)
