@@ -35,9 +35,11 @@ Bookkeeping in a :class:`graspsim.State`, so ``privileged()`` and the failure co
   below ``MISS_GAP`` without holding; ``dropped``: a held target lost while the close command stayed on.
 * distractors within ``BASE_CLEARANCE`` of the pan axis (inside the arm's base), or overlapping the target or an
   earlier distractor (the torch simulator lets them interpenetrate; rigid bodies would be blown apart), are left out.
-* gripper senses: the layout of :func:`graspsim.env.gripper_obs`, with the measured pad gap, and two senses measured
-  here instead of taken from the state: table contact (a pad or jaw touches the table) and the four fingertip-pixel
-  senses (the grasp point and a point 2 cm above it projected through the MuJoCo wrist camera).
+* gripper senses: the layout of :func:`graspsim.env.gripper_obs` on the measured state (pad gap from the measured jaw
+  angle, table contact = the measured TCP within ``contact_height`` of the table, as in the other backends), with the
+  four fingertip-pixel senses measured here: the TCP and a point 2 cm above it projected through the MuJoCo camera.
+* the pads never go below the table: the IK layer raises the target while the moving jaw, which swings up to 4.5 mm
+  below the fixed one as it closes, would reach under it (:meth:`graspsim.mujoco.ik.CartesianIK.track`).
 
 One MuJoCo model + data + renderer per scene, stepped one after the other (no worker processes).
 """
@@ -60,7 +62,7 @@ from graspsim.env import FINGERTIP_RISE, fingertip_senses, fresh_scenes, gripper
 from graspsim.keys import GRIPPER, MASK, RGB
 from graspsim.mujoco.ik import REACH_BAND_MAX_HEIGHT, CartesianIK, So101Kinematics
 from graspsim.mujoco.model import (
-    ARM_JOINTS, BASE_POS, CAMERA, DISTRACTOR_MASS, FIXED_PAD, GRIPPER_BODY, JAW_BODY, JAW_JOINT, MOVING_PAD,
+    ARM_JOINTS, BASE_POS, CAMERA, DISTRACTOR_MASS, FIXED_PAD, GRIPPER_BODY, JAW_JOINT, MOVING_PAD,
     SCENE_KINDS, TARGET_MASS, require_mujoco, scene_model,
 )
 from graspsim.physics import command, failure_cause, move_toward, split_action, validate_action, wrist_command
@@ -111,7 +113,6 @@ class _Scene:
         self.jaw_u = int(m.actuator(JAW_JOINT).id)
         self.grip = m.body(GRIPPER_BODY).id
         self.pads = (m.geom(FIXED_PAD).id, m.geom(MOVING_PAD).id)
-        self.hand_geoms = {g for g in range(m.ngeom) if m.geom_bodyid[g] in (self.grip, m.body(JAW_BODY).id)}
         self.table = m.geom("table").id
         self.cam = m.camera(CAMERA).id
         names = [m.material(i).name for i in range(m.nmat)]
@@ -275,16 +276,6 @@ class _Scene:
                     out[j] = True
         return out
 
-    def table_contact(self) -> bool:
-        d = self.d
-        for i in range(d.ncon):
-            c = d.contact[i]
-            g1, g2 = int(c.geom1), int(c.geom2)
-            if c.dist <= CONTACT_DIST and ((g1 == self.table and g2 in self.hand_geoms) or
-                                           (g2 == self.table and g1 in self.hand_geoms)):
-                return True
-        return False
-
     def measure(self, kin: So101Kinematics) -> dict:
         d = self.d
         R = d.xmat[self.grip].reshape(3, 3).copy()
@@ -295,7 +286,7 @@ class _Scene:
         target_yaw = math.atan2(2 * (quat[0] * quat[3] + quat[1] * quat[2]), 1 - 2 * (quat[2] ** 2 + quat[3] ** 2))
         return {"tcp": tcp, "grasp": grasp, "rot": R, "gap": max(0.0, kin.jaw_to_gap(d.qpos[self.jaw_q])), "jaw": float(d.qpos[self.jaw_q]),
                 "q": d.qpos[self.arm_q].copy(), "sphere": d.qpos[q:q + 3].copy(), "target_yaw": target_yaw,
-                "touch": self.touching_pads(), "table": self.table_contact()}
+                "touch": self.touching_pads()}
 
     def fingertip_fractions(self, tcp: np.ndarray, size: int) -> np.ndarray:
         """(4,) where the grasp point and the point ``FINGERTIP_RISE`` above it appear in the wrist image, as
@@ -385,7 +376,6 @@ class MujocoGraspEnv:
         self._mask = np.zeros((num_envs, H, H), bool)
         self._stale = np.ones(num_envs, bool)
         self._tips = np.zeros((num_envs, 4))
-        self._table = np.zeros(num_envs, bool)
         self._jaw_cmd = np.zeros(num_envs)
         self._target = torch.zeros((num_envs, 3), device=self.device)
         self._cmd_vel = torch.zeros((num_envs, 3), device=self.device)
@@ -426,7 +416,6 @@ class MujocoGraspEnv:
             sphere[i] = torch.as_tensor(mres["sphere"], dtype=torch.float32)
             width[i] = float(mres["gap"])
             yaw0[i] = 0.0
-            self._table[i] = mres["table"]
             self._tips[i] = sc.fingertip_fractions(mres["tcp"], H)
             self._stale[i] = True
         dev = ids.to(self.device)
@@ -493,9 +482,13 @@ class MujocoGraspEnv:
         clipped = np.zeros(self.num_envs, bool)
         for i, (sc, ik) in enumerate(zip(self.scenes, self.iks)):
             q_from, jaw_from = ik.q.copy(), self._jaw_cmd[i]
-            jt = ik.track(t_np[i], float(y_np[i]), bool(c_np[i]))
+            jaw_goal = ik.close_jaw if c_np[i] else ik.open_jaw
+            jaw_to = jaw_from + float(np.clip(jaw_goal - jaw_from, -self.jaw_step, self.jaw_step))
+            # keep the pads off the table over the jaw's travel this period (from where it is, one step further)
+            jaw_now = float(sc.d.qpos[sc.jaw_q])
+            reach = float(np.clip(jaw_to, jaw_now - self.jaw_step, jaw_now + self.jaw_step))
+            jt = ik.track(t_np[i], float(y_np[i]), bool(c_np[i]), jaw_span=(jaw_now, reach))
             clipped[i] = jt.clipped
-            jaw_to = jaw_from + float(np.clip(jt.jaw - jaw_from, -self.jaw_step, self.jaw_step))
             self._jaw_cmd[i] = jaw_to
             moving = bool(np.any(d_np[i] != 0))
             was = sc.unstable
@@ -504,7 +497,6 @@ class MujocoGraspEnv:
                 log.warning("MujocoGraspEnv: scene %d diverged (MuJoCo reset its data) at step %d", i,
                             int(self.state.steps[i]) + 1)
             mres = sc.measure(self.kin)
-            self._table[i] = mres["table"]
             self._tips[i] = sc.fingertip_fractions(mres["tcp"], H)
             meas.append(mres)
         self.clipped = torch.from_numpy(clipped).to(self.device)
@@ -567,7 +559,6 @@ class MujocoGraspEnv:
     # ------------------------------------------------------------------ observations
     def _gripper(self) -> Tensor:
         g = gripper_obs(self.state, self.cfg).clone()
-        g[:, 2] = torch.as_tensor(self._table, dtype=torch.float32, device=self.device)
         if self.cfg.wrist and self.cfg.fingertip_pixels:
             g[:, 5:9] = torch.as_tensor(fingertip_senses(self._tips), dtype=torch.float32, device=self.device)
         return g
