@@ -72,6 +72,9 @@ def main(args: GeometryConfig) -> None:
           f"{g.fov_deg[1]:.1f} deg")
     print("jaw angle (rad) -> pad gap (mm):")
     print("  " + "  ".join(f"{a:+.3f}:{gap * 1e3:5.1f}" for a, gap in g.jaw_table))
+    print("jaw angle (rad) -> depth of the moving pad below the grasp point (mm; the fixed pad: "
+          f"{g.tcp_below_grasp * 1e3:.1f}):")
+    print("  " + "  ".join(f"{a:+.3f}:{d * 1e3:5.1f}" for a, d in g.jaw_depth))
     if args.band:
         t = time.perf_counter()
         band = measure_reach_band(kin, heights=np.arange(0.0, 0.1001, 0.01))

@@ -124,17 +124,36 @@ def test_unreachable_targets_refused(kin):
         kin.solve([0.0, 0.0], 0.0)
 
 
+def test_pads_kept_off_the_table(kin):
+    """Closing, the moving jaw swings below the fixed pad's lower edge; the IK layer raises the target so it cannot
+    reach under the table."""
+    below = kin.geometry.tcp_below_grasp
+    assert kin.pad_depth(kin.geometry.parallel_jaw) == pytest.approx(below, abs=1e-3)
+    assert kin.pad_depth(0.15) > below + 0.003
+    ik = CartesianIK(kin, dt=0.1, workspace=0.1)
+    ik.reset(kin.home, ik.open_jaw)
+    out = ik.track(np.array([0.0, 0.0, 0.0]), 0.0, True)  # down to the table while the jaw closes from open
+    p, _ = kin.grasp_pose(out.q)
+    assert p[2] >= kin.pad_depth(ik.open_jaw, ik.close_jaw) - 1e-4
+    out = ik.track(np.array([0.0, 0.0, 0.0]), 0.0, False, jaw_span=(ik.open_jaw, ik.open_jaw))
+    p, _ = kin.grasp_pose(out.q)
+    assert p[2] == pytest.approx(kin.pad_depth(ik.open_jaw), abs=1e-4)  # open: the pads may rest on the table
+    assert kin.pad_depth(ik.open_jaw) < below + 0.001
+
+
 def test_cartesian_ik_follows_velocity_commands(kin):
     ik = CartesianIK(kin, dt=0.1, max_speed=0.1, workspace=0.1)
     ik.reset(kin.home, ik.open_jaw)
     start, _ = kin.grasp_pose(kin.home)
     for _ in range(5):
-        out = ik.step(np.array([0.02, -0.01, -0.04, 0.2, 1.0]))
+        out = ik.step(np.array([0.02, -0.01, -0.04, 0.2, -1.0]))
+    out = ik.step(np.array([0.0, 0.0, 0.0, 0.0, 1.0]))
     p, yaw = kin.grasp_pose(out.q)
     assert not out.clipped
     assert np.allclose(p - start, [0.01, -0.005, -0.02], atol=1e-3)
     assert yaw == pytest.approx(0.1, abs=math.radians(1))
-    assert out.jaw < kin.gap_to_jaw(0.0)  # closing: the jaw's target is past the closed pads
+    assert out.jaw < kin.gap_to_jaw(0.0)  # closing: the jaw's target is past the closed pads (the home pose, 3 cm
+    # up, keeps the closing jaw well above the table, so the target is not raised)
 
 
 def test_env_shapes_dtypes_and_determinism(env):

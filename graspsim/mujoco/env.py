@@ -33,10 +33,13 @@ Bookkeeping in a :class:`graspsim.State`, so ``privileged()`` and the failure co
 * ``success``: held with the target's bottom at least ``lift_height`` above the table (latched).
 * ``pushed``: a pad touched the free target while it moved more than 1 mm in the step; ``missed``: the pads closed
   below ``MISS_GAP`` without holding; ``dropped``: a held target lost while the close command stayed on.
-* distractors within ``BASE_CLEARANCE`` of the pan axis (inside the arm's base) are left out.
-* gripper senses: the layout of :func:`graspsim.env.gripper_obs`, with the measured pad gap, and two senses measured
-  here instead of taken from the state: table contact (a pad or jaw touches the table) and the four fingertip-pixel
-  senses (the grasp point and a point 2 cm above it projected through the MuJoCo wrist camera).
+* distractors within ``BASE_CLEARANCE`` of the pan axis (inside the arm's base), or overlapping the target or an
+  earlier distractor (the torch simulator lets them interpenetrate; rigid bodies would be blown apart), are left out.
+* gripper senses: the layout of :func:`graspsim.env.gripper_obs` on the measured state (pad gap from the measured jaw
+  angle, table contact = the measured TCP within ``contact_height`` of the table, as in the other backends), with the
+  four fingertip-pixel senses measured here: the TCP and a point 2 cm above it projected through the MuJoCo camera.
+* the pads never go below the table: the IK layer raises the target while the moving jaw, which swings up to 4.5 mm
+  below the fixed one as it closes, would reach under it (:meth:`graspsim.mujoco.ik.CartesianIK.track`).
 
 One MuJoCo model + data + renderer per scene, stepped one after the other (no worker processes).
 """
@@ -59,7 +62,7 @@ from graspsim.env import FINGERTIP_RISE, fingertip_senses, fresh_scenes, gripper
 from graspsim.keys import GRIPPER, MASK, RGB
 from graspsim.mujoco.ik import REACH_BAND_MAX_HEIGHT, CartesianIK, So101Kinematics
 from graspsim.mujoco.model import (
-    ARM_JOINTS, BASE_POS, CAMERA, DISTRACTOR_MASS, FIXED_PAD, GRIPPER_BODY, JAW_BODY, JAW_JOINT, MOVING_PAD,
+    ARM_JOINTS, BASE_POS, CAMERA, DISTRACTOR_MASS, FIXED_PAD, GRIPPER_BODY, JAW_JOINT, MOVING_PAD,
     SCENE_KINDS, TARGET_MASS, require_mujoco, scene_model,
 )
 from graspsim.physics import command, failure_cause, move_toward, split_action, validate_action, wrist_command
@@ -110,7 +113,6 @@ class _Scene:
         self.jaw_u = int(m.actuator(JAW_JOINT).id)
         self.grip = m.body(GRIPPER_BODY).id
         self.pads = (m.geom(FIXED_PAD).id, m.geom(MOVING_PAD).id)
-        self.hand_geoms = {g for g in range(m.ngeom) if m.geom_bodyid[g] in (self.grip, m.body(JAW_BODY).id)}
         self.table = m.geom("table").id
         self.cam = m.camera(CAMERA).id
         names = [m.material(i).name for i in range(m.nmat)]
@@ -122,6 +124,7 @@ class _Scene:
         self.vadr = {n: int(m.jnt_dofadr[m.body_jntadr[self.body[n]]]) for n in self.objects}
         self.target_geom = -1
         self.substeps = 1
+        self.unstable = False  # MuJoCo reported a diverging simulation (and reset its data) in this episode
         self.renderer = None
         self.opt = mujoco.MjvOption()  # geom groups 0-2 drawn: the scene and the gripper's visual meshes
         self.opt.geomgroup[3] = 0
@@ -181,6 +184,7 @@ class _Scene:
         m, d, mj = self.m, self.d, self.mj
         mj.mj_resetData(m, d)
         self.substeps = substeps
+        self.unstable = False
         kind = int(p["target_kind"])
         r = float(p["sphere_radius"])
         hz = float(p["target_half_height"]) if kind == KIND_CYLINDER else r
@@ -191,10 +195,19 @@ class _Scene:
         self.target_geom = self._set_object("target", kind, np.array([r, r, hz]), pos, yaw, p["sphere_color"], mass)
         self.rest_z = hz
         pan = kin.pan_axis
+        # footprints (centre xy, bounding radius) of the bodies placed so far: rigid bodies must not start inside
+        # each other (the torch simulator lets distractors overlap; contact physics would blow them apart)
+        placed = [(pos[:2], r * (math.sqrt(2) if kind == KIND_BOX else 1.0))]
         for k, name in enumerate(self.objects[1:]):
             dk = int(p["dist_kind"][k]) if k < len(p["dist_kind"]) else 0
-            if dk and math.hypot(p["dist_pos"][k][0] - pan[0], p["dist_pos"][k][1] - pan[1]) < BASE_CLEARANCE:
-                dk = 0
+            if dk:
+                xy, size = p["dist_pos"][k][:2].astype(np.float64), p["dist_size"][k].astype(np.float64)
+                rad = float(np.hypot(size[0], size[1])) if dk == KIND_BOX else float(size[0])
+                if (math.hypot(xy[0] - pan[0], xy[1] - pan[1]) < BASE_CLEARANCE
+                        or any(np.hypot(*(xy - c)) < rad + rc for c, rc in placed)):
+                    dk = 0
+                else:
+                    placed.append((xy, rad))
             if dk:
                 size = p["dist_size"][k].astype(np.float64)
                 half = np.array([size[0], size[0], size[0]]) if dk == KIND_SPHERE else size
@@ -237,6 +250,11 @@ class _Scene:
             if drift is not None and k == 1:
                 self._drive(drift)
             mj.mj_step(m, d)
+        bad = [int(w) for w in (mj.mjtWarning.mjWARN_BADQACC, mj.mjtWarning.mjWARN_BADQVEL, mj.mjtWarning.mjWARN_BADQPOS)]
+        if any(d.warning[w].number for w in bad):  # MuJoCo reset the data: this episode's physics is void
+            self.unstable = True
+            for w in bad:
+                d.warning[w].number = 0
 
     def _drive(self, drift: np.ndarray) -> None:
         q, v = self.qadr["target"], self.vadr["target"]
@@ -258,16 +276,6 @@ class _Scene:
                     out[j] = True
         return out
 
-    def table_contact(self) -> bool:
-        d = self.d
-        for i in range(d.ncon):
-            c = d.contact[i]
-            g1, g2 = int(c.geom1), int(c.geom2)
-            if c.dist <= CONTACT_DIST and ((g1 == self.table and g2 in self.hand_geoms) or
-                                           (g2 == self.table and g1 in self.hand_geoms)):
-                return True
-        return False
-
     def measure(self, kin: So101Kinematics) -> dict:
         d = self.d
         R = d.xmat[self.grip].reshape(3, 3).copy()
@@ -278,7 +286,7 @@ class _Scene:
         target_yaw = math.atan2(2 * (quat[0] * quat[3] + quat[1] * quat[2]), 1 - 2 * (quat[2] ** 2 + quat[3] ** 2))
         return {"tcp": tcp, "grasp": grasp, "rot": R, "gap": max(0.0, kin.jaw_to_gap(d.qpos[self.jaw_q])), "jaw": float(d.qpos[self.jaw_q]),
                 "q": d.qpos[self.arm_q].copy(), "sphere": d.qpos[q:q + 3].copy(), "target_yaw": target_yaw,
-                "touch": self.touching_pads(), "table": self.table_contact()}
+                "touch": self.touching_pads()}
 
     def fingertip_fractions(self, tcp: np.ndarray, size: int) -> np.ndarray:
         """(4,) where the grasp point and the point ``FINGERTIP_RISE`` above it appear in the wrist image, as
@@ -368,7 +376,6 @@ class MujocoGraspEnv:
         self._mask = np.zeros((num_envs, H, H), bool)
         self._stale = np.ones(num_envs, bool)
         self._tips = np.zeros((num_envs, 4))
-        self._table = np.zeros(num_envs, bool)
         self._jaw_cmd = np.zeros(num_envs)
         self._target = torch.zeros((num_envs, 3), device=self.device)
         self._cmd_vel = torch.zeros((num_envs, 3), device=self.device)
@@ -409,7 +416,6 @@ class MujocoGraspEnv:
             sphere[i] = torch.as_tensor(mres["sphere"], dtype=torch.float32)
             width[i] = float(mres["gap"])
             yaw0[i] = 0.0
-            self._table[i] = mres["table"]
             self._tips[i] = sc.fingertip_fractions(mres["tcp"], H)
             self._stale[i] = True
         dev = ids.to(self.device)
@@ -476,14 +482,21 @@ class MujocoGraspEnv:
         clipped = np.zeros(self.num_envs, bool)
         for i, (sc, ik) in enumerate(zip(self.scenes, self.iks)):
             q_from, jaw_from = ik.q.copy(), self._jaw_cmd[i]
-            jt = ik.track(t_np[i], float(y_np[i]), bool(c_np[i]))
+            jaw_goal = ik.close_jaw if c_np[i] else ik.open_jaw
+            jaw_to = jaw_from + float(np.clip(jaw_goal - jaw_from, -self.jaw_step, self.jaw_step))
+            # keep the pads off the table over the jaw's travel this period (from where it is, one step further)
+            jaw_now = float(sc.d.qpos[sc.jaw_q])
+            reach = float(np.clip(jaw_to, jaw_now - self.jaw_step, jaw_now + self.jaw_step))
+            jt = ik.track(t_np[i], float(y_np[i]), bool(c_np[i]), jaw_span=(jaw_now, reach))
             clipped[i] = jt.clipped
-            jaw_to = jaw_from + float(np.clip(jt.jaw - jaw_from, -self.jaw_step, self.jaw_step))
             self._jaw_cmd[i] = jaw_to
             moving = bool(np.any(d_np[i] != 0))
+            was = sc.unstable
             sc.run(q_from, jt.q, jaw_from, jaw_to, d_np[i] if moving else None)
+            if sc.unstable and not was:
+                log.warning("MujocoGraspEnv: scene %d diverged (MuJoCo reset its data) at step %d", i,
+                            int(self.state.steps[i]) + 1)
             mres = sc.measure(self.kin)
-            self._table[i] = mres["table"]
             self._tips[i] = sc.fingertip_fractions(mres["tcp"], H)
             meas.append(mres)
         self.clipped = torch.from_numpy(clipped).to(self.device)
@@ -546,7 +559,6 @@ class MujocoGraspEnv:
     # ------------------------------------------------------------------ observations
     def _gripper(self) -> Tensor:
         g = gripper_obs(self.state, self.cfg).clone()
-        g[:, 2] = torch.as_tensor(self._table, dtype=torch.float32, device=self.device)
         if self.cfg.wrist and self.cfg.fingertip_pixels:
             g[:, 5:9] = torch.as_tensor(fingertip_senses(self._tips), dtype=torch.float32, device=self.device)
         return g

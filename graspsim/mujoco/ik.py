@@ -116,6 +116,8 @@ class So101Kinematics:
         self._jaw_angles, self._jaw_gaps = table[:top, 0], table[:top, 1]
         if np.any(np.diff(self._jaw_gaps) <= 0):
             raise RuntimeError("So101Kinematics: the measured jaw-angle -> gap table does not grow with the angle")
+        depth = np.array(geo.jaw_depth)
+        self._depth_angles, self._depths = depth[:, 0], depth[:, 1]
         self._jacp = np.zeros((3, m.nv))
         self._jacr = np.zeros((3, m.nv))
         self.home = np.zeros(5)
@@ -245,6 +247,15 @@ class So101Kinematics:
         """Pad gap (m) at the jaw angle ``jaw_rad`` (measured table, linear interpolation; clamped at its ends)."""
         return float(np.interp(float(jaw_rad), self._jaw_angles, self._jaw_gaps))
 
+    def pad_depth(self, jaw_a: float, jaw_b: float | None = None) -> float:
+        """How far below the grasp point (m) the pads reach while the jaw is anywhere between ``jaw_a`` and ``jaw_b``
+        (rad; default ``jaw_a`` alone): the deeper of the fixed pad's lower edge and the moving pad's lowest point."""
+        lo, hi = sorted((float(jaw_a), float(jaw_a if jaw_b is None else jaw_b)))
+        inside = (self._depth_angles > lo) & (self._depth_angles < hi)
+        ends = np.interp([lo, hi], self._depth_angles, self._depths)
+        deepest = max(ends.max(), self._depths[inside].max() if inside.any() else -np.inf)
+        return float(max(deepest, self.geometry.tcp_below_grasp))
+
     def gap_to_jaw(self, gap_m: float) -> float:
         """Jaw angle (rad) that opens the pads to ``gap_m`` (the inverse of :meth:`jaw_to_gap`)."""
         return float(np.interp(float(gap_m), self._jaw_gaps, self._jaw_angles))
@@ -342,12 +353,17 @@ class CartesianIK:
         wz = float(np.clip(a[3], -self.max_yaw_rate, self.max_yaw_rate))
         return self.track(self.target + v * self.dt, self.yaw + wz * self.dt, a[4] > 0)
 
-    def track(self, pos, yaw: float, close: bool) -> JointTargets:
+    def track(self, pos, yaw: float, close: bool, jaw_span: tuple[float, float] | None = None) -> JointTargets:
         """Joint targets for the grasp-point target ``pos`` (3,) m and ``yaw`` (rad), the jaw closed when ``close``.
-        The target is clamped to the workspace square and the reach band first (``clipped`` says so)."""
+        The target is clamped to the workspace square and the reach band first (``clipped`` says so), and raised so
+        no pad goes below the table (z = 0) while the jaw moves through ``jaw_span`` (rad; default from the last
+        jaw target to the new one): closing, the moving jaw swings up to 4.5 mm below the fixed one."""
         p = np.asarray(pos, dtype=float).copy()
         w = self.workspace
-        p = np.array([min(max(p[0], -w), w), min(max(p[1], -w), w), min(max(p[2], 0.0), self.max_height)])
+        new_jaw = self.close_jaw if close else self.open_jaw
+        span = (self.jaw, new_jaw) if jaw_span is None else jaw_span
+        floor = self.kin.pad_depth(*span)
+        p = np.array([min(max(p[0], -w), w), min(max(p[1], -w), w), min(max(p[2], floor), self.max_height)])
         inside = self.kin.band(p[2])
         clipped = inside is None or not (inside[0] + self.band_margin <= self.kin.radius(p) <= inside[1] - self.band_margin)
         if clipped:
@@ -357,5 +373,5 @@ class CartesianIK:
             self.q, self.target, self.yaw = res.q, p, float(yaw)
         else:
             clipped = True
-        self.jaw = self.close_jaw if close else self.open_jaw
+        self.jaw = new_jaw
         return JointTargets(q=self.q.copy(), jaw=self.jaw, clipped=bool(clipped))
