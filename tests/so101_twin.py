@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import queue
 import threading
 from pathlib import Path
 
@@ -38,6 +39,37 @@ ADDR = {"Present_Position": 56, "Goal_Position": 42, "Homing_Offset": 31, "Min_P
         "Torque_Enable": 40}
 TWINS: dict[str, "TwinArm"] = {}
 """Port name -> the twin arm on it (the fake SDK classes look their arm up here)."""
+
+
+class _GLThread:
+    """One thread that does all MuJoCo rendering: an EGL context is current in the thread that made it, and the
+    robot loop reads cameras from a worker thread of its own."""
+
+    def __init__(self):
+        self.jobs: queue.Queue = queue.Queue()
+        threading.Thread(target=self._run, name="so101-twin-gl", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            fn, out, done = self.jobs.get()
+            try:
+                out.append((True, fn()))
+            except BaseException as e:  # handed back to the caller
+                out.append((False, e))
+            done.set()
+
+    def call(self, fn):
+        out: list = []
+        done = threading.Event()
+        self.jobs.put((fn, out, done))
+        done.wait()
+        ok, value = out[0]
+        if not ok:
+            raise value
+        return value
+
+
+GL = _GLThread()
 
 
 def _encode_sign(value: int, bit: int) -> int:
@@ -100,7 +132,7 @@ class TwinWorld:
         self.kind = "cube"
         self.substeps = int(round(0.1 / m.opt.timestep))
         self.image = image
-        self._local = threading.local()  # a GL context is current in one thread: one renderer per reading thread
+        self._renderer: mujoco.Renderer | None = None  # created, used and closed in the GL thread only
         self.scene_opt = mujoco.MjvOption()
         self.scene_opt.geomgroup[HIDDEN_GROUP] = 0
         rest = np.array([0.0, -1.7, 1.6, 1.2, 0.0, 0.0])  # folded like LeRobot's rest pose, jaw closed
@@ -149,16 +181,21 @@ class TwinWorld:
         for _ in range(self.substeps):
             mujoco.mj_step(self.model, self.data)
 
-    @property
-    def renderer(self) -> mujoco.Renderer:
-        r = getattr(self._local, "renderer", None)
-        if r is None:
-            r = self._local.renderer = mujoco.Renderer(self.model, self.image, self.image)
-        return r
+    def _render(self) -> np.ndarray:
+        if self._renderer is None:
+            self._renderer = mujoco.Renderer(self.model, self.image, self.image)
+        self._renderer.update_scene(self.data, camera=CAMERA, scene_option=self.scene_opt)
+        return self._renderer.render().copy()
 
     def render(self) -> np.ndarray:
-        self.renderer.update_scene(self.data, camera=CAMERA, scene_option=self.scene_opt)
-        return self.renderer.render().copy()
+        """64 x 64 RGB of the wrist camera (rendered in the one GL thread, whichever thread asks)."""
+        return GL.call(self._render)
+
+    def close(self) -> None:
+        """Free the renderer in the thread whose GL context it uses."""
+        if self._renderer is not None:
+            GL.call(self._renderer.close)
+            self._renderer = None
 
     def target_mask(self, rgb: np.ndarray) -> np.ndarray:
         """H,W bool: the red cube's pixels in ``rgb`` (a colour test: the rest of the scene is grey)."""

@@ -60,6 +60,7 @@ def twin(tmp_path, monkeypatch):
     cfg = So101Config(port=str(port), id="twin", calibration_dir=tmp_path / "calibration")
     yield world, arm, cfg
     tw.TWINS.pop(str(port), None)
+    world.close()
 
 
 def _arm_q(world) -> np.ndarray:
@@ -414,6 +415,8 @@ def test_driver_matches_the_backend_alone_over_100_scenes(tmp_path, monkeypatch,
     direct_world = tw.TwinWorld()
     direct = _run(tmp_path / "b", direct_world, tw.DirectSo101(direct_world, kin), kin, episodes=100)
     a, b = through["num_success"], direct["num_success"]
+    world.close()
+    direct_world.close()
 
     def per_kind(summary, w):
         ok = {}
