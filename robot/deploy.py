@@ -61,7 +61,7 @@ import tyro
 
 from graspsim import SimConfig, compat
 from graspsim.distributed import single_process
-from graspsim.extras import require
+from graspsim.extras import MissingExtra, installed, require
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
 from graspsim.rollout import run_episodes
 from graspsim.runtime import Runtime, RuntimeConfig
@@ -75,6 +75,7 @@ from .loop import (CSV_FIELDS, STAGES, STALE_PERIODS, TICKS_CSV, DeployError, Ro
                          adapter_name, capture_deadlines, guarded, latency_stats, read_fingertip, stop_first,
                          workspace_guard)
 from .robots import SIM_ROBOTS, Robot, SimRobot, SimWorld, open_robot
+from .so101 import INSTALL_HINT as SO101_INSTALL, So101Config
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,8 @@ class DeployConfig:
     camera: str
     """Camera: an OpenCV device index, a video file, an image folder (replay), 'sim', 'bullet', or module:Class."""
     robot: str
-    """Robot adapter: 'bullet' (Franka Panda in pybullet), 'sim' (torch simulator), 'dry-run', or module:Class."""
+    """Robot adapter: 'bullet' (Franka Panda in pybullet), 'sim' (torch simulator), 'dry-run', 'so101' (a real SO-101
+    through LeRobot, see --so101.*), or module:Class."""
     out: Path
     """Output folder: summary.json and ticks.csv. A non-empty folder is refused unless --overwrite is given."""
     hz: float = 10.0
@@ -147,6 +149,9 @@ class DeployConfig:
     """Replace the outputs of an earlier run in --out (and --record)."""
     sim: SimConfig = field(default_factory=SimConfig)
     """Simulator configuration of the sim/bullet world (and the control rate used at --hz 0)."""
+    so101: So101Config = field(default_factory=So101Config)
+    """The real SO-101 of --robot so101 (LeRobot's driver): --so101.port, --so101.id, --so101.dry-run, --so101.speed
+    (docs/so101_real_arm.md). Other robots ignore it."""
     threads: tyro.conf.Suppress[Optional[int]] = None
     """Older spelling of runtime.threads (no flag): given, it replaces runtime.threads."""
     progress: tyro.conf.Suppress[Optional[bool]] = None
@@ -179,6 +184,11 @@ class DeployConfig:
         if self.hz == 0 and rob not in (*SIM_ROBOTS, "dry-run"):
             raise ValueError(f"DeployConfig: --hz 0 (as fast as possible) is for simulated and dry-run robots; "
                              f"give robot {rob!r} a real rate such as --hz 10")
+        if rob == "so101":  # before the nets load: a missing port, id or LeRobot is a one-line refusal
+            self.so101.check_ready()
+            if not installed("lerobot"):
+                raise MissingExtra(f"deploy --robot so101 drives the arm through LeRobot, which is not installed: "
+                                   f"{SO101_INSTALL}")
         if self.record is not None and self.record.resolve() == self.out.resolve():
             raise ValueError("DeployConfig: --record must be another folder than --out")
 
@@ -299,8 +309,13 @@ def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
         if own_robot and rob_name in SIM_ROBOTS:
             check_world_kinds(cfg.sim, ctl, cfg)
             world = SimWorld(rob_name, cfg.sim)
+        if own_robot and controller is None and rob_name == "so101":
+            check_embodiment("so101", cfg.policy, cfg.vision)  # before the arm is connected
         if own_robot:
-            robot = open_robot(rob_name, world, ctl.wrist, cfg.period or 1.0 / cfg.sim.control_hz)
+            robot = open_robot(rob_name, world, ctl.wrist, cfg.period or 1.0 / cfg.sim.control_hz, so101=cfg.so101,
+                               sim=cfg.sim)
+        if controller is None and rob_name != "so101" and isinstance(getattr(robot, "embodiment", None), str):
+            check_embodiment(robot.embodiment, cfg.policy, cfg.vision, adapter_name(robot, "send"))
         check_wrist(robot, ctl.wrist)
         if own_camera:
             camera = open_camera(cam_name, world)
@@ -320,6 +335,22 @@ def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
                 robot.close()
         if world is not None and free:  # closing twice is harmless
             world.close()
+
+
+def check_embodiment(embodiment: str, policy: Path, vision: Path | None = None, who: str = "--robot so101") -> None:
+    """ValueError naming the checkpoint and both embodiments when the control checkpoint ``policy`` (or the vision
+    checkpoint ``vision``) was trained for another simulator embodiment than the robot's (``embodiment``: its camera
+    mount, gripper and reach differ). Runs from before embodiments existed were trained for ``floating``."""
+    from graspsim import runs
+    from graspsim.dagger.policy import load_checkpoint as load_control
+    from graspsim.vision.checkpoint import load_checkpoint as load_vision
+
+    nets = [("control", policy, load_control)] + ([("vision", vision, load_vision)] if vision is not None else [])
+    for kind, path, load in nets:
+        trained = runs.trained_embodiment(load(path).get("config"))
+        if trained != embodiment:
+            raise ValueError(f"{kind} checkpoint {path} was trained for the {trained!r} embodiment; {who} is the "
+                             f"{embodiment!r} one: train for it with --sim.embodiment {embodiment}")
 
 
 def check_world_kinds(sim: SimConfig, ctl: Controller, cfg: DeployConfig) -> None:

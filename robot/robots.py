@@ -31,7 +31,8 @@ not True, naming the adapter.
 
 Shipped adapters: ``bullet`` (a Franka Panda in pybullet: IK, real contacts; :class:`SimRobot`), ``sim`` (the
 batched torch simulator with one scene), ``dry-run`` (moves nothing, logs every command, idealised gripper
-senses). ``module:Class`` loads a user's adapter, constructed as ``Class()``. docs/deploy.md shows how to write one.
+senses), ``so101`` (a real SO-101 through LeRobot's driver, :mod:`graspsim.robot.so101`). ``module:Class`` loads a
+user's adapter, constructed as ``Class()``. docs/deploy.md shows how to write one.
 """
 
 from __future__ import annotations
@@ -228,11 +229,18 @@ class DryRunRobot(Robot):
         self.log.append(("stop", [0.0, 0.0, 0.0, 1.0 if self.closed else -1.0]))
 
 
-def open_robot(name: str, world: SimWorld | None = None, wrist: bool = False, period: float = 0.1):
-    """The adapter ``name`` (``bullet``, ``sim``, ``dry-run`` or ``module:Class``); ``world`` is required for the
-    simulated robots; ``wrist`` and ``period`` (s) configure ``dry-run``. ValueError naming ``name`` when it is unknown
-    or its class lacks a method."""
+def open_robot(name: str, world: SimWorld | None = None, wrist: bool = False, period: float = 0.1, so101=None,
+               sim=None):
+    """The adapter ``name`` (``bullet``, ``sim``, ``dry-run``, ``so101`` or ``module:Class``); ``world`` is required
+    for the simulated robots; ``wrist`` and ``period`` (s) configure ``dry-run``; ``so101`` (a
+    :class:`graspsim.robot.so101.So101Config`), ``period`` and ``sim`` (the SimConfig whose speed limits the nets were
+    trained with) configure ``so101``. ValueError naming ``name`` when it is unknown or its class lacks a method."""
     name = str(name).strip()
+    if name == "so101":
+        from .so101 import So101Config, So101Robot
+
+        kw = {} if sim is None else {"max_speed": float(sim.max_speed), "max_yaw_rate": float(sim.max_yaw_rate)}
+        return So101Robot(so101 if so101 is not None else So101Config(), period=period, **kw)
     if name in SIM_ROBOTS:
         if world is None or world.backend != name:
             raise ValueError(f"robot {name!r} needs its simulated world")
@@ -251,7 +259,7 @@ def open_robot(name: str, world: SimWorld | None = None, wrist: bool = False, pe
         if not isinstance(getattr(robot, "name", None), str):
             robot.name = name
         return robot
-    raise ValueError(f"unknown robot {name!r}; expected 'bullet', 'sim', 'dry-run' or module:Class")
+    raise ValueError(f"unknown robot {name!r}; expected 'bullet', 'sim', 'dry-run', 'so101' or module:Class")
 
 
 __all__ = ["DryRunRobot", "Outcome", "Robot", "SIM_ROBOTS", "Senses", "SimRobot", "SimWorld", "open_robot"]

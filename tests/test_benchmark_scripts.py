@@ -27,6 +27,8 @@ BAD_FLAGS = {
     "vision_throughput.py": (["--batch", "0"], "VisionThroughputConfig.batch"),
     "sphere_fps.py": (["--base", ".", "--batch", "0"], "--batch"),
     "so101_geometry.py": (["--model", "nowhere.xml"], "--model"),
+    "so101_geometry_mujoco.py": (["--solves", "0"], "GeometryConfig.solves"),
+    "so101_mujoco.py": (["--episodes", "0"], "So101MujocoConfig.episodes"),
 }
 
 
