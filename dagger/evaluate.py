@@ -84,8 +84,9 @@ class EvalSimConfig:
     """Make the target drift at speeds in --moving-speed (never used in training)."""
     moving_speed: Tuple[float, float] = MOVING_SPEED
     """Drift speed range (m/s) used with --moving-target."""
-    backend: Literal["torch", "bullet"] = "torch"
-    """Simulator backend: batched torch scenes or pybullet (Franka Panda)."""
+    backend: Literal["torch", "bullet", "mujoco"] = "torch"
+    """Simulator backend: batched torch scenes, pybullet (Franka Panda) or MuJoCo (SO-101 through its IK layer; needs
+    ``pip install 'graspsim[mujoco]'``)."""
     gifs: int = 4
     """Rollout GIFs to write (the first episodes)."""
     runtime: Runtime = field(default_factory=RuntimeConfig)
@@ -115,8 +116,8 @@ class EvalSimConfig:
         lo, hi = self.moving_speed
         if not (0.0 <= lo <= hi <= 0.2):
             raise ValueError(f"EvalSimConfig.moving_speed must satisfy 0 <= low <= high <= 0.2 m/s; got {self.moving_speed!r}")
-        if self.backend not in ("torch", "bullet"):
-            raise ValueError(f"EvalSimConfig.backend must be 'torch' or 'bullet'; got {self.backend!r}")
+        if self.backend not in ("torch", "bullet", "mujoco"):
+            raise ValueError(f"EvalSimConfig.backend must be 'torch', 'bullet' or 'mujoco'; got {self.backend!r}")
 
     @property
     def mask_source(self) -> str:

@@ -55,7 +55,8 @@ _sys.modules[__name__].__class__ = _Package
 
 
 def make_env(backend: str = "torch", cfg=None, num_envs: int = 1, device: str = "cpu", seed: int = 0, **kwargs):
-    """Build a batched environment: ``"torch"`` (:class:`GraspEnv`) or ``"bullet"`` (pybullet, Franka Panda).
+    """Build a batched environment: ``"torch"`` (:class:`GraspEnv`), ``"bullet"`` (pybullet, Franka Panda) or
+    ``"mujoco"`` (MuJoCo, the SO-101 through its IK layer; the optional extra ``graspsim[mujoco]``).
 
     Both expose the same API: ``reset(env_ids=None, seed=None)``, ``step(action)``, ``privileged()``.
     """
@@ -67,7 +68,11 @@ def make_env(backend: str = "torch", cfg=None, num_envs: int = 1, device: str = 
         from .bullet import BulletGraspEnv
 
         return BulletGraspEnv(cfg, num_envs=num_envs, device=device, seed=seed, **kwargs)
-    raise ValueError(f"backend must be 'torch' or 'bullet'; got {backend!r}")
+    if backend == "mujoco":
+        from .mujoco.env import MujocoGraspEnv
+
+        return MujocoGraspEnv(cfg, num_envs=num_envs, device=device, seed=seed, **kwargs)
+    raise ValueError(f"backend must be 'torch', 'bullet' or 'mujoco'; got {backend!r}")
 
 
 def _register_gym() -> None:
