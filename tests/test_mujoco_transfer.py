@@ -26,14 +26,25 @@ N = 8
 
 @pytest.fixture(scope="module")
 def frames():
+    out, jaws = [], []
     with So101TransferRenderer(PHOTOS, seed=5) as r:
-        out = [r.frame(k) for k in range(N)]
+        for k in range(N):
+            out.append(r.frame(k))
+            jaws.append(r.jaw_mask.copy())
         again = r.frame(5)  # after other frames: nothing carries over from one frame to the next
-    return out, again
+    return out, again, jaws
+
+
+def test_the_jaws_are_at_the_bottom_of_the_image(frames):
+    """As on the real arm: the jaw meshes enter from the bottom edge and stay in the lower part of the image."""
+    for k, jaw in enumerate(frames[2]):
+        rows = np.nonzero(jaw)[0]
+        assert rows.size > 20 and jaw[-1].any(), f"frame {k}: no jaw at the bottom edge"
+        assert rows.mean() > 0.7 * 64, f"frame {k}: jaw pixels centred on row {rows.mean():.1f}"
 
 
 def test_masks_exact_and_target_free_frames_empty(frames):
-    out, _ = frames
+    out = frames[0]
     for k, (rgb, mask, meta) in enumerate(out):
         assert rgb.shape == (64, 64, 3) and rgb.dtype == np.uint8 and mask.shape == (64, 64) and mask.dtype == bool
         assert meta.fingers >= 1, f"frame {k}: no jaw in view"
@@ -52,7 +63,7 @@ def test_masks_exact_and_target_free_frames_empty(frames):
 
 
 def test_frames_depend_only_on_seed_and_index(frames):
-    out, again = frames
+    out, again = frames[0], frames[1]
     assert np.array_equal(again[0], out[5][0]) and np.array_equal(again[1], out[5][1])
     with So101TransferRenderer(PHOTOS, seed=6) as r:
         other = r.frame(0)
@@ -60,7 +71,7 @@ def test_frames_depend_only_on_seed_and_index(frames):
 
 
 def test_verb_writes_a_set_the_readers_accept(tmp_path, frames):
-    out, _ = frames
+    out = frames[0]
     root = tmp_path / "so101"
     assert main(["render-transfer", "--renderer", "mujoco", "--photos", str(PHOTOS), "--n", "4", "--seed", "5",
                  "--kinds", "sphere,cube,cylinder", "--out", str(root / "test")]) == 0

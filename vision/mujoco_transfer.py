@@ -220,6 +220,8 @@ class So101TransferRenderer:
 
             raise RuntimeError(GL_HINT) from e
         self._sphere_pts = self._fibonacci(SPHERE_POINTS)
+        self.jaw_mask = np.zeros((IMAGE_SIZE, IMAGE_SIZE), bool)
+        """64,64 bool: where the jaw meshes are in the last frame drawn (for checks; not written to a set)."""
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
@@ -564,6 +566,9 @@ class So101TransferRenderer:
         return cover >= 0.5
 
     def _jaws_seen(self, seg: np.ndarray) -> int:
+        """How many of the two jaw pieces appear in the segmentation ``seg``; also keeps :attr:`jaw_mask`."""
+        is_geom = seg[..., 1] == int(self.mj.mjtObj.mjOBJ_GEOM)
+        self.jaw_mask = self._down_mask(is_geom & np.isin(seg[..., 0], list(self.arm_visual)))
         geoms = set(np.unique(seg[..., 0][seg[..., 1] == int(self.mj.mjtObj.mjOBJ_GEOM)]).tolist())
         return sum(bool(geoms & gs) for gs in self.jaw_visual.values())
 
