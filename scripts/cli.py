@@ -35,7 +35,7 @@ VERBS: dict[str, tuple[str, str, str, str]] = {
     "record": ("graspsim.robot.capture", "RecordConfig", "record", "capture frames from a camera into an eval-real image folder"),
     "propose-masks": ("graspsim.vision.proposals", "ProposeMasksConfig", "propose_masks", "propose target masks by colour range + contact sheet (check by eye)"),
     "render-transfer": ("graspsim.vision.foreign_render", "RenderTransferConfig", "render_transfer_set",
-                        "draw a foreign-render transfer set (pybullet TinyRenderer over real photos) in a target colour"),
+                        "draw a foreign-render transfer set (pybullet TinyRenderer, or --renderer mujoco: the SO-101 wrist view) over real photos"),
     "sample-set": ("graspsim.cli.sample_set", "SampleSetConfig", "sample_set", "print the installed sample image set's folder (--where), or rebuild it"),
     "export": ("graspsim.robot.export", "ExportConfig", "export", "write the vision net and the policy as ONNX with a JSON contract"),
     "export-dataset": ("graspsim.cli.export_dataset", "ExportDatasetConfig", "export_dataset",

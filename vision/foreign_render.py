@@ -119,6 +119,9 @@ TARGET_FREE_EVERY = 4  # index % 4 == 3 is target-free: exactly 25%
 CAMERA_EFFECTS_DRAW = 1_000_003  # the draw tag of a frame's noise and blur stream (scene draws are 0, 1, ... < 50)
 KIND_DRAW = 1_000_004  # the draw tag of a frame's target kind and shape (only with a mix beyond spheres)
 SPHERE_ONLY = ("sphere",)
+RENDERERS = ("pybullet", "mujoco")
+"""Renderers of ``render-transfer --renderer``: this module's TinyRenderer scenes, or MuJoCo's SO-101 wrist view
+(:mod:`graspsim.vision.mujoco_transfer`)."""
 _SIM_TARGET = TargetConfig()
 CUBE_SIDE_M = _SIM_TARGET.cube_side  # (0.015, 0.030): the simulator's cube sides
 CYLINDER_DIAMETER_M = _SIM_TARGET.cylinder_diameter  # (0.012, 0.025)
@@ -733,9 +736,16 @@ class RenderTransferConfig:
     ``kind`` column. Use the kinds of --sim.target.kinds in training."""
     overwrite: bool = False
     """Replace the set (images/, masks/, meta.csv) of a non-empty --out as a whole when the new one is complete."""
+    renderer: str = "pybullet"
+    """``pybullet``: TinyRenderer scenes with a free camera (the shipped data/transfer and data/transfer_kinds sets);
+    ``mujoco``: the SO-101 wrist camera's view rendered by MuJoCo with the arm's own meshes (needs the mujoco extra;
+    the data/transfer_so101 sets, graspsim.vision.mujoco_transfer)."""
 
     def __post_init__(self) -> None:
         positive_int("RenderTransferConfig", "n", self.n)
+        if self.renderer not in RENDERERS:
+            raise ValueError(f"RenderTransferConfig.renderer must be one of {', '.join(RENDERERS)}; "
+                             f"got {self.renderer!r}")
         object.__setattr__(self, "kinds", check_kinds(self.kinds))
         try:
             distractor_hue_gap(tuple(self.target_hue))
@@ -750,7 +760,16 @@ class RenderTransferConfig:
 
 
 def render_transfer_set(cfg: RenderTransferConfig) -> dict:
-    """``graspsim render-transfer``: write the set of ``cfg`` (:func:`write_set`); returns and logs its statistics."""
+    """``graspsim render-transfer``: write the set of ``cfg`` (:func:`write_set`, or with ``--renderer mujoco``
+    :func:`graspsim.vision.mujoco_transfer.write_set`); returns and logs its statistics."""
+    if cfg.renderer == "mujoco":
+        from . import mujoco_transfer
+
+        stats = mujoco_transfer.write_set(cfg.out, cfg.photo_dir(), cfg.n, cfg.seed, overwrite=cfg.overwrite,
+                                          target_hue=(float(cfg.target_hue[0]), float(cfg.target_hue[1])),
+                                          kinds=cfg.kinds)
+        log.info("wrote %d MuJoCo SO-101 frames to %s: %s", cfg.n, cfg.out, json.dumps(stats))
+        return stats
     stats = write_set(cfg.out, cfg.photo_dir(), cfg.n, cfg.seed, overwrite=cfg.overwrite,
                       target_hue=(float(cfg.target_hue[0]), float(cfg.target_hue[1])), kinds=cfg.kinds)
     log.info("wrote %d foreign-render frames to %s: %s", cfg.n, cfg.out, json.dumps(stats))
