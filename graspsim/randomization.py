@@ -210,6 +210,10 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         # the episode's random key: a hash of the scene's own draws (no extra draw from the generator)
         key=key_from_floats(torch.cat([sphere_pos, tex_offset, azim[:, None], cam_offset], 1)),
     )
+    if cfg.body.one_jaw:  # arms are printed in any colour: half the jaws take a distractor's colour instead of grey
+        coloured = random_colors((n,), cfg, g, dev)
+        pick = torch.rand((n,), generator=g, device=dev) < 0.5
+        state.finger_color = torch.where(pick[:, None], coloured, state.finger_color)
     if not cfg.target.wrist:
         return state
     # a mix beyond spheres: the target's kind and shape, drawn after every other draw

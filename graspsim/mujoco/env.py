@@ -94,6 +94,12 @@ def _default_gl() -> None:
     ``MUJOCO_GL`` once, at import). Called when an env is built, never at import of this module."""
     if "mujoco" not in sys.modules and not os.environ.get("MUJOCO_GL") and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"
+    # torch imports triton lazily (an optimizer step, compile); loading triton after Mesa's EGL context exists
+    # crashes the process, so load it first where it is installed (CUDA builds of torch ship it)
+    try:
+        import triton  # noqa: F401
+    except Exception:  # not installed (CPU builds) or unusable: then nothing of it can load later either
+        pass
 
 
 def _quat_z(yaw: float) -> np.ndarray:
