@@ -275,3 +275,14 @@ def test_scripted_grasp_lifts_each_kind(env):
     for seed in seeds[:3]:
         kind, ok = outcome[seed]
         assert ok, f"seed {seed}: the {kind} was not lifted"
+
+
+def test_make_env_builds_the_mujoco_backend():
+    import graspsim
+    from graspsim.mujoco.env import MujocoGraspEnv
+
+    with graspsim.make_env("mujoco", SimConfig(randomization=SO101_RANDOMIZATION, **SO101_LIMITS), 1) as e:
+        assert isinstance(e, MujocoGraspEnv)
+        assert e.reset(seeds=[0])["rgb"].shape == (1, 3, 64, 64)
+    with pytest.raises(ValueError, match="mujoco"):
+        graspsim.make_env("gazebo")
