@@ -82,7 +82,8 @@ def main(args: GeometryConfig) -> None:
               f"(measured in {time.perf_counter() - t:.1f} s) vs the shipped REACH_BAND:")
         for i, h in enumerate(np.arange(0.0, 0.1001, 0.01)):
             shipped = REACH_BAND[i] if i < len(REACH_HEIGHTS) else (float("nan"), float("nan"))
-            print(f"  height {h:.2f}: measured {band[i, 0]:.4f}-{band[i, 1]:.4f}   shipped {shipped[0]:.4f}-{shipped[1]:.4f}")
+            print(f"  height {h:.2f}: measured {band[i, 0]:.4f}-{band[i, 1]:.4f}   "
+                  f"shipped {shipped[0]:.4f}-{shipped[1]:.4f}")
     for pos in ([0.0, 0.0, 0.02], [0.0, 0.05, 0.02], [0.0, -0.05, 0.02], [0.05, 0.05, 0.02], [-0.05, -0.05, 0.06]):
         lo, hi = yaw_range(kin, np.array(pos))
         print(f"yaw reachable at {pos}: {lo:+.2f} .. {hi:+.2f} rad (wrist_roll limits)")

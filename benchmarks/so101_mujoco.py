@@ -51,7 +51,8 @@ class So101MujocoConfig:
                 raise ValueError(f"So101MujocoConfig.{name} must be at least 1; got {getattr(self, name)!r}")
         bad = [k for k in self.kinds if k not in TARGET_KINDS]
         if bad or not self.kinds:
-            raise ValueError(f"So101MujocoConfig.kinds must name kinds of {', '.join(TARGET_KINDS)}; got {self.kinds!r}")
+            raise ValueError(f"So101MujocoConfig.kinds must name kinds of {', '.join(TARGET_KINDS)}; "
+                             f"got {self.kinds!r}")
 
 
 def so101_scenes(kinds: Tuple[str, ...]) -> SimConfig:

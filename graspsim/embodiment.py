@@ -176,9 +176,10 @@ SO101 = Embodiment(
     finger_thickness=0.010,
     fixed_jaw_thickness=0.022,
     fixed_jaw_y=0.020,  # geometry: "fixed pad inner face (sim y): 0.020001"
-    # geometry: "roll axis relative to the TCP: [0.00015 0.0185 0.1044]": the wrist roll turns the TCP about an axis
-    # 18.5 mm towards the fixed jaw
-    yaw_centre=(0.00015, 0.0185),
+    # geometry: "roll axis relative to the TCP: [0.00015 0.0185 0.1044]": the wrist roll alone would turn the TCP
+    # about an axis 18.5 mm towards the fixed jaw, but the IK layer (graspsim.mujoco.ik.CartesianIK, which the real
+    # arm's adapter shares) turns the gripper about the grasp point, straight above the TCP: the yaw centre is the TCP
+    yaw_centre=(0.0, 0.0),
     # issue 53 (a damped least-squares IK on the MJCF, straight-down grasp with free yaw): grasp point at 1.5 cm
     # height radius 0.11-0.28 m from the pan axis, at 5 cm 0.11-0.26, at 8 cm 0.13-0.20, at >= 10 cm none; heights
     # here are the TCP's (7.2 mm below the grasp point)

@@ -583,7 +583,7 @@ CASES = [
       must=("EvalSimConfig.gifs",)),
     C("es-moving-speed-reversed", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/o", "--moving-speed",
       "0.02", "0.01", must=("EvalSimConfig.moving_speed",)),
-    C("es-backend-unknown", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/o", "--backend", "mujoco",
+    C("es-backend-unknown", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/o", "--backend", "gazebo",
       must=("--backend",), ours=False),
     C("es-device-cuda", "eval-sim", "--policy", f"{T}/policy.pt", "--out", f"{T}/o", "--device", "cuda",
       must=("RuntimeConfig.device", "CUDA")),

@@ -228,10 +228,25 @@ def test_cube_across_its_corners_is_not_captured_by_the_one_jaw_gripper():
         assert bool(env.state.held[0]) == held, yaw
 
 
-def test_wrist_turns_about_the_yaw_centre():
-    cfg = _so101(("cube",))
+def test_so101_turns_about_its_grasp_point_as_the_ik_layer_does():
+    """The IK layer turns the gripper about the grasp point, straight above the TCP: a pure yaw leaves the TCP."""
+    env = GraspEnv(_so101(("cube",)), num_envs=2, seed=1, render_obs=False)
+    tcp0 = env.state.tcp_pos.clone()
+    for _ in range(5):
+        env.step(torch.tensor([[0.0, 0.0, 0.0, 1.0, -1.0], [0.0, 0.0, 0.0, -1.0, -1.0]]))
+    assert (env.state.wrist_yaw.abs() > 0.3).all()
+    assert torch.allclose(env.state.tcp_pos, tcp0, atol=1e-6)
+
+
+def test_wrist_turns_about_the_yaw_centre(monkeypatch):
+    """An arm whose wrist turns about an axis beside the TCP (the SO-101's roll axis, without the IK's correction)."""
+    from graspsim import embodiment
+
+    body = dataclasses.replace(SO101, name="roll_axis", yaw_centre=(0.00015, 0.0185))
+    monkeypatch.setitem(embodiment.EMBODIMENTS, "roll_axis", body)
+    cfg = dataclasses.replace(_so101(("cube",)), embodiment="roll_axis")
     env = GraspEnv(cfg, num_envs=2, seed=1, render_obs=False)
-    c = torch.tensor([[*SO101.yaw_centre, 0.0]]).expand(2, 3)
+    c = torch.tensor([[*body.yaw_centre, 0.0]]).expand(2, 3)
 
     def centre():
         s = env.state

@@ -178,6 +178,29 @@ def test_env_shapes_dtypes_and_determinism(env):
         assert torch.equal(p1[k], p2[k]), k
 
 
+def test_env_scene_in_a_batch_equals_the_scene_alone(env):
+    """The scenes share one model (their own parameters written in before each is stepped or drawn): a scene steps
+    and renders the same beside another scene as alone, and a partial reset leaves the other scene untouched."""
+    from graspsim.mujoco.env import MujocoGraspEnv
+
+    action = torch.tensor([[0.02, 0.0, -0.03, 0.1, -1.0], [0.01, -0.02, -0.02, -0.1, 1.0]])
+    env.reset(seeds=[5, 6])
+    for _ in range(3):
+        env.step(action)
+    with MujocoGraspEnv(env.cfg, num_envs=1) as alone:
+        alone.reset(seeds=[6])
+        for _ in range(3):
+            obs1, *_ = alone.step(action[1:])
+        for k in ("tcp_pos", "sphere_pos", "finger_width", "wrist_yaw"):
+            assert torch.equal(env.privileged()[k][1:], alone.privileged()[k]), k
+        obs2 = env.observe()
+        assert torch.equal(obs2["rgb"][1:], obs1["rgb"]) and torch.equal(obs2["mask"][1:], obs1["mask"])
+    before = {k: v[0].clone() for k, v in env.privileged().items()}
+    env.reset(env_ids=[1], seeds=[9])
+    for k, v in env.privileged().items():
+        assert torch.equal(v[0], before[k]), k
+
+
 def test_env_same_seed_same_scene_as_torch_sim(env):
     from graspsim.env import GraspEnv
 
@@ -196,12 +219,12 @@ def test_env_mask_is_exactly_the_target_pixels(env):
     for i, sc in enumerate(env.scenes):
         rgb, mask = sc.render()
         g = sc.target_geom
-        saved = int(sc.m.geom_group[g])
-        sc.m.geom_group[g] = 5  # not drawn: the pixels that change are the target's
+        saved = int(sc.params["geom_group"][g])
+        sc.params["geom_group"][g] = 5  # not drawn: the pixels that change are the target's
         try:
             without, mask_without = sc.render()
         finally:
-            sc.m.geom_group[g] = saved
+            sc.params["geom_group"][g] = saved
         changed = np.abs(rgb.astype(int) - without.astype(int)).sum(-1) > 0
         assert not mask_without.any()
         assert np.array_equal(changed, mask), f"scene {i}: {changed.sum()} changed pixels, {mask.sum()} mask pixels"
@@ -253,3 +276,14 @@ def test_scripted_grasp_lifts_each_kind(env):
     for seed in seeds[:3]:
         kind, ok = outcome[seed]
         assert ok, f"seed {seed}: the {kind} was not lifted"
+
+
+def test_make_env_builds_the_mujoco_backend():
+    import graspsim
+    from graspsim.mujoco.env import MujocoGraspEnv
+
+    with graspsim.make_env("mujoco", SimConfig(randomization=SO101_RANDOMIZATION, **SO101_LIMITS), 1) as e:
+        assert isinstance(e, MujocoGraspEnv)
+        assert e.reset(seeds=[0])["rgb"].shape == (1, 3, 64, 64)
+    with pytest.raises(ValueError, match="mujoco"):
+        graspsim.make_env("gazebo")

@@ -41,7 +41,8 @@ Bookkeeping in a :class:`graspsim.State`, so ``privileged()`` and the failure co
 * the pads never go below the table: the IK layer raises the target while the moving jaw, which swings up to 4.5 mm
   below the fixed one as it closes, would reach under it (:meth:`graspsim.mujoco.ik.CartesianIK.track`).
 
-One MuJoCo model + data + renderer per scene, stepped one after the other (no worker processes).
+One MuJoCo data per scene over one shared model and renderer (each scene's objects, looks and lens are written into
+the model before it is stepped or drawn), stepped one after the other (no worker processes).
 """
 
 from __future__ import annotations
@@ -106,12 +107,20 @@ def _quat_z(yaw: float) -> np.ndarray:
     return np.array([math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)])
 
 
-class _Scene:
-    """One MuJoCo scene: model, data, renderer and the ids the env needs."""
+SCENE_FIELDS = ("geom_contype", "geom_conaffinity", "geom_group", "geom_size", "geom_rbound", "geom_aabb", "geom_rgba",
+                "geom_matid", "body_mass", "body_inertia", "body_gravcomp", "mat_rgba", "mat_texrepeat", "light_dir",
+                "light_pos", "light_diffuse", "light_ambient", "light_specular", "cam_fovy")
+"""The model fields a scene sets (its objects, table look, light, lens): saved per scene, written back into the shared
+model before the scene is stepped or drawn."""
 
-    def __init__(self, mujoco, slots: int, size: int, render: bool):
+
+class _Scene:
+    """One MuJoCo scene: its own data and model parameters (:data:`SCENE_FIELDS`) over a model and a renderer shared
+    by every scene of the env (the arm's meshes make a model about 60 MB)."""
+
+    def __init__(self, mujoco, m, renderer, slots: int):
         self.mj = mujoco
-        self.m = m = scene_model(slots, TEX_SIZE)
+        self.m = m
         self.d = mujoco.MjData(m)
         self.arm_q = np.array([m.jnt_qposadr[m.joint(n).id] for n in ARM_JOINTS])
         self.arm_u = np.array([m.actuator(n).id for n in ARM_JOINTS])
@@ -131,14 +140,16 @@ class _Scene:
         self.target_geom = -1
         self.substeps = 1
         self.unstable = False  # MuJoCo reported a diverging simulation (and reset its data) in this episode
-        self.renderer = None
+        self.renderer = renderer
         self.opt = mujoco.MjvOption()  # geom groups 0-2 drawn: the scene and the gripper's visual meshes
         self.opt.geomgroup[3] = 0
-        if render:
-            try:
-                self.renderer = mujoco.Renderer(m, size, size)
-            except Exception as e:  # mujoco.FatalError without a GL platform
-                raise RuntimeError(GL_HINT) from e
+        self.params = {f: getattr(m, f).copy() for f in SCENE_FIELDS}
+
+    def activate(self) -> None:
+        """Write this scene's parameters into the shared model."""
+        m = self.m
+        for f, v in self.params.items():
+            getattr(m, f)[...] = v
 
     # ------------------------------------------------------------------ building
     def _set_object(self, name: str, kind_code: int, half: np.ndarray, pos: np.ndarray, yaw: float,
@@ -185,9 +196,13 @@ class _Scene:
         d.qvel[v:v + 6] = 0.0
         return active
 
-    def build(self, p: dict, kin: So101Kinematics, q_start: np.ndarray, jaw: float, substeps: int) -> None:
-        """Rebuild from one scene's parameters ``p`` (numpy, :func:`scene_params`) with the arm at ``q_start``."""
+    def build(self, p: dict, kin: So101Kinematics, q_start: np.ndarray, jaw: float, substeps: int,
+              fovy: float) -> None:
+        """Rebuild from one scene's parameters ``p`` (numpy, :func:`scene_params`) with the arm at ``q_start`` and the
+        wrist camera's vertical field of view ``fovy`` (degrees)."""
+        self.activate()
         m, d, mj = self.m, self.d, self.mj
+        m.cam_fovy[self.cam] = fovy
         mj.mj_resetData(m, d)
         self.substeps = substeps
         self.unstable = False
@@ -241,12 +256,15 @@ class _Scene:
         d.qpos[self.jaw_q] = jaw
         d.ctrl[self.arm_u] = q_start
         d.ctrl[self.jaw_u] = jaw
+        self.params = {f: getattr(m, f).copy() for f in SCENE_FIELDS}
         mj.mj_forward(m, d)
 
     # ------------------------------------------------------------------ stepping and measuring
-    def run(self, q_from: np.ndarray, q_to: np.ndarray, jaw_from: float, jaw_to: float, drift: np.ndarray | None) -> None:
+    def run(self, q_from: np.ndarray, q_to: np.ndarray, jaw_from: float, jaw_to: float,
+            drift: np.ndarray | None) -> None:
         """One control period: servo targets interpolated from ``q_from`` to ``q_to`` and ``jaw_from`` to ``jaw_to``
         over the substeps. ``drift`` (2,) m/s: the resting, untouched target is kept moving at it."""
+        self.activate()
         m, d, mj = self.m, self.d, self.mj
         n = self.substeps
         for k in range(1, n + 1):
@@ -256,7 +274,8 @@ class _Scene:
             if drift is not None and k == 1:
                 self._drive(drift)
             mj.mj_step(m, d)
-        bad = [int(w) for w in (mj.mjtWarning.mjWARN_BADQACC, mj.mjtWarning.mjWARN_BADQVEL, mj.mjtWarning.mjWARN_BADQPOS)]
+        warn = mj.mjtWarning
+        bad = [int(w) for w in (warn.mjWARN_BADQACC, warn.mjWARN_BADQVEL, warn.mjWARN_BADQPOS)]
         if any(d.warning[w].number for w in bad):  # MuJoCo reset the data: this episode's physics is void
             self.unstable = True
             for w in bad:
@@ -290,7 +309,8 @@ class _Scene:
         q = self.qadr["target"]
         quat = d.qpos[q + 3:q + 7]
         target_yaw = math.atan2(2 * (quat[0] * quat[3] + quat[1] * quat[2]), 1 - 2 * (quat[2] ** 2 + quat[3] ** 2))
-        return {"tcp": tcp, "grasp": grasp, "rot": R, "gap": max(0.0, kin.jaw_to_gap(d.qpos[self.jaw_q])), "jaw": float(d.qpos[self.jaw_q]),
+        jaw = float(d.qpos[self.jaw_q])
+        return {"tcp": tcp, "grasp": grasp, "rot": R, "gap": max(0.0, kin.jaw_to_gap(jaw)), "jaw": jaw,
                 "q": d.qpos[self.arm_q].copy(), "sphere": d.qpos[q:q + 3].copy(), "target_yaw": target_yaw,
                 "touch": self.touching_pads()}
 
@@ -309,6 +329,7 @@ class _Scene:
 
     def render(self) -> tuple[np.ndarray, np.ndarray]:
         """Wrist image H,W,3 uint8 and exact target mask H,W bool (segmentation == the target geom)."""
+        self.activate()
         r = self.renderer
         r.update_scene(self.d, camera=self.cam, scene_option=self.opt)
         rgb = r.render().copy()
@@ -320,15 +341,10 @@ class _Scene:
         mask = (seg[..., 0] == self.target_geom) & (seg[..., 1] == int(self.mj.mjtObj.mjOBJ_GEOM))
         return rgb, mask
 
-    def close(self) -> None:
-        if self.renderer is not None:
-            self.renderer.close()
-            self.renderer = None
 
-
-SCENE_KEYS = ("focal", "tcp_pos", "sphere_pos", "sphere_radius", "sphere_vel", "dist_kind", "dist_pos", "dist_size", "dist_yaw",
-              "dist_color", "sphere_color", "table_tex", "table_tint", "tex_scale", "light_dir", "light_intensity",
-              "ambient", "specular", "target_kind", "target_half_height", "target_yaw")
+SCENE_KEYS = ("focal", "tcp_pos", "sphere_pos", "sphere_radius", "sphere_vel", "dist_kind", "dist_pos", "dist_size",
+              "dist_yaw", "dist_color", "sphere_color", "table_tex", "table_tint", "tex_scale", "light_dir",
+              "light_intensity", "ambient", "specular", "target_kind", "target_half_height", "target_yaw")
 
 
 def scene_params(state: State, i: int) -> dict:
@@ -362,14 +378,17 @@ class MujocoGraspEnv:
         if not self.scene_fov:
             log.info("MujocoGraspEnv: the configuration's embodiment is not so101; the arm is the SO-101 all the same")
         self.scenes: list[_Scene] = []
+        self.renderer = None
         H = cfg.image_size
+        self.model = scene_model(cfg.randomization.max_distractors, TEX_SIZE)
         try:
-            for _ in range(num_envs):
-                self.scenes.append(_Scene(self.mj, cfg.randomization.max_distractors, H, True))
-        except BaseException:
-            self.close()
-            raise
-        self.substeps = max(1, int(round(cfg.dt / self.scenes[0].m.opt.timestep)))
+            self.renderer = self.mj.Renderer(self.model, H, H)
+        except Exception as e:  # mujoco.FatalError without a GL platform
+            raise RuntimeError(GL_HINT) from e
+        self.scenes = [_Scene(self.mj, self.model, self.renderer, cfg.randomization.max_distractors)
+                       for _ in range(num_envs)]
+        self.nominal_fovy = float(self.model.cam_fovy[self.scenes[0].cam])
+        self.substeps = max(1, int(round(cfg.dt / self.model.opt.timestep)))
         self.iks = [CartesianIK(self.kin, dt=cfg.dt, max_speed=cfg.max_speed, max_yaw_rate=cfg.max_yaw_rate,
                                 workspace=cfg.workspace, max_height=REACH_BAND_MAX_HEIGHT, open_gap=cfg.open_width)
                     for _ in range(num_envs)]
@@ -412,9 +431,9 @@ class MujocoGraspEnv:
                 raise RuntimeError(f"MujocoGraspEnv: no straight-down start pose at {start.round(4).tolist()} "
                                    f"(pos_err {res.pos_err:.4f} m)")
             jaw = ik.open_jaw
-            sc.build(p, self.kin, res.q, jaw, self.substeps)
-            if self.scene_fov:  # the embodiment's lens, drawn per scene (square image: vertical = horizontal fov)
-                sc.m.cam_fovy[sc.cam] = math.degrees(2 * math.atan(H / 2 / float(p["focal"])))
+            # the embodiment's lens, drawn per scene (square image: vertical = horizontal fov), or the nominal one
+            fovy = math.degrees(2 * math.atan(H / 2 / float(p["focal"]))) if self.scene_fov else self.nominal_fovy
+            sc.build(p, self.kin, res.q, jaw, self.substeps, fovy)
             ik.reset(res.q, jaw)
             self._jaw_cmd[i] = jaw
             mres = sc.measure(self.kin)
@@ -597,6 +616,7 @@ class MujocoGraspEnv:
         """A look at scene ``env_id`` from beside the table (height,width,3 uint8, every arm mesh drawn)."""
         mj = self.mj
         sc = self.scenes[env_id]
+        sc.activate()
         r = mj.Renderer(sc.m, height, width)
         try:
             cam = mj.MjvCamera()
@@ -611,13 +631,15 @@ class MujocoGraspEnv:
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
-        """Release every renderer (idempotent)."""
-        for sc in getattr(self, "scenes", []):
+        """Release the renderer (idempotent)."""
+        r = getattr(self, "renderer", None)
+        self.renderer = None
+        self.scenes = []
+        if r is not None:
             try:
-                sc.close()
+                r.close()
             except Exception:  # closing must not raise during interpreter shutdown
                 pass
-        self.scenes = []
 
     def __enter__(self) -> "MujocoGraspEnv":
         return self

@@ -123,7 +123,8 @@ class So101Kinematics:
         self.home = np.zeros(5)
         res = self.solve(np.array([0.0, 0.0, 0.05]), 0.0, np.array([0.0, 0.0, 0.6, 1.0, -1.4]))
         if not res.ok:
-            raise RuntimeError(f"So101Kinematics: no straight-down pose at the workspace centre (pos_err {res.pos_err})")
+            raise RuntimeError(f"So101Kinematics: no straight-down pose at the workspace centre "
+                               f"(pos_err {res.pos_err})")
         self.home = res.q
 
     # ------------------------------------------------------------------ forward
@@ -365,7 +366,8 @@ class CartesianIK:
         floor = self.kin.pad_depth(*span)
         p = np.array([min(max(p[0], -w), w), min(max(p[1], -w), w), min(max(p[2], floor), self.max_height)])
         inside = self.kin.band(p[2])
-        clipped = inside is None or not (inside[0] + self.band_margin <= self.kin.radius(p) <= inside[1] - self.band_margin)
+        m = self.band_margin
+        clipped = inside is None or not (inside[0] + m <= self.kin.radius(p) <= inside[1] - m)
         if clipped:
             p = self.kin.clamp_to_band(p, self.band_margin)
         res = self.kin.solve(p, yaw, self.q)

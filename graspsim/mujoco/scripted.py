@@ -3,7 +3,8 @@ the backend (contact physics, IK, jaw) apart from any learned policy.
 
 The approach: turn the wrist so a cube's faces are square to the pads, bring the grasp point above the target with
 the fixed pad's face just beside it (the moving jaw then pushes the target onto the fixed jaw), descend to the
-target's centre height (no lower than the closing jaw's sweep allows), close while holding the position, lift straight up. Proportional control of the grasp point, within the speed limits.
+target's centre height (no lower than the closing jaw's sweep allows), close while holding the position, lift
+straight up. Proportional control of the grasp point, within the speed limits.
 """
 
 from __future__ import annotations
