@@ -1,8 +1,9 @@
-"""The FSM expert's success per target kind, in the torch simulator and in pybullet (issue 39).
+"""The FSM expert's success per target kind, in the torch simulator, pybullet and MuJoCo (issues 39, 53).
 
     python benchmarks/expert_kinds.py --engine torch --episodes 1000
     python benchmarks/expert_kinds.py --engine bullet --episodes 1000 --kinds cube cylinder
     python benchmarks/expert_kinds.py --engine torch --episodes 1000 --embodiment so101
+    python benchmarks/expert_kinds.py --engine mujoco --episodes 200 --embodiment so101   # through the IK layer
 
 Each kind runs alone (``SimConfig.target.kinds = (kind,)``, default randomization) on episode seeds 0..N-1 of
 run seed 0's ``test`` stream through the one rollout driver, the expert reading privileged state (no images
@@ -34,6 +35,10 @@ def run(engine: str, kind: str, episodes: int, noise: float, workers: int, embod
     cfg = SimConfig(target=TargetConfig(kinds=(kind,)), embodiment=embodiment)
     if engine == "torch":
         env = GraspEnv(cfg, num_envs=min(episodes, 250), seed=0, render_obs=False)
+    elif engine == "mujoco":  # the SO-101's own model, contact physics, the expert's commands through the IK layer
+        from graspsim.mujoco import MujocoGraspEnv
+
+        env = MujocoGraspEnv(cfg, num_envs=1, seed=0, render_obs=False)
     else:
         from graspsim.bullet import BulletGraspEnv
 
@@ -51,7 +56,7 @@ def run(engine: str, kind: str, episodes: int, noise: float, workers: int, embod
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--engine", choices=("torch", "bullet"), default="torch")
+    ap.add_argument("--engine", choices=("torch", "bullet", "mujoco"), default="torch")
     ap.add_argument("--kinds", nargs="+", default=["sphere", "cube", "cylinder"])
     ap.add_argument("--episodes", type=int, default=1000)
     ap.add_argument("--noise", type=float, default=0.0, help="exploration noise std (m/s), as collect uses")

@@ -151,7 +151,7 @@ class DeployConfig:
     """Simulator configuration of the sim/bullet world (and the control rate used at --hz 0)."""
     so101: So101Config = field(default_factory=So101Config)
     """The real SO-101 of --robot so101 (LeRobot's driver): --so101.port, --so101.id, --so101.dry-run, --so101.speed
-    (docs/so101_real_arm.md). Other robots ignore it."""
+    (docs/so101.md). Other robots ignore it."""
     threads: tyro.conf.Suppress[Optional[int]] = None
     """Older spelling of runtime.threads (no flag): given, it replaces runtime.threads."""
     progress: tyro.conf.Suppress[Optional[bool]] = None

@@ -50,7 +50,7 @@ TESTED_LEROBOT = ("0.4.4",)
 """LeRobot versions this adapter was tested with (``lerobot.robots.so_follower`` against a mocked Feetech bus driving
 the MuJoCo SO-101). 0.4.4 is the newest for Python 3.10-3.11; 0.5 and later need Python >= 3.12."""
 INSTALL_HINT = ("pip install 'graspsim[so101]' (LeRobot 0.4.4 and the small packages its SO-101 driver imports; "
-                "docs/so101_real_arm.md)")
+                "docs/so101.md)")
 ARM_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll")
 """LeRobot's motor names of the five arm joints, in the order of every ``q`` (the same names as the model's)."""
 GRIPPER = "gripper"
@@ -116,7 +116,7 @@ class JointMap:
 
 @dataclass(frozen=True)
 class So101Config:
-    """The SO-101 on LeRobot's driver (``--robot so101``); docs/so101_real_arm.md walks through a first run."""
+    """The SO-101 on LeRobot's driver (``--robot so101``); docs/so101.md walks through a first run."""
 
     port: str = ""
     """Serial port of the arm's servo bus, e.g. /dev/ttyACM0 (lerobot-find-port names it)."""
