@@ -189,14 +189,14 @@ def _soak(tmp_path: Path, make, min_ticks: int, run_ticks: tuple[int, int], seed
     """Deploy runs until ``min_ticks`` ticks were run, each ended by the next fault of a shuffled cycle at a random
     number of sent commands in ``run_ticks``, then one ended by SIGTERM. ``make(plan)`` -> (cfg kwargs, camera,
     robot, controller, cleanup)."""
-    from graspsim.cli.cli import _stop_on_signals
+    from graspsim import interrupts
 
     rng = np.random.default_rng(seed)
     kinds = [k for k in FAULTS if k != "sigterm"]
     plan = Plan()
     kw, camera, robot, controller, cleanup = make(plan)
     total, runs, seen, rss = 0, 0, set(), []
-    previous = _stop_on_signals()  # SIGTERM raises in the main thread, as under the graspsim command
+    interrupts.install()  # stop signals raise in the main thread, as under the graspsim command
     try:
         order: list[str] = []
         while total < min_ticks or not seen >= set(kinds):
@@ -213,8 +213,7 @@ def _soak(tmp_path: Path, make, min_ticks: int, run_ticks: tuple[int, int], seed
                           controller)
         rss.append(_rss_mb())
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        interrupts.uninstall()
         cleanup()
     return {"ticks": total, "runs": runs + 1, "rss_mb": rss}
 
