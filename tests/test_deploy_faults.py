@@ -225,6 +225,16 @@ def exported(tmp_path_factory) -> dict:
     def truncate(d: Path) -> None:
         (d / "vision.onnx").write_bytes((d / "vision.onnx").read_bytes()[:300])
 
+    edits = {"speed5": ("control.max_speed", 5.0, False), "speed5_rehashed": ("control.max_speed", 5.0, True),
+             "speed_negative": ("control.max_speed", -0.1, True), "threshold0": ("vision.threshold", 0.0, True),
+             "threshold2": ("vision.threshold", 2.0, True), "size96": ("vision.image_size", 96, True)}
+    for name, (key, value, rehash) in edits.items():
+        shutil.copytree(root / "x", root / name)
+        _edit_contract(root / name, key, value, rehash)
+    mirrored = json.loads((root / "x" / "contract.json").read_text())["vision"]["mirror_tta"]
+    export(ExportConfig(vision=VISION, policy=POLICY, out=root / "other", check=False, mirror_tta=not mirrored))
+    shutil.copytree(root / "x", root / "foreign_graph")  # a vision.onnx of another export (the other mirror choice)
+    shutil.copy(root / "other" / "vision.onnx", root / "foreign_graph" / "vision.onnx")
     for name, damage in (("truncated", truncate),
                          ("empty", lambda d: (d / "control.onnx").write_bytes(b"")),
                          ("no_threshold", lambda d: _drop_key(d / "contract.json", "vision", "threshold")),
@@ -232,6 +242,23 @@ def exported(tmp_path_factory) -> dict:
         shutil.copytree(root / "x", root / name)
         damage(root / name)
     return {"root": root, "calibrated": calibrated}
+
+
+def _edit_contract(folder: Path, key: str, value, rehash: bool) -> None:
+    """Set the dotted ``key`` of ``folder``'s contract; ``rehash``: also recompute its checksum, as someone who
+    knows the format would (the range checks must then catch it)."""
+    from graspsim.robot.onnx_contract import HASH_KEY, contract_digest
+
+    path = folder / "contract.json"
+    c = json.loads(path.read_text())
+    d = c
+    *parents, last = key.split(".")
+    for k in parents:
+        d = d[k]
+    d[last] = value
+    if rehash:
+        c[HASH_KEY] = contract_digest(c)
+    path.write_text(json.dumps(c))
 
 
 def _drop_key(path: Path, section: str, key: str | None) -> None:
@@ -246,10 +273,24 @@ def _drop_key(path: Path, section: str, key: str | None) -> None:
 @pytest.mark.parametrize("folder, vision, message", [
     ("x", "calibrated", "x/contract.json was exported from the vision checkpoint {VISION}, not from --vision "
                         "{calibrated} (their sha256 differ)"),
-    ("truncated", None, "truncated/vision.onnx: onnxruntime cannot load this graph ("),
+    ("truncated", None, "truncated/vision.onnx is not the graph {root}/truncated/contract.json was exported with "
+                        "(their sha256 differ: a graph copied from another export, or changed)"),
     ("empty", None, "empty/control.onnx is empty; export again with 'graspsim export'"),
     ("no_threshold", None, "no_threshold/contract.json lacks vision.threshold; export again"),
     ("no_sources", None, "no_sources/contract.json lacks sources.vision.sha256, sources.policy.sha256; export again"),
+    # issue 55, item 4: an edited contract, its constants out of range, a graph of another export; item 14: its
+    # image_size other than the graphs' (found before the robot is opened, not after homing)
+    ("speed5", None, "speed5/contract.json was changed after it was exported (its contract_sha256 does not match"),
+    ("speed5_rehashed", None, "speed5_rehashed/contract.json: control.max_speed is 5.0; it must be a speed above 0 "
+                              "and at most 1 m/s"),
+    ("speed_negative", None, "control.max_speed is -0.1; it must be a speed above 0"),
+    ("threshold0", None, "threshold0/contract.json: vision.threshold is 0.0; it must be a probability strictly "
+                         "between 0 and 1"),
+    ("threshold2", None, "vision.threshold is 2.0; it must be a probability strictly between 0 and 1"),
+    ("size96", None, "size96/vision.onnx: its 'rgb' is ['batch', 3, 64, 64] but the contract (contract.json) says "
+                     "['batch', 3, 96, 96] (image_size 96)"),
+    ("foreign_graph", None, "foreign_graph/vision.onnx is not the graph {root}/foreign_graph/contract.json was "
+                            "exported with (their sha256 differ"),
 ])
 def test_onnx_folder_is_checked_against_the_checkpoints(tmp_path, capsys, exported, folder, vision, message):
     root = exported["root"]
@@ -258,7 +299,7 @@ def test_onnx_folder_is_checked_against_the_checkpoints(tmp_path, capsys, export
     code, line = _run(["deploy", "--vision", str(vision_path), "--policy", str(POLICY), "--runtime", "onnx",
                        "--onnx", str(root / folder), "--camera", "deploy_fakes:RedDotCamera", "--robot",
                        "deploy_fakes:LoggingRobot", "--out", str(out), *FAKE], capsys)
-    expected = message.format(VISION=VISION, calibrated=exported["calibrated"])
+    expected = message.format(VISION=VISION, calibrated=exported["calibrated"], root=root)
     assert code == 2 and line.startswith("graspsim deploy: error: ") and expected in line, line
     assert deploy_fakes.EVENTS == [] and not out.exists()
 
