@@ -297,8 +297,9 @@ def _swap(stage: Path, out: Path, owns: Callable[[str], bool], before: dict | No
     def taken(now) -> FileExistsError:
         held = f" (it now holds {_names([out / n for n in now])})" if now else ""
         return FileExistsError(f"{flag} {out} was written by another run while this one worked{held}; this run's "
-                               f"outputs were dropped, so as not to replace that run's: run again with --overwrite to "
-                               f"replace them, or choose another {flag}")
+                               f"outputs were dropped, so as not to replace that run's: once that run has ended, run "
+                               f"this one again (with --overwrite, which replaces what that run wrote), or choose "
+                               f"another {flag}")
 
     if before is None:
         try:

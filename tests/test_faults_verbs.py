@@ -222,7 +222,9 @@ def test_two_exports_into_one_out_the_second_to_finish_is_refused(tmp_path, caps
     code, line = _run(["export-dataset", str(episodes["good"]), "--out", str(out), *flags], capsys)
     assert code == 2 and line.startswith(f"graspsim export-dataset: error: --out {out} was written by another run "
                                          "while this one worked (it now holds "), line
-    assert line.endswith("run again with --overwrite to replace them, or choose another --out")
+    # issue 55: the advice holds whether --overwrite was given or not (it used to suggest the flag already given)
+    assert line.endswith("once that run has ended, run this one again (with --overwrite, which replaces what that run "
+                         "wrote), or choose another --out")
     info = json.loads((out / "meta" / "info.json").read_text())
     assert info["total_episodes"] == 4 == other["summary"]["episodes"]  # the other run's export, whole
     assert _hidden(tmp_path) == []
@@ -496,3 +498,112 @@ def test_record_of_rgba_files_keeps_their_colours(tmp_path, capsys):
 
     got = read_image(out / "images" / "frame_0000.png")
     assert got.shape == (32, 32, 3) and tuple(got[0, 0]) == (200, 100, 10)
+
+
+# ------------------------------------------------------------------------------------------ issue 55
+def test_an_interrupted_collect_overwrite_keeps_the_earlier_file(tmp_path, capsys, monkeypatch):
+    """Item 9: Ctrl-C in a `collect --overwrite` used to replace the earlier file with the partial one; the earlier
+    file stays, as after a hard kill (docs/cli.md)."""
+    import graspsim.expert.collect as collect_mod
+    from graspsim.dataset import describe
+
+    out = tmp_path / "d.h5"
+    small = ["--sim.image-size", "16", "--sim.no-shadows", "--num-envs", "2", "--no-progress"]
+    assert main(["collect", "--out", str(out), "--episodes", "2", "--seed", "1", *small]) == 0
+    before = out.read_bytes()
+    real_run = collect_mod._run
+
+    def interrupted_after_a_commit(cfg, writer, *a, **k):
+        def commit_then_stop(stats):
+            raise KeyboardInterrupt  # Ctrl-C right after the first commit of the new file
+        return real_run(cfg, writer, *a[:3], commit_then_stop, *a[4:], **k)
+
+    monkeypatch.setattr(collect_mod, "_run", interrupted_after_a_commit)
+    capsys.readouterr()
+    code = main(["collect", "--out", str(out), "--episodes", "6", "--seed", "2", "--overwrite", *small])
+    err = capsys.readouterr().err
+    assert code == 130 and err.strip().splitlines()[-1] == "graspsim collect: interrupted (SIGINT)", err
+    assert out.read_bytes() == before and describe(out)["episodes"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.h5"]  # no staged file, no parts folder
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["collect", "--out", "{t}/d.h5", "--episodes", "99999999999999999999"],
+     "CollectConfig.episodes must be an int in 1..10000000"),
+    (["collect", "--out", "{t}/d.h5", "--threads", "1000"], "RuntimeConfig.threads must be an int in 0..256"),
+    (["record", "--camera", "deploy_fakes:RedDotCamera", "--out", "{t}/r", "--hz", "1e6"],
+     "RecordConfig.hz must be at most 1000 Hz"),
+    (["collect", "--out", "{t}/d.h5", "--sim.randomization.slip-rate", "0.05", "0.0"],
+     "RandomizationConfig.slip_rate must be a (low, high) pair of finite numbers with low <= high; got (0.05, 0.0)"),
+])
+def test_counts_rates_and_ranges_are_refused_with_sane_bounds(tmp_path, capsys, argv, message):
+    """Item 13 and the clean-but-poor list: huge counts and rates are capped; a reversed range's message gives real
+    bounds, not -inf...inf."""
+    code, line = _run([a.replace("{t}", str(tmp_path)) for a in argv], capsys)
+    assert code == 2 and message in line and "inf" not in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("verb", ["collect", "deploy"])
+def test_a_world_size_that_is_no_number_is_one_line(tmp_path, capsys, monkeypatch, verb):
+    """Item 14: WORLD_SIZE=abc used to end in a traceback."""
+    monkeypatch.setenv("WORLD_SIZE", "abc")
+    code, line = _run([verb, "--out", str(tmp_path / "o.h5")], capsys)
+    assert code == 2 and line == (f"graspsim {verb}: error: environment variable WORLD_SIZE='abc' is not an integer "
+                                  "(set by torchrun)"), line
+
+
+def test_a_reader_that_goes_away_does_not_turn_an_error_or_a_ctrl_c_into_success(tmp_path):
+    """Item 10: `graspsim deploy ... 2>&1 | head -1` used to exit 0 after an error or a Ctrl-C (the BrokenPipeError of
+    the last line was taken for "the reader left, all is well"). Two runs side by side: the reader closes the pipe
+    after the first line; the exit code is still the run's."""
+    cases = {"PipeErrorCamera": 2, "PipeInterruptCamera": 130}
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    procs = {}
+    for cam in cases:
+        procs[cam] = subprocess.Popen(
+            [sys.executable, "-m", "graspsim.cli", "deploy", "--vision", str(VISION), "--policy", str(POLICY),
+             "--camera", f"test_faults_verbs:{cam}", "--robot", "dry-run", "--out", str(tmp_path / cam), "--hz",
+             "50", "--time-limit", "60", "--warmup", "1", "--no-progress"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, preexec_fn=_default_sigint)
+    for cam, proc in procs.items():
+        seen = []
+        while not seen or b"camera hiccup" not in seen[-1]:  # (overrun warnings may come first)
+            seen.append(proc.stderr.readline())
+            assert seen[-1], seen
+        proc.stderr.close()  # the reader goes away (head -1) before the run's last line
+    for cam, proc in procs.items():
+        assert proc.wait(timeout=120) == cases[cam], cam
+        assert json.loads((tmp_path / cam / "summary.json").read_text())["ended"] in ("error", "interrupted")
+
+
+class PipeErrorCamera(RedDotCamera):
+    """Logs a line, waits (for the reader to leave), then fails."""
+
+    name = "pipe-error"
+
+    def read(self, timeout):
+        if self.k == 2:
+            import logging
+
+            logging.getLogger("fake").warning("camera hiccup")
+            time.sleep(1.5)
+            raise OSError("camera unplugged")
+        return super().read(timeout)
+
+
+class PipeInterruptCamera(RedDotCamera):
+    """Logs a line, waits (for the reader to leave), then Ctrl-C arrives."""
+
+    name = "pipe-interrupt"
+
+    def read(self, timeout):
+        if self.k == 2:
+            import logging
+
+            from graspsim.interrupts import Stopped
+
+            logging.getLogger("fake").warning("camera hiccup")
+            time.sleep(1.5)
+            raise Stopped(signal.SIGINT)
+        return super().read(timeout)
