@@ -607,3 +607,52 @@ class PipeInterruptCamera(RedDotCamera):
             time.sleep(1.5)
             raise Stopped(signal.SIGINT)
         return super().read(timeout)
+
+
+def _damaged_copy(good: Path, root: Path, name: str, damage) -> Path:
+    path = root / f"{name}.h5"
+    shutil.copy(good, path)
+    with h5py.File(path, "r+") as f:
+        damage(f["data/demo_1"])
+    return path
+
+
+def _fewer_actions(g) -> None:
+    a = g["actions"][()]
+    del g["actions"]
+    g["actions"] = a[:5]
+
+
+def _nan_actions(g) -> None:
+    a = g["actions"][()]
+    a[2, 0] = np.nan
+    g["actions"][...] = a
+
+
+def _float_rgb(g) -> None:
+    rgb = g["obs/rgb"][()].astype(np.float64)
+    del g["obs/rgb"]
+    g["obs/rgb"] = rgb
+
+
+@pytest.mark.parametrize("name, damage, problem", [
+    ("no_rgb", lambda g: g["obs"].__delitem__("rgb"), "demo_1: no obs/rgb (the wrist frames)"),
+    ("fewer_actions", _fewer_actions, "demo_1: 5 actions for 8 steps"),
+    ("nan_actions", _nan_actions, "demo_1: 1 NaN or infinite action values"),
+    ("float_rgb", _float_rgb, "demo_1: obs/rgb is float64 (8, 32, 32, 3); expected T,H,W,3 uint8"),
+])
+def test_inspect_flags_files_that_export_and_training_would_refuse(tmp_path, capsys, caplog, episodes, name, damage,
+                                                                    problem):
+    """Item 12: inspect used to call these files healthy (export-dataset refuses them); a float64 obs/rgb ended in a
+    traceback when drawn (item 14)."""
+    path = _damaged_copy(episodes["good"], tmp_path, name, damage)
+    code, _ = _run(["inspect", str(path), "--no-media"], capsys)
+    assert code == 0 and f"{path}: {problem}" in caplog.text
+    from graspsim.expert.inspect import health
+
+    assert [p[:len(problem)] for p in health(path)] == [problem] and health(episodes["good"]) == []
+    if name == "float_rgb":  # drawing it: one line, no traceback
+        code, line = _run(["inspect", str(path), "--demo", "1", "--out", str(tmp_path / "media")], capsys)
+        assert code == 2 and line == ("graspsim inspect: error: obs/rgb must be T,H,W,3 uint8 to be drawn; got "
+                                      "float64 (8, 32, 32, 3)"), line
+        assert not (tmp_path / "media").exists() or list((tmp_path / "media").iterdir()) == []
