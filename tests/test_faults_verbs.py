@@ -656,3 +656,19 @@ def test_inspect_flags_files_that_export_and_training_would_refuse(tmp_path, cap
         assert code == 2 and line == ("graspsim inspect: error: obs/rgb must be T,H,W,3 uint8 to be drawn; got "
                                       "float64 (8, 32, 32, 3)"), line
         assert not (tmp_path / "media").exists() or list((tmp_path / "media").iterdir()) == []
+
+
+@pytest.mark.parametrize("how", ["grey", "inverted", "fine"])
+def test_eval_real_warns_about_grey_frames_and_inverted_masks(tmp_path, capsys, caplog, how):
+    """Item 12: eval-real used to report IoU 0.000 without a word on grey frames or inverted masks (calibrate refuses
+    both; eval-real scores them, warns and records it in metrics.json)."""
+    root = _labelled(tmp_path / "s", grey=how == "grey", inverted=how == "inverted")
+    out = tmp_path / "ev"
+    code, _ = _run(["eval-real", "--vision", str(VISION), "--images", str(root / "images"), "--masks",
+                    str(root / "masks"), "--out", str(out), "--no-progress"], capsys)
+    assert code == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["grey_images"] == (6 if how == "grey" else 0)
+    assert m["masks_look_inverted"] is (how == "inverted")
+    assert ("6 of the 6 images" in caplog.text and "have no colour" in caplog.text) is (how == "grey")
+    assert ("look inverted" in caplog.text) is (how == "inverted")
