@@ -658,3 +658,32 @@ def test_a_second_signal_during_a_slow_stop_does_not_cut_it_short(tmp_path):
         assert len(_rows(out / "ticks.csv")) == ev.count("send")
         assert _tree(out) == ["summary.json", "ticks.csv"]
     assert _hidden(tmp_path) == []
+
+
+def test_a_full_disk_is_refused_up_front_and_a_failed_write_names_its_file(tmp_path, capsys, monkeypatch):
+    """Clean but poor: a full disk passed the writability probe, and the failed write named no file."""
+    import errno
+
+    import graspsim.fileio as fileio
+
+    out = tmp_path / "o"
+    monkeypatch.setattr(fileio, "free_bytes", lambda folder: 4096)
+    code, line = _run(["deploy", *NETS, "--camera", "deploy_fakes:RedDotCamera", "--robot",
+                       "deploy_fakes:LoggingRobot", "--out", str(out), *FAKE], capsys)
+    assert code == 2 and line == (f"graspsim deploy: error: --out {out} cannot be written (inside {tmp_path}): its "
+                                  "disk is full (4 KiB free); free some space or choose another --out"), line
+    assert deploy_fakes.EVENTS == [] and not out.exists()
+    monkeypatch.undo()
+
+    real = Path.write_text
+
+    def disk_fills_up(self, *a, **k):  # the summary's write fails as on a disk that filled up during the run
+        if self.name.startswith(".summary.json"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(Path, "write_text", disk_fills_up)
+    code, line = _run(["deploy", *NETS, "--camera", "deploy_fakes:RedDotCamera", "--robot",
+                       "deploy_fakes:LoggingRobot", "--out", str(out), *FAKE], capsys)
+    assert code == 2 and line == f"graspsim deploy: error: No space left on device: {out}/summary.json", line
+    assert _kinds()[-1] == "stop" and not out.exists() and [p for p in tmp_path.iterdir()] == []
