@@ -138,6 +138,10 @@ def _on_signal(signum: int, frame) -> None:
     if first:
         _STATE.pending = signum
     if _STATE.shield > 0:
+        if first:  # it takes effect once the block is done (the next check())
+            log.info("%s arrived while %s; it takes effect once that is done", signal_name(signum),
+                     _STATE.shield_what)
+            return
         _STATE.held.append(signum)
         log.warning("%s arrived while %s; finishing that first (a further signal is held too; SIGKILL would leave "
                     "it unfinished)", signal_name(signum), _STATE.shield_what)

@@ -118,11 +118,21 @@ def _capture(reader: CameraReader, cfg: RecordConfig, writer) -> tuple[str, Base
     t_first = None
     for _ in range(cfg.frames):
         try:
-            interrupts.check()  # a stop signal whose exception was lost still ends the capture here
+            interrupts.check()  # a stop signal whose exception was lost (or held while a frame was written) ends here
             if period:
                 time.sleep(max(0.0, next_t - time.monotonic()))
                 next_t += period
-            f = reader.read(cfg.frame_timeout)
+            try:
+                f = reader.read(cfg.frame_timeout)
+            except (EndOfStream, KeyboardInterrupt, CameraError):
+                raise
+            except BaseException as e:  # a user's camera may raise anything: the frames so far are kept
+                raise CameraError(f"{reader.who} raised {type(e).__name__}: {e}") from None
+            t_first = f.t if t_first is None else t_first
+            name = frame_stem(len(writer)) + PNG  # the writer's own name for this frame
+            with interrupts.shielded("a frame was being written"):  # a frame and its row are written whole
+                writer.add(f.rgb, meta={"image": name, "t_s": f"{f.t - t_first:.4f}",
+                                        "age_ms": f"{1e3 * (time.monotonic() - f.t):.2f}"})
         except EndOfStream:
             return "camera_ended", None
         except KeyboardInterrupt as e:
@@ -130,12 +140,6 @@ def _capture(reader: CameraReader, cfg: RecordConfig, writer) -> tuple[str, Base
             return "interrupted", e
         except CameraError as e:
             return "camera_failed", e
-        except BaseException as e:  # a user's camera may raise anything: the frames so far are kept
-            return "camera_failed", CameraError(f"{reader.who} raised {type(e).__name__}: {e}")
-        t_first = f.t if t_first is None else t_first
-        name = frame_stem(len(writer)) + PNG  # the writer's own name for this frame
-        writer.add(f.rgb, meta={"image": name, "t_s": f"{f.t - t_first:.4f}",
-                                "age_ms": f"{1e3 * (time.monotonic() - f.t):.2f}"})
     return "done", None
 
 
