@@ -470,8 +470,12 @@ def _run_episodes(env: RobotEnv, seeds: list[int], hooks: TickHooks, robot) -> t
     try:
         run_episodes(env, seeds, hooks)
     except EndOfStream as e:
-        log.info("%s; %s", e, stop_first(robot))
+        note = stop_first(robot)
         hooks.close_episode("camera_ended", False, env.ticks)
+        if not hooks.stats.times["tick"]:  # not a single tick: the run did nothing, which is no success
+            return "error", DeployError(f"{hooks.reader.who} gave no frame: its source ended before the first tick "
+                                        f"({e}); {note}")
+        log.info("%s; %s", e, note)
         return "camera_ended", None
     except KeyboardInterrupt as e:  # Ctrl-C, or any stop signal under the graspsim command (graspsim.interrupts)
         note = stop_first(robot)  # shielded: a second signal does not cut it short

@@ -525,3 +525,14 @@ class FileLogCamera(RedDotCamera):
     def read(self, timeout):
         _file_log("read")
         return super().read(timeout)
+
+
+class EmptyCamera(RedDotCamera):
+    """A finite source that has no frame at all."""
+
+    name = "empty"
+
+    def read(self, timeout):
+        from graspsim.robot.cameras import EndOfStream
+
+        raise EndOfStream("empty: no frame left")

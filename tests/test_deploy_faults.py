@@ -687,3 +687,41 @@ def test_a_full_disk_is_refused_up_front_and_a_failed_write_names_its_file(tmp_p
                        "deploy_fakes:LoggingRobot", "--out", str(out), *FAKE], capsys)
     assert code == 2 and line == f"graspsim deploy: error: No space left on device: {out}/summary.json", line
     assert _kinds()[-1] == "stop" and not out.exists() and [p for p in tmp_path.iterdir()] == []
+
+
+def test_a_camera_without_a_single_frame_is_an_error_naming_it(tmp_path, capsys):
+    """Clean but poor: a source that ended before the first tick ran nothing and exited 0."""
+    out = tmp_path / "o"
+    code, line = _run(["deploy", *NETS, "--camera", "deploy_fakes:EmptyCamera", "--robot",
+                       "deploy_fakes:LoggingRobot", "--out", str(out), *FAKE], capsys)
+    assert code == 2 and line == ("graspsim deploy: error: camera 'empty' (EmptyCamera.read) gave no frame: its source "
+                                  "ended before the first tick (empty: no frame left); the robot was sent a stop "
+                                  "command"), line
+    assert _kinds() == ["stop"] and _summary(out)["ended"] == "error" and _rows(out / "ticks.csv") == []
+
+
+def test_a_signal_during_a_blocked_read_ends_the_run_at_once(tmp_path, capsys, caplog):
+    """Clean but poor: a SIGTERM while the camera's read is blocked used to wait up to --frame-timeout + 0.5 s (20 s
+    here) in silence after stop(); now a read in flight is given one second, with a warning, and left."""
+    import os
+    import signal
+    import threading
+
+    def terminate_once_blocked():
+        t0 = time.monotonic()
+        while not any(k == "blocked" for k, _ in deploy_fakes.STAMPS) and time.monotonic() - t0 < 30:
+            time.sleep(0.01)
+        time.sleep(0.3)  # the watchdog's stop has gone out (2 periods of 50 ms)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    out = tmp_path / "o"
+    threading.Thread(target=terminate_once_blocked, daemon=True).start()
+    code, line = _run(["deploy", *NETS, "--camera", "deploy_fakes:BlockingCamera", "--robot",
+                       "deploy_fakes:TimedRobot", "--out", str(out), "--hz", "20", "--frame-timeout", "20",
+                       "--time-limit", "60", "--warmup", "1", "--no-progress"], capsys)
+    signalled = next(t for k, t in deploy_fakes.STAMPS if k == "blocked") + 0.3
+    assert code == 143 and line == "graspsim deploy: interrupted (SIGTERM)", line
+    assert time.monotonic() - signalled < 5  # not 20 s
+    assert [k for k, _ in deploy_fakes.STAMPS] == ["send", "send", "blocked", "stop", "stop"]
+    assert "(BlockingCamera.read) is still blocked; it was not closed" in caplog.text
+    assert _summary(out)["ended"] == "interrupted"
