@@ -672,3 +672,52 @@ def test_eval_real_warns_about_grey_frames_and_inverted_masks(tmp_path, capsys, 
     assert m["masks_look_inverted"] is (how == "inverted")
     assert ("6 of the 6 images" in caplog.text and "have no colour" in caplog.text) is (how == "grey")
     assert ("look inverted" in caplog.text) is (how == "inverted")
+
+
+def test_a_stop_signal_python_discards_in_a_finalizer_is_delivered_again():
+    """Item 3 (the `graspsim pipeline` case): a SIGTERM whose exception was raised inside a weakref callback used to
+    be discarded ("Exception ignored ... _Stopped") and the run went on for minutes, then exited 0."""
+    import weakref
+
+    from graspsim import interrupts
+
+    assert interrupts.install()
+    try:
+        class Thing:
+            pass
+
+        def callback(_):
+            os.kill(os.getpid(), signal.SIGTERM)
+            t = time.monotonic()
+            while time.monotonic() - t < 0.05:  # the handler runs here, inside the callback
+                pass
+
+        thing = Thing()
+        ref = weakref.ref(thing, callback)  # noqa: F841
+        t0 = time.monotonic()
+        with pytest.raises(interrupts.Stopped) as e:
+            del thing
+            while time.monotonic() - t0 < 5:  # ordinary work: the signal must land here
+                sum(range(100))
+        assert e.value.signum == signal.SIGTERM and time.monotonic() - t0 < 1.0
+    finally:
+        interrupts.uninstall()
+
+
+def test_every_verb_loop_checks_the_stop_flag(tmp_path, capsys):
+    """Item 3: a stop signal whose exception never reached the verb (held, or discarded) still ends eval-sim at its
+    next step: the rollout driver checks the flag (as the training loops, record and deploy do)."""
+    from graspsim import interrupts
+
+    assert interrupts.install()
+    try:
+        with interrupts.shielded("a test's block"):  # the handler records the signal and does not raise
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        assert interrupts.requested() == signal.SIGTERM
+        code = main(["eval-sim", "--policy", str(POLICY), "--out", str(tmp_path / "ev"), "--episodes", "2",
+                     "--no-progress"])
+    finally:
+        interrupts.uninstall()
+    assert code == 143 and capsys.readouterr().err.strip().splitlines() == ["graspsim eval-sim: interrupted (SIGTERM)"]
+    assert list(tmp_path.iterdir()) == []
