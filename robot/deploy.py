@@ -353,14 +353,11 @@ def _open_and_run(cfg: DeployConfig, stage: Path, parts: _Parts, controller, rec
     if parts.own_camera:
         parts.camera = open_camera(cam_name, parts.world)
     parts.reader = CameraReader(parts.camera)
-    try:
-        if recording is None:
-            return _run(cfg, stage, parts.camera, robot, ctl, TickLog(wrist=ctl.wrist), parts.reader, ending)
-        with recording:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
-            return _run(cfg, stage, parts.camera, robot, ctl, TickLog(recording, ctl.wrist), parts.reader, ending)
-    except BaseException:  # anything that escaped the run's own handling: the robot is stopped first
-        stop_first(robot)
-        raise
+    # every way the episodes end stops the robot (_run_episodes); a refusal before them (fingertip points) sends nothing
+    if recording is None:
+        return _run(cfg, stage, parts.camera, robot, ctl, TickLog(wrist=ctl.wrist), parts.reader, ending)
+    with recording:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
+        return _run(cfg, stage, parts.camera, robot, ctl, TickLog(recording, ctl.wrist), parts.reader, ending)
 
 
 def check_net_kinds(cfg: DeployConfig) -> None:

@@ -598,6 +598,11 @@ def _hidden(folder: Path) -> list[str]:
     return [p.name for p in folder.iterdir() if p.name.endswith((".staging", ".old"))]
 
 
+def _after_last_send(ev: list[str]) -> list[str]:
+    """The robot's calls after its last send (a loaded machine may also see watchdog stops earlier in the run)."""
+    return ev[len(ev) - ev[::-1].index("send"):] if "send" in ev else ev
+
+
 def test_every_stop_signal_stops_the_robot_first_and_keeps_the_summary(tmp_path):
     """Item 1: SIGQUIT (Ctrl-\\), SIGUSR1, SIGUSR2 and SIGALRM used to kill deploy with no stop(), no summary.json
     and a staging folder left behind; record keeps its frames. The processes run side by side (one startup's time)."""
@@ -623,7 +628,7 @@ def test_every_stop_signal_stops_the_robot_first_and_keeps_the_summary(tmp_path)
             assert "frames.csv" in frames and 3 <= len([f for f in frames if f.startswith("images/")]) <= reads
             continue
         ev = _events(log)
-        assert ev[-2:] == ["stop", "close"] and "stop" not in ev[:-2], ev[-5:]  # stop right after the last send
+        assert _after_last_send(ev) == ["stop", "close"], ev[-5:]  # stop right after the last send, then close
         assert f"interrupted ({sig.name}): the robot was sent a stop command" in err
         s = _summary(out)
         assert s["ended"] == "interrupted" and s["signal"] == sig.name and s["signals_while_stopping"] == []
@@ -652,7 +657,7 @@ def test_a_second_signal_during_a_slow_stop_does_not_cut_it_short(tmp_path):
         assert err.strip().splitlines()[-1] == f"graspsim deploy: interrupted ({first})", err
         assert f"{second} arrived while the robot was being stopped; finishing that first" in err, err
         ev = _events(log)
-        assert ev[-3:] == ["stop_begin", "stop", "close"] and "send" not in ev[ev.index("stop_begin"):], ev[-5:]
+        assert _after_last_send(ev) == ["stop_begin", "stop", "close"], ev[-5:]
         s = _summary(out)
         assert s["ended"] == "interrupted" and s["signal"] == first and s["signals_while_stopping"] == [second]
         assert len(_rows(out / "ticks.csv")) == ev.count("send")
