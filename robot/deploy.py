@@ -18,8 +18,11 @@ Each tick (one control period, ``1/hz`` s):
 Before the first tick the nets are warmed up on a blank frame (``--warmup`` decisions, not timed). The loop
 sleeps to the next tick; a tick whose work takes longer than the period counts as an **overrun** (warned).
 An episode ends when the robot says so (a simulated robot: success or failure) or at the time limit
-(``--time-limit`` seconds of control time), and every episode end sends ``stop()``. On Ctrl-C or any error
-the robot is stopped **first**, then the error is reported (no traceback for a camera or adapter fault). The
+(``--time-limit`` seconds of control time), and every episode end sends ``stop()``. On Ctrl-C, any other stop
+signal (:mod:`graspsim.interrupts`: SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, ...) or any error the robot is stopped
+**first**, then the outputs are written (a further signal meanwhile is held, with a warning), then the error is
+reported (no traceback for a camera or adapter fault); the camera and the robot are closed last, each ``close()``
+within :data:`graspsim.robot.cameras.CLOSE_TIMEOUT` s. The
 camera is read in a worker thread under a watchdog (:func:`graspsim.robot.loop.capture_deadlines`): a read
 still running after two control periods gets the robot a ``stop()``, one still running after ``--frame-timeout``
 + 0.5 s ends the run with an error. Every robot adapter method is called from the thread that called

@@ -16,11 +16,14 @@ step                    in                                        out
 :meth:`TickLog.add`     frame, decision, command, sent, times     a ``ticks.csv`` row (+ the recorded frame)
 ======================= ========================================= =================================================
 
-Camera and adapter calls go through :func:`guarded`, which turns their exceptions (``SystemExit`` included) into
+Camera and adapter calls go through :func:`guarded`, which turns whatever they raise (``SystemExit``,
+``GeneratorExit``, an adapter's own ``BaseException`` and a ``KeyboardInterrupt`` no signal caused included) into
 :class:`DeployError` naming the part, its class and the method; what they return is checked
-(:func:`graspsim.robot.cameras.check_frame`, :func:`check_senses`, :func:`check_sent`, :func:`check_outcome`,
-:func:`check_workspace`), so a bad value is a DeployError of the same kind. The caller stops the robot first
-(:func:`stop_first`) and then reports.
+(:func:`graspsim.robot.cameras.check_frame`, :func:`check_senses` with the senses' units, :func:`check_sent`,
+:func:`check_outcome`, :func:`check_workspace`), so a bad value is a DeployError of the same kind. The caller stops
+the robot first (:func:`stop_first`, shielded from further stop signals) and then reports. Every tick starts by
+checking the stop flag (:func:`graspsim.interrupts.check`), so a signal whose exception was lost still ends the run
+before the next command; a camera whose frames stay stale for :data:`FROZEN_SECONDS` ends it too.
 
 **Threads.** The camera is read by a :class:`graspsim.robot.cameras.CameraReader` (one worker thread); every
 robot adapter method is called from the thread that runs the loop. The **capture watchdog**
