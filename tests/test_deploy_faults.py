@@ -1,4 +1,4 @@
-"""Faults of ``graspsim deploy`` and ``graspsim record`` (issue 38): every fault stops the robot first, writes
+"""Faults of ``graspsim deploy`` and ``graspsim record`` (issues 38 and 55): every fault stops the robot first, writes
 ``summary.json`` and ends with one error line; refusals come before the camera or the robot is opened.
 
 Each case asserts the exit code, the one error line on stderr, the order of the fake robot's calls
