@@ -51,7 +51,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from graspsim import GraspEnv, SimConfig, compat, distributed
+from graspsim import GraspEnv, SimConfig, compat, distributed, interrupts
 from graspsim.config import from_dict
 from graspsim.fileio import check_in_file, check_out_dir, replace_atomically
 from graspsim.progress import progress_bar
@@ -325,6 +325,7 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
     try:
         with progress_bar(None, cfg.runtime.progress and ctx.is_main, fields=("{task.fields[info]}",), remaining=False) as bar:
             for it in range(len(rows), cfg.iterations):
+                interrupts.check()  # a stop signal whose exception Python discarded still ends the run here
                 row = _iteration(cfg, it, learner, policy, mask_fn, heldout, out, dev, ctx, bar)
                 distributed.check_identical(learner.model, f"dagger iteration {it}")
                 rows.append(row)

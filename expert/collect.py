@@ -50,7 +50,7 @@ from graspsim.keys import RGB, privileged_keys
 from graspsim.state import KIND_NAMES
 from graspsim.progress import progress_bar
 from graspsim.runtime import Runtime, RuntimeConfig
-from graspsim.validate import finite_non_negative, non_negative_int, positive_int
+from graspsim.validate import finite_non_negative, int_in, non_negative_int
 from graspsim.rollout import ExpertHooks, Finished, run_episodes
 from graspsim.seeds import episode_seeds, split_draws
 
@@ -58,6 +58,10 @@ from .fsm import FSMExpert
 
 log = logging.getLogger(__name__)
 
+MAX_EPISODES = 10_000_000
+"""Largest --episodes (ten million episodes are terabytes of frames; a bigger number is a typo)."""
+MAX_NUM_ENVS = 65_536
+"""Largest --num-envs (scenes stepped at once)."""
 RESUMABLE_KEYS = ("episodes", "resume", "overwrite", "out", "flush_seconds", "valid_fraction", "runtime.progress",
                   "runtime.threads", "runtime.dist_timeout")
 """Config fields that may change when resuming a file (they do not change what is recorded)."""
@@ -100,9 +104,9 @@ class CollectConfig:
         object.__setattr__(self, "out", Path(self.out))
         if self.out.suffix.lower() not in (".h5", ".hdf5"):
             raise ValueError(f"CollectConfig.out must end in .h5 or .hdf5; got {str(self.out)!r}")
-        positive_int("CollectConfig", "episodes", self.episodes)
+        int_in("CollectConfig", "episodes", self.episodes, 1, MAX_EPISODES)
         non_negative_int("CollectConfig", "seed", self.seed)
-        positive_int("CollectConfig", "num_envs", self.num_envs)
+        int_in("CollectConfig", "num_envs", self.num_envs, 1, MAX_NUM_ENVS)
         finite_non_negative("CollectConfig", "noise", self.noise, unit="m/s")
         if self.compression not in ("gzip", "lzf", "none"):
             raise ValueError(f"CollectConfig.compression must be gzip, lzf or none; got {self.compression!r}")
@@ -171,7 +175,9 @@ def _collect(cfg: CollectConfig, progress_fn: Callable[[dict], None] | None) -> 
             new_eps, new_steps, scene_steps, n_success = _run(cfg, writer, device, _todo(cfg, previous), n_success,
                                                               progress_fn, cfg.episodes, cfg.runtime.progress)
     except KeyboardInterrupt:
-        if not writer.num_episodes:  # nothing to keep: leave no empty file behind (and an old one untouched)
+        # nothing to keep: leave no empty file behind (and an old one untouched); an interrupted --overwrite keeps
+        # the earlier file too (as after a hard kill): its partial replacement is dropped, with a warning
+        if not writer.num_episodes or writer.replaces_file:
             writer.abort()
             raise
         log.warning("interrupted: %d episodes committed to %s", writer.num_episodes, cfg.out)

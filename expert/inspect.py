@@ -74,8 +74,8 @@ def _frames(ep: Episode, scale: int) -> list[np.ndarray]:
     if RGB not in ep.obs:
         raise ValueError("the episode has no obs/rgb array to draw")
     rgb, mask = ep.obs[RGB], ep.obs.get(MASK)
-    if rgb.ndim != 4 or rgb.shape[-1] != 3:
-        raise ValueError(f"obs/rgb must be T,H,W,3; got {rgb.shape}")
+    if rgb.ndim != 4 or rgb.shape[-1] != 3 or rgb.dtype != np.uint8:
+        raise ValueError(f"obs/rgb must be T,H,W,3 uint8 to be drawn; got {rgb.dtype} {rgb.shape}")
     return [_pair(rgb[t], None if mask is None else mask[t], scale) for t in range(len(rgb))]
 
 
@@ -115,6 +115,52 @@ def contact_sheet(ep: Episode, n_frames: int = 16, scale: int = 2, title: str = 
     return sheet
 
 
+MAX_PROBLEMS = 10
+"""Problems listed per file (the count of the rest is given)."""
+
+
+def health(path: Path) -> list[str]:
+    """What makes the episode file unusable for training or export although it opens: no ``obs/rgb`` (the wrist
+    frames), frames that are not T,H,W,3 uint8, an episode whose actions are not one per step, NaN or infinite
+    actions or senses. One line per problem (at most :data:`MAX_PROBLEMS`, then how many more), naming the
+    episode; [] for a healthy file."""
+    import h5py
+
+    from graspsim.dataset.format import ACTIONS, DATA
+
+    problems: list[str] = []
+    with h5py.File(path, "r") as f:
+        if DATA not in f:
+            return problems
+        data = f[DATA]
+        for name in sorted(data.keys(), key=lambda n: int(n.split("_")[-1]) if n.split("_")[-1].isdigit() else -1):
+            try:
+                g = data[name]
+                obs = g[OBS] if OBS in g else {}
+                actions = g[ACTIONS][()] if ACTIONS in g else None
+            except (KeyError, OSError):
+                continue  # unreadable episodes are describe()'s and --repair's to report
+            steps = [obs[k].shape[0] for k in obs]
+            if RGB not in obs:
+                problems.append(f"{name}: no obs/{RGB} (the wrist frames); training and export need them")
+            elif obs[RGB].ndim != 4 or obs[RGB].shape[-1] != 3 or obs[RGB].dtype != np.uint8:
+                problems.append(f"{name}: obs/{RGB} is {obs[RGB].dtype} {tuple(obs[RGB].shape)}; expected T,H,W,3 "
+                                "uint8")
+            if actions is None:
+                problems.append(f"{name}: no {ACTIONS} array")
+            else:
+                if steps and len(actions) != max(steps):
+                    problems.append(f"{name}: {len(actions)} actions for {max(steps)} steps")
+                if np.issubdtype(actions.dtype, np.floating) and not np.isfinite(actions).all():
+                    problems.append(f"{name}: {int((~np.isfinite(actions)).sum())} NaN or infinite action values")
+            for k in obs:
+                if k != RGB and np.issubdtype(obs[k].dtype, np.floating) and not np.isfinite(obs[k][()]).all():
+                    problems.append(f"{name}: obs/{k} holds NaN or infinite values")
+    if len(problems) > MAX_PROBLEMS:
+        problems = problems[:MAX_PROBLEMS] + [f"and {len(problems) - MAX_PROBLEMS} more"]
+    return problems
+
+
 def inspect(cfg: InspectConfig) -> dict[str, Any]:
     """Print a summary table of ``cfg.path`` and write the contact sheet / GIF; return the summary dict."""
     from PIL import Image
@@ -124,6 +170,9 @@ def inspect(cfg: InspectConfig) -> dict[str, Any]:
     summary = dict(info)
     if repaired is not None:
         summary["repair"] = repaired
+    summary["problems"] = health(cfg.path)
+    for p in summary["problems"]:
+        log.warning("%s: %s", cfg.path, p)
     if cfg.media:
         if info["episodes"] == 0:
             raise ValueError(f"{cfg.path} holds no episodes to draw")
@@ -180,6 +229,7 @@ def _print_summary(s: dict[str, Any]) -> None:
         ("layout", "single file" if s["consolidated"] else "index + parts (unfinished or interrupted run)"),
         ("size", f"{s['bytes'] / 1e6:.2f} MB"),
         ("filter keys", ", ".join(f"{k}: {v} demos" for k, v in sorted(s["filter_keys"].items())) or "-"),
+        ("problems", "; ".join(s.get("problems") or []) or "none found"),
     ]
     for k in ("png", "gif"):
         if k in s:

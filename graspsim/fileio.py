@@ -15,6 +15,7 @@ folder and swaps them in as a whole. A process killed during the swap can leave 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 import shutil
@@ -57,6 +58,12 @@ def replace_atomically(target: str | os.PathLike, durable: bool = False) -> Iter
         if durable:
             fsync_file(tmp)
         os.replace(tmp, target)
+    except OSError as e:  # a write that failed (a full disk) names the file it was writing
+        if e.filename is None and e.errno is not None:
+            raise type(e)(e.errno, e.strerror or str(e), str(target)) from None
+        if e.filename is not None and str(e.filename) == str(tmp):
+            raise type(e)(e.errno, e.strerror or str(e), str(target)) from None
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -124,14 +131,35 @@ def check_writable(out: str | os.PathLike, flag: str = "--out") -> Path:
     the flags are checked, so a verb that drives a robot or runs for hours does not find out at its end."""
     out = Path(out)
     where = out if out.is_dir() else _nearest_existing(out.parent)
+    inside = "" if where == out else f" (inside {where})"
     try:
         probe = tempfile.mkdtemp(prefix=".graspsim-probe-", dir=where)
         os.rmdir(probe)
     except OSError as e:
-        inside = "" if where == out else f" (inside {where})"
         raise PermissionError(f"{flag} {out} cannot be written{inside}: {e.strerror or e}; choose another "
                               f"{flag}") from None
+    free = free_bytes(where)
+    if free is not None and free < MIN_FREE_BYTES:
+        raise OSError(errno.ENOSPC, f"{flag} {out} cannot be written{inside}: its disk is full ({free // 1024} KiB "
+                                    f"free); free some space or choose another {flag}")
     return out
+
+
+MIN_FREE_BYTES = 1 << 20
+"""Free space (bytes) below which an output folder's disk counts as full when the flags are checked: a full disk
+still lets the writability probe make a folder, and would fail the run only at its end."""
+
+
+def free_bytes(folder: str | os.PathLike) -> int | None:
+    """Bytes an unprivileged writer may still use on ``folder``'s file system, or None where that is unknown
+    (no ``statvfs``, or a file system such as /proc that reports no blocks)."""
+    try:
+        st = os.statvfs(folder)
+    except (AttributeError, OSError):
+        return None
+    if st.f_blocks == 0:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def check_out_dir(out: str | os.PathLike, *, flag: str = "--out", overwrite: bool | None = None,
@@ -297,8 +325,9 @@ def _swap(stage: Path, out: Path, owns: Callable[[str], bool], before: dict | No
     def taken(now) -> FileExistsError:
         held = f" (it now holds {_names([out / n for n in now])})" if now else ""
         return FileExistsError(f"{flag} {out} was written by another run while this one worked{held}; this run's "
-                               f"outputs were dropped, so as not to replace that run's: run again with --overwrite to "
-                               f"replace them, or choose another {flag}")
+                               f"outputs were dropped, so as not to replace that run's: once that run has ended, run "
+                               f"this one again (with --overwrite, which replaces what that run wrote), or choose "
+                               f"another {flag}")
 
     if before is None:
         try:

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from . import interrupts
 from .physics import FAILURE_NAMES
 
 
@@ -125,6 +126,7 @@ def run_episodes(env, seeds: Sequence[int], hooks: Hooks, *,
         env.reset(ids0, seeds[:n0])
         hooks.on_start(ids0, torch.arange(n0))
         while bool(active.any()):
+            interrupts.check()  # a stop signal whose exception Python discarded still ends the run at this step
             obs = env.observe()
             action = hooks.act(obs, active)
             hooks.record(obs, action, active, slot_episode)

@@ -20,7 +20,7 @@ from typing import Iterator
 import tyro
 
 from . import distributed
-from .validate import boolean, check_device, finite_positive, non_negative_int
+from .validate import boolean, check_device, finite_positive, int_in
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,7 @@ class RuntimeConfig:
     """Show a progress bar."""
 
     def __post_init__(self) -> None:
-        non_negative_int("RuntimeConfig", "threads", self.threads)
+        int_in("RuntimeConfig", "threads", self.threads, 0, MAX_THREADS)
         finite_positive("RuntimeConfig", "dist_timeout", self.dist_timeout, unit="s")
         boolean("RuntimeConfig", "progress", self.progress)
         check_device("RuntimeConfig", self.device)
@@ -57,6 +57,9 @@ class RuntimeConfig:
 Runtime = tyro.conf.OmitArgPrefixes[RuntimeConfig]
 """The type of a verb config's ``runtime`` field: flags without the ``runtime.`` prefix."""
 
+MAX_THREADS = 256
+"""Largest --threads: more threads than any CPU here has cores only adds waiting (and 1000 of them take seconds to
+start)."""
 RUNTIME_KEYS = ("device", "threads", "dist_timeout", "progress")
 """The settings :class:`RuntimeConfig` groups (top-level keys in older run folders' configs)."""
 

@@ -76,7 +76,9 @@ def value_range(owner: str, name: str, value: Any, lo: float = -math.inf, hi: fl
     """``value`` is a (low, high) pair of finite numbers with ``lo <= low <= high <= hi``."""
     ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(is_number(v) for v in value)
     if not ok or not (lo <= value[0] <= value[1] <= hi):
-        raise ValueError(f"{_field(owner, name)} must be a (low, high) pair with {lo} <= low <= high <= {hi}; "
+        bounds = " <= ".join([*([f"{lo:g}"] if math.isfinite(lo) else []), "low", "high",
+                              *([f"{hi:g}"] if math.isfinite(hi) else [])])
+        raise ValueError(f"{_field(owner, name)} must be a (low, high) pair of finite numbers with {bounds}; "
                          f"got {value!r}")
 
 

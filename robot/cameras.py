@@ -55,6 +55,13 @@ declares the camera hung (a camera that honours its timeout has raised :class:`C
 FUTURE_TOLERANCE = 1.0
 """Seconds a frame's capture time may lie ahead of ``time.monotonic()`` (clock jitter of a driver) before it is
 refused as taken from another clock (``time.time()`` would make every frame look fresh)."""
+MIN_FRAME_SIDE = 16
+"""Smallest frame side accepted (px): the nets see 64-96 px, and a frame of a few pixels holds nothing to act on."""
+MAX_ASPECT = 4.0
+"""Largest ratio of a frame's long side to its short side (cameras give 4:3 to 32:9); a 1x10000 frame is no image."""
+CLOSE_TIMEOUT = 5.0
+"""Seconds a camera's or robot's ``close()`` may take at the end of a run (:func:`close_within`); one still running
+then is abandoned in its daemon thread, named in a warning, and the process exits all the same."""
 _INTEGER = re.compile(r"[+-]?[0-9]+")
 
 
@@ -131,6 +138,10 @@ def check_frame(frame, who: str) -> Frame:
                 "alpha (rgb[..., :3], or rgb[..., 2::-1] for BGRA)") if four else ""
         raise CameraError(f"{who} returned a frame whose rgb is {describe_value(rgb)}; expected H,W,3 uint8 RGB "
                           f"(H, W >= 1){hint}")
+    h, w = rgb.shape[:2]
+    if min(h, w) < MIN_FRAME_SIDE or max(h, w) > MAX_ASPECT * min(h, w):
+        raise CameraError(f"{who} returned a {w}x{h} frame; expected at least {MIN_FRAME_SIDE} px a side and at most "
+                          f"{MAX_ASPECT:g}:1 between the sides (a camera image, not a strip or a few pixels)")
     try:
         t = float(frame.t)
     except (TypeError, ValueError):
@@ -211,18 +222,57 @@ class CameraReader:
         return not self._thread.is_alive()
 
 
-def close_camera(camera, reader: CameraReader | None, wait: float = 1.0) -> None:
-    """``camera.close()`` once ``reader`` is done with it; a camera still blocked in a read is left alone (closing
-    it could block as well), with a warning."""
-    if reader is not None and not reader.close(wait):
-        log.warning("%s is still blocked; it was not closed", reader.who)
-        return
+def close_camera(camera, reader: CameraReader | None, wait: float = 1.0, close_timeout: float | None = None) -> bool:
+    """``camera.close()`` once ``reader`` is done with it (waiting for a read in flight at most ``wait`` s, with a
+    warning when that may take more than a second); a camera still blocked in a read is left alone (closing it could
+    block as well), with a warning. ``close()`` itself is given ``close_timeout`` s (default :data:`CLOSE_TIMEOUT`,
+    :func:`close_within`). Returns whether the camera was closed."""
+    if reader is not None:
+        if reader.in_flight and wait > 1.0:
+            log.warning("%s has not returned yet; waiting up to %.1f s for it before closing the camera", reader.who,
+                        wait)
+        if not reader.close(wait):
+            log.warning("%s is still blocked; it was not closed", reader.who)
+            return False
     close = getattr(camera, "close", None)
-    if callable(close):
+    if not callable(close):
+        return True
+    return close_within(close, CLOSE_TIMEOUT if close_timeout is None else close_timeout,
+                        part_name(camera, "camera", "close"))
+
+
+def close_within(close, seconds: float, who: str) -> bool:
+    """Call ``close()`` in a daemon thread and wait for it at most ``seconds``; returns whether it returned. One still
+    running then is abandoned (a warning names ``who``, e.g. ``camera 'x' (MyCam.close)``), so a hanging driver
+    cannot keep the process from exiting; an exception from it is logged as a warning naming ``who``."""
+    failure: list[BaseException] = []
+
+    def run() -> None:
         try:
             close()
-        except Exception as e:
-            log.warning("%s raised %s: %s", part_name(camera, "camera", "close"), type(e).__name__, e)
+        except BaseException as e:  # whatever the adapter raises: reported below, never lost silently
+            failure.append(e)
+
+    t = threading.Thread(target=run, name="graspsim-close", daemon=True)
+    t.start()
+    t.join(seconds)
+    if t.is_alive():
+        log.warning("%s did not return within %g s; it was abandoned (the process exits without waiting for it)",
+                    who, seconds)
+        return False
+    if failure:
+        e = failure[0]
+        log.warning("%s raised %s%s", who, type(e).__name__, f": {e}" if str(e) else "")
+    return True
+
+
+def check_source(src: str, flag: str = "--camera") -> str:
+    """``src`` stripped; CameraError naming ``flag`` when it is empty (an empty path is the current folder, whose
+    images would be replayed as if they were a camera)."""
+    src = str(src).strip()
+    if not src:
+        raise CameraError(f"{flag} is empty; give {describe_sources()}")
+    return src
 
 
 def _bgr_to_rgb(img: np.ndarray) -> np.ndarray:
@@ -382,7 +432,7 @@ def describe_sources() -> str:
 def open_camera(src: str, world=None) -> Camera:
     """Open camera ``src`` (see the module docstring); ``world`` is the simulated world of a ``sim``/``bullet``
     camera. Raises :class:`CameraError` (a ValueError) naming the source when it is unknown or cannot be opened."""
-    src = str(src).strip()
+    src = check_source(src)
     if src in SIM_CAMERAS:
         if world is None or world.backend != src:
             raise CameraError(f"camera {src!r} shows the simulated world of robot {src!r}; use --robot {src}")
@@ -405,7 +455,9 @@ def open_camera(src: str, world=None) -> Camera:
         cls = load_class(src, "camera")
         try:
             cam = cls()
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # SystemExit and a user's own BaseException too: one line naming the class
             raise CameraError(f"camera {src!r}: {cls.__name__}() raised {type(e).__name__}: {e}") from None
         if not callable(getattr(cam, "read", None)):
             raise CameraError(f"camera {src!r}: {cls.__name__} has no read(timeout) method")
@@ -414,7 +466,7 @@ def open_camera(src: str, world=None) -> Camera:
     raise CameraError(f"unknown camera {src!r}: no such file or folder; expected {describe_sources()}")
 
 
-__all__ = ["Camera", "CameraError", "CameraHung", "CameraReader", "CameraTimeout", "DeviceCamera", "EndOfStream",
+__all__ = ["Camera", "CameraError", "CameraHung", "CameraReader", "CameraTimeout", "CLOSE_TIMEOUT", "DeviceCamera", "EndOfStream",
            "Frame", "ImageFolderCamera", "MAX_DEVICE_INDEX", "SimCamera", "VideoCamera", "WATCHDOG_GRACE",
-           "check_frame", "close_camera", "describe_sources", "describe_value", "device_index", "load_class",
+           "MAX_ASPECT", "MIN_FRAME_SIDE", "check_frame", "check_source", "close_camera", "close_within", "describe_sources", "describe_value", "device_index", "load_class",
            "open_camera", "part_name"]

@@ -14,20 +14,27 @@ ones. The labelling aid for such a set, ``graspsim propose-masks``, is :mod:`gra
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from graspsim import interrupts
 from graspsim.distributed import single_process
-from graspsim.validate import finite_non_negative, finite_positive, positive_int
+from graspsim.validate import finite_non_negative, finite_positive, int_in
 
-from .cameras import SIM_CAMERAS, CameraError, CameraReader, EndOfStream, close_camera, device_index, open_camera
+from .cameras import (SIM_CAMERAS, CameraError, CameraReader, EndOfStream, check_source, close_camera, device_index,
+                      open_camera)
 
 log = logging.getLogger(__name__)
 
 ONE_PROCESS = "open the same camera and write the same --out"
 """What every rank of a torchrun job would do (why record refuses to run under torchrun)."""
+MAX_FRAMES = 1_000_000
+"""Largest --frames (a million PNGs is already hours of capture and tens of GB)."""
+MAX_HZ = 1000.0
+"""Largest --hz (cameras give 5-120 frames per second)."""
 FRAMES_CSV = "frames.csv"
 FRAMES_FIELDS = ("image", "t_s", "age_ms")
 """Columns of ``frames.csv``: the frame's file name, capture time (s) after the first frame, its age (ms) when
@@ -53,10 +60,14 @@ class RecordConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out", Path(self.out))
-        positive_int("RecordConfig", "frames", self.frames)
+        int_in("RecordConfig", "frames", self.frames, 1, MAX_FRAMES)
         finite_non_negative("RecordConfig", "hz", self.hz, unit="Hz")
+        if self.hz > MAX_HZ:
+            raise ValueError(f"RecordConfig.hz must be at most {MAX_HZ:g} Hz (0 = as fast as the camera gives frames); "
+                             f"got {self.hz!r}")
         finite_positive("RecordConfig", "frame_timeout", self.frame_timeout, unit="s")
         single_process("record", ONE_PROCESS)
+        check_source(self.camera, "--camera")  # '' would replay the PNGs of the current folder
         if self.camera.strip() in SIM_CAMERAS:
             raise ValueError("RecordConfig: record a real camera; simulated frames come from 'graspsim deploy --record'")
         device_index(self.camera, "--camera")  # a bad device number is refused before OpenCV sees it
@@ -73,12 +84,16 @@ def record(cfg: RecordConfig) -> dict:
     cam = open_camera(cfg.camera)
     reader = CameraReader(cam)
     try:
-        with writer:
-            ended, stopped_by = _capture(reader, cfg, writer)
-            if not len(writer):  # nothing captured: leave --out as it was
-                raise stopped_by or CameraError(f"camera {cfg.camera!r} gave no frame")
+        with contextlib.ExitStack() as ending:  # from the capture's end until the frames are in place: signals held
+            with writer:
+                ended, stopped_by = _capture(reader, cfg, writer)
+                ending.enter_context(interrupts.shielded("the recorded frames were being kept"))
+                if not len(writer):  # nothing captured: leave --out as it was
+                    raise stopped_by or CameraError(f"{reader.who} gave no frame: its source ended before the first "
+                                                    f"(--camera {cfg.camera})")
     finally:  # a camera still blocked in a read is left open (closing it could block too)
-        close_camera(cam, reader, 0.1 if reader.hung else cfg.frame_timeout + 0.5)
+        with interrupts.shielded("the camera was being closed"):
+            close_camera(cam, reader, 0.1 if reader.hung else (1.0 if reader.in_flight else cfg.frame_timeout + 0.5))
     n, images = len(writer), writer.out / "images"
     if ended == "done":
         log.info("record: %d frames into %s", n, images)
@@ -103,20 +118,28 @@ def _capture(reader: CameraReader, cfg: RecordConfig, writer) -> tuple[str, Base
     t_first = None
     for _ in range(cfg.frames):
         try:
+            interrupts.check()  # a stop signal whose exception was lost (or held while a frame was written) ends here
             if period:
                 time.sleep(max(0.0, next_t - time.monotonic()))
                 next_t += period
-            f = reader.read(cfg.frame_timeout)
+            try:
+                f = reader.read(cfg.frame_timeout)
+            except (EndOfStream, KeyboardInterrupt, CameraError):
+                raise
+            except BaseException as e:  # a user's camera may raise anything: the frames so far are kept
+                raise CameraError(f"{reader.who} raised {type(e).__name__}: {e}") from None
+            t_first = f.t if t_first is None else t_first
+            name = frame_stem(len(writer)) + PNG  # the writer's own name for this frame
+            with interrupts.shielded("a frame was being written"):  # a frame and its row are written whole
+                writer.add(f.rgb, meta={"image": name, "t_s": f"{f.t - t_first:.4f}",
+                                        "age_ms": f"{1e3 * (time.monotonic() - f.t):.2f}"})
         except EndOfStream:
             return "camera_ended", None
-        except (KeyboardInterrupt, CameraError) as e:
-            return ("interrupted" if isinstance(e, KeyboardInterrupt) else "camera_failed"), e
-        except (Exception, SystemExit) as e:  # a user's camera may raise anything: the frames so far are kept
-            return "camera_failed", CameraError(f"{reader.who} raised {type(e).__name__}: {e}")
-        t_first = f.t if t_first is None else t_first
-        name = frame_stem(len(writer)) + PNG  # the writer's own name for this frame
-        writer.add(f.rgb, meta={"image": name, "t_s": f"{f.t - t_first:.4f}",
-                                "age_ms": f"{1e3 * (time.monotonic() - f.t):.2f}"})
+        except KeyboardInterrupt as e:
+            interrupts.taken()
+            return "interrupted", e
+        except CameraError as e:
+            return "camera_failed", e
     return "done", None
 
 

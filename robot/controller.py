@@ -50,7 +50,7 @@ from graspsim.env import fingertip_senses
 from graspsim.extras import require
 from graspsim.validate import non_negative_int
 
-from .onnx_contract import CONTROL_ONNX, VISION_ONNX, control_gripper_width, load_nets, read_contract
+from .onnx_contract import CONTRACT_FILE, CONTROL_ONNX, VISION_ONNX, control_gripper_width, read_contract
 
 STOP_REASONS = ("", "non_finite", "target_lost", "stale_frame", "time_limit", "workspace", "shutdown")
 """Why a tick's velocity was forced (``""`` = not forced); the controller sets the first three, the loop the rest."""
@@ -138,6 +138,29 @@ def action_from_raw(raw: np.ndarray, max_speed: float, gripper: np.ndarray | Non
     return out
 
 
+# ------------------------------------------------------------------------------------------ the checkpoints
+def check_image_sizes(vision_size: int, control_size: int) -> None:
+    """ValueError unless the vision net (``vision_size`` px) and the control net (``control_size`` px) work at one
+    image size, as the controller (and an export's contract) needs."""
+    if int(control_size) != int(vision_size):
+        raise ValueError(f"the vision net works at {vision_size} px but the control net at "
+                         f"{control_size} px; use checkpoints trained at one image size")
+
+
+def load_nets(vision: str | os.PathLike, policy: str | os.PathLike, precision: str = "fp32", device: str = "cpu"):
+    """``(Segmenter, MaskPolicy)`` from the two checkpoints (kinds checked by their loaders, image sizes by
+    :func:`check_image_sizes`). ``precision``: the Segmenter's (``fp32`` for export, ``auto`` for deploy). The torch
+    runtime (:class:`TorchNets`) and ``graspsim export`` both load through it."""
+    from graspsim.vision.infer import Segmenter
+
+    from graspsim.dagger.policy import MaskPolicy
+
+    seg = Segmenter.from_checkpoint(vision, device=device, precision=precision)
+    pol = MaskPolicy.from_checkpoint(policy, device=device)
+    check_image_sizes(seg.image_size, pol.cfg.image_size)
+    return seg, pol
+
+
 # ------------------------------------------------------------------------------------------ the two runtimes
 class TorchNets:
     """Vision + control in torch: ``mask(rgb 1,3,S,S uint8) -> 1,S,S bool``, ``action(mask, gripper 1,3) -> 1,4``."""
@@ -174,6 +197,23 @@ def _session(ort, path: Path, opts, providers):
                          "again with 'graspsim export'") from None
 
 
+def _check_graph_shapes(folder: Path, contract: dict, vision, control) -> None:
+    """ValueError naming the graph when its inputs or outputs disagree with the contract's image size S and gripper
+    width (a contract and graphs from different exports), found before the robot is opened or homed."""
+    S, width = int(contract["vision"]["image_size"]), control_gripper_width(contract)
+    wide = 5 if contract["control"].get("wrist") else 4
+    expected = {(VISION_ONNX, "rgb"): [3, S, S], (VISION_ONNX, "logits"): [S, S], (CONTROL_ONNX, "mask"): [S, S],
+                (CONTROL_ONNX, "gripper"): [width], (CONTROL_ONNX, "raw"): [wide]}
+    for graph, session in ((VISION_ONNX, vision), (CONTROL_ONNX, control)):
+        for node in [*session.get_inputs(), *session.get_outputs()]:
+            want = expected.get((graph, node.name))
+            got = list(node.shape)[1:]
+            if want is not None and [g if isinstance(g, int) else None for g in got] != want:
+                raise ValueError(f"{folder / graph}: its {node.name!r} is {['batch', *got]} but the contract "
+                                 f"({CONTRACT_FILE}) says {['batch', *want]} (image_size {S}); the graphs and the "
+                                 "contract come from different exports: export again with 'graspsim export'")
+
+
 class OnnxNets:
     """Vision + control in onnxruntime from a ``graspsim export`` folder (same interface as :class:`TorchNets`)."""
 
@@ -191,6 +231,7 @@ class OnnxNets:
         providers = ["CPUExecutionProvider"]
         self.vision = _session(ort, folder / VISION_ONNX, opts, providers)
         self.control = _session(ort, folder / CONTROL_ONNX, opts, providers)
+        _check_graph_shapes(folder, self.contract, self.vision, self.control)
         v, c = self.contract["vision"], self.contract["control"]
         self.image_size = int(v["image_size"])
         self.threshold, self.peak_threshold = float(v["threshold"]), float(v["peak_threshold"])
@@ -346,4 +387,4 @@ class Controller:
 
 
 __all__ = ["Controller", "Decision", "OnnxNets", "STOP_REASONS", "SafetyConfig",
-           "TorchNets", "action_from_raw", "mask_from_logits", "resize_frame"]
+           "TorchNets", "action_from_raw", "check_image_sizes", "load_nets", "mask_from_logits", "resize_frame"]

@@ -18,8 +18,11 @@ Each tick (one control period, ``1/hz`` s):
 Before the first tick the nets are warmed up on a blank frame (``--warmup`` decisions, not timed). The loop
 sleeps to the next tick; a tick whose work takes longer than the period counts as an **overrun** (warned).
 An episode ends when the robot says so (a simulated robot: success or failure) or at the time limit
-(``--time-limit`` seconds of control time), and every episode end sends ``stop()``. On Ctrl-C or any error
-the robot is stopped **first**, then the error is reported (no traceback for a camera or adapter fault). The
+(``--time-limit`` seconds of control time), and every episode end sends ``stop()``. On Ctrl-C, any other stop
+signal (:mod:`graspsim.interrupts`: SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, ...) or any error the robot is stopped
+**first**, then the outputs are written (a further signal meanwhile is held, with a warning), then the error is
+reported (no traceback for a camera or adapter fault); the camera and the robot are closed last, each ``close()``
+within :data:`graspsim.robot.cameras.CLOSE_TIMEOUT` s. The
 camera is read in a worker thread under a watchdog (:func:`graspsim.robot.loop.capture_deadlines`): a read
 still running after two control periods gets the robot a ``stop()``, one still running after ``--frame-timeout``
 + 0.5 s ends the run with an error. Every robot adapter method is called from the thread that called
@@ -59,7 +62,7 @@ import numpy as np
 import torch
 import tyro
 
-from graspsim import SimConfig, compat
+from graspsim import SimConfig, compat, interrupts
 from graspsim.distributed import single_process
 from graspsim.extras import MissingExtra, installed, require
 from graspsim.fileio import atomic_write_text, check_in_file, check_out_dir, staged_dir
@@ -67,9 +70,10 @@ from graspsim.rollout import run_episodes
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.seeds import episode_seeds
 from graspsim.stats import wilson
-from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int
+from graspsim.validate import finite_non_negative, finite_positive, int_in, non_negative_int
 
-from .cameras import SIM_CAMERAS, Camera, CameraReader, EndOfStream, close_camera, device_index, open_camera
+from .cameras import (SIM_CAMERAS, Camera, CameraReader, EndOfStream, check_source, close_camera, close_within,
+                      device_index, open_camera)
 from .controller import Controller, SafetyConfig
 from .loop import (CSV_FIELDS, STAGES, STALE_PERIODS, TICKS_CSV, DeployError, RobotEnv, TickHooks, TickLog,
                          adapter_name, capture_deadlines, guarded, latency_stats, read_fingertip, stop_first,
@@ -87,6 +91,12 @@ ONE_PROCESS = "open the camera and the robot, send every command again and write
 """What every rank of a torchrun job would do (why deploy refuses to run under torchrun)."""
 RECORD_OUTPUTS = ("images", "masks", TICKS_CSV)
 """What ``--record`` writes into its folder (and replaces as a whole with --overwrite)."""
+MAX_HZ = 1000.0
+"""Largest --hz (a real arm's loop runs at 10-100 Hz; the time limit counts ticks, so 1e6 Hz would mean hours)."""
+MAX_TIME_LIMIT = 3600.0
+"""Largest --time-limit (s): one episode of an hour."""
+MAX_EPISODES = 100_000
+"""Largest --episodes of one deploy run."""
 LEGACY_RUNTIME_KEYS = tuple(compat.LEGACY_TOP_LEVEL["deploy"])
 """Settings that were DeployConfig's own fields before they moved into ``runtime`` (a RuntimeConfig); a stored config
 or a caller that still gives them at the top level is read as if they were grouped (:mod:`graspsim.compat`)."""
@@ -170,14 +180,23 @@ class DeployConfig:
         check_in_file(self.vision, "DeployConfig.vision", "vision checkpoint", inside="checkpoint.pt")
         check_in_file(self.policy, "DeployConfig.policy", "policy checkpoint", inside="policy.pt")
         finite_non_negative("DeployConfig", "hz", self.hz, unit="Hz")
-        positive_int("DeployConfig", "episodes", self.episodes)
+        if self.hz > MAX_HZ:
+            raise ValueError(f"DeployConfig.hz must be at most {MAX_HZ:g} Hz (0 = as fast as possible, simulated and "
+                             f"dry-run robots only); got {self.hz!r}")
+        int_in("DeployConfig", "episodes", self.episodes, 1, MAX_EPISODES)
         finite_positive("DeployConfig", "time_limit", self.time_limit, unit="s")
+        if self.time_limit > MAX_TIME_LIMIT:
+            raise ValueError(f"DeployConfig.time_limit must be at most {MAX_TIME_LIMIT:g} s (one episode); got "
+                             f"{self.time_limit!r}")
         finite_positive("DeployConfig", "frame_timeout", self.frame_timeout, unit="s")
         non_negative_int("DeployConfig", "warmup", self.warmup)
         non_negative_int("DeployConfig", "seed", self.seed)
         self._check_runtime()
         single_process("deploy", ONE_PROCESS)
         cam, rob = str(self.camera).strip(), str(self.robot).strip()
+        check_source(cam, "--camera")  # '' would replay the PNGs of the current folder
+        if not rob:
+            raise ValueError("DeployConfig: --robot is empty; give 'bullet', 'sim', 'dry-run' or module:Class")
         device_index(cam, "--camera")  # a bad device number is refused before OpenCV sees it
         if cam in SIM_CAMERAS and rob != cam:
             raise ValueError(f"DeployConfig: --camera {cam} shows the simulated world of --robot {cam}; got --robot {rob}")
@@ -189,8 +208,15 @@ class DeployConfig:
             if not installed("lerobot"):
                 raise MissingExtra(f"deploy --robot so101 drives the arm through LeRobot, which is not installed: "
                                    f"{SO101_INSTALL}")
-        if self.record is not None and self.record.resolve() == self.out.resolve():
-            raise ValueError("DeployConfig: --record must be another folder than --out")
+        if self.record is not None:
+            rec, out = self.record.resolve(), self.out.resolve()
+            if rec == out:
+                raise ValueError("DeployConfig: --record must be another folder than --out")
+            if out in rec.parents or rec in out.parents:  # one would be swapped into the other at the run's end
+                inner, outer = ("--record", "--out") if out in rec.parents else ("--out", "--record")
+                raise ValueError(f"DeployConfig: --record {self.record} and --out {self.out} are nested ({inner} "
+                                 f"lies inside {outer}), so the run's outputs would be refused at its end; give "
+                                 "two folders side by side")
 
     def _check_renamed_fields(self) -> None:
         """ValueError naming today's field where a caller used a name of before 0.2.0 (:mod:`graspsim.compat`):
@@ -276,7 +302,13 @@ def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | No
     """Run ``cfg.episodes`` episodes and write the outputs; returns the summary (also ``OUT/summary.json``).
 
     ``camera``, ``robot`` and ``controller`` replace the ones ``cfg`` names (for tests and for callers that build
-    their own; those are not closed here)."""
+    their own; those are not closed here).
+
+    Order at the end of a run, whatever ended it: ``stop()``; ``summary.json`` and ``ticks.csv`` written and swapped
+    into OUT (and the recording into its folder); only then the camera and the robot closed, each ``close()`` given
+    :data:`graspsim.robot.cameras.CLOSE_TIMEOUT` s. Under the command (:func:`graspsim.interrupts.install`) stop
+    signals arriving from the first ``stop()`` until the outputs are in place are held (with a warning) and do not
+    cut that short."""
     single_process("deploy", ONE_PROCESS)  # also for library callers, whose config may predate the environment
     if cfg.runtime.threads:
         torch.set_num_threads(cfg.runtime.threads)
@@ -287,54 +319,96 @@ def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | No
 
         recording = ImageSetWriter(cfg.record, overwrite=cfg.overwrite, masks=cfg.camera.strip() in SIM_CAMERAS,
                                    meta_file=TICKS_CSV, meta_key=None, flag="--record")
+    parts = _Parts(own_camera=camera is None, own_robot=robot is None, camera=camera, robot=robot)
     # the outputs (and an onnx export) go to a staging folder that replaces OUT's earlier outputs when the run ends;
     # an error before the run (a camera that does not open) leaves OUT as it was
-    with staged_dir(out, OUTPUTS.__contains__) as stage:
-        summary, error = _open_and_run(cfg, stage, camera, robot, controller, recording)
+    with contextlib.ExitStack() as closing:
+        closing.callback(parts.close, cfg)  # after the outputs are in place: a close() that hangs cannot lose them
+        with contextlib.ExitStack() as ending:  # the shield from the run's end until the outputs are in place
+            with staged_dir(out, OUTPUTS.__contains__) as stage:
+                summary, error = _open_and_run(cfg, stage, parts, controller, recording, ending)
     if error is not None:
         raise error
+    interrupts.check()  # a stop signal held while the outputs were written: the run ends as interrupted
     return summary
 
 
-def _open_and_run(cfg: DeployConfig, stage: Path, camera, robot, controller,
-                  recording) -> tuple[dict, BaseException | None]:
-    """Build the controller, open the robot and the camera (those not given), run, close what was opened."""
+class _Parts:
+    """The camera, the robot and the simulated world of a run, and which of them the run opened (and closes)."""
+
+    def __init__(self, *, own_camera: bool, own_robot: bool, camera=None, robot=None):
+        self.own_camera, self.own_robot = own_camera, own_robot
+        self.camera, self.robot = camera, robot
+        self.world = None
+        self.reader: CameraReader | None = None
+
+    def close(self, cfg: DeployConfig) -> None:
+        """Close what the run opened: the camera once no read is running in it (a read cut short by a signal is
+        given a second, a hung one a tenth; a camera still blocked then is left open, and the world it renders),
+        then the robot; each ``close()`` within :data:`graspsim.robot.cameras.CLOSE_TIMEOUT` s (one still running
+        then is abandoned, named in a warning). Shielded from stop signals: the robot's close() is always reached."""
+        from .cameras import CLOSE_TIMEOUT
+
+        with interrupts.shielded("the camera and the robot were being closed"):
+            reader = self.reader
+            free = True
+            if reader is not None:
+                wait = 0.1 if reader.hung else (1.0 if reader.in_flight else cfg.capture_deadlines[1])
+                free = close_camera(None, reader, wait)
+            if self.own_camera and self.camera is not None and free:  # else close_camera warned: left open
+                close_camera(self.camera, None)
+            if self.own_robot and callable(getattr(self.robot, "close", None)):
+                close_within(self.robot.close, CLOSE_TIMEOUT, adapter_name(self.robot, "close"))
+            if self.world is not None and free:  # closing twice is harmless
+                close_within(self.world.close, CLOSE_TIMEOUT, f"the simulated world ({self.world.backend})")
+
+
+def _open_and_run(cfg: DeployConfig, stage: Path, parts: _Parts, controller, recording,
+                  ending: contextlib.ExitStack) -> tuple[dict, BaseException | None]:
+    """Build the controller, open the robot and the camera (those not given), run. ``ending`` receives the shield
+    that holds stop signals from the run's end until the caller has put the outputs in place."""
     ctl = controller
     if ctl is None:
         ctl = build_controller(cfg, stage)  # checkpoints first: a wrong kind is an error before any hardware moves
-    world = None
+    check_net_kinds(cfg)
     cam_name, rob_name = str(cfg.camera).strip(), str(cfg.robot).strip()
-    own_robot, own_camera, reader = robot is None, camera is None, None
-    try:
-        if own_robot and rob_name in SIM_ROBOTS:
-            check_world_kinds(cfg.sim, ctl, cfg)
-            world = SimWorld(rob_name, cfg.sim)
-        if own_robot and controller is None and rob_name == "so101":
-            check_embodiment("so101", cfg.policy, cfg.vision)  # before the arm is connected
-        if own_robot:
-            robot = open_robot(rob_name, world, ctl.wrist, cfg.period or 1.0 / cfg.sim.control_hz, so101=cfg.so101,
-                               sim=cfg.sim)
-        if controller is None and rob_name != "so101" and isinstance(getattr(robot, "embodiment", None), str):
-            check_embodiment(robot.embodiment, cfg.policy, cfg.vision, adapter_name(robot, "send"))
-        check_wrist(robot, ctl.wrist)
-        if own_camera:
-            camera = open_camera(cam_name, world)
-        reader = CameraReader(camera)
-        if recording is None:
-            return _run(cfg, stage, camera, robot, ctl, TickLog(wrist=ctl.wrist), reader)
-        with recording:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
-            return _run(cfg, stage, camera, robot, ctl, TickLog(recording, ctl.wrist), reader)
-    finally:
-        # a read cut short by Ctrl-C may finish within its deadline; a camera still blocked in a read is not closed
-        # (nor the world it renders), and its worker thread, a daemon, is left behind
-        free = reader is None or reader.close(0.1 if reader.hung else cfg.capture_deadlines[1])
-        if own_camera and camera is not None:
-            close_camera(camera, None) if free else log.warning("%s is still blocked; it was left open", reader.who)
-        if own_robot and callable(getattr(robot, "close", None)):
-            with contextlib.suppress(Exception):
-                robot.close()
-        if world is not None and free:  # closing twice is harmless
-            world.close()
+    if parts.own_robot and rob_name in SIM_ROBOTS:
+        check_world_kinds(cfg.sim, ctl, cfg)
+        parts.world = SimWorld(rob_name, cfg.sim)
+    if parts.own_robot and controller is None and rob_name == "so101":
+        check_embodiment("so101", cfg.policy, cfg.vision)  # before the arm is connected
+    if parts.own_robot:
+        parts.robot = open_robot(rob_name, parts.world, ctl.wrist, cfg.period or 1.0 / cfg.sim.control_hz,
+                                 so101=cfg.so101, sim=cfg.sim)
+    robot = parts.robot
+    if controller is None and rob_name != "so101" and isinstance(getattr(robot, "embodiment", None), str):
+        check_embodiment(robot.embodiment, cfg.policy, cfg.vision, adapter_name(robot, "send"))
+    check_wrist(robot, ctl.wrist)
+    if parts.own_camera:
+        parts.camera = open_camera(cam_name, parts.world)
+    parts.reader = CameraReader(parts.camera)
+    # every way the episodes end stops the robot (_run_episodes); a refusal before them (fingertip points) sends nothing
+    if recording is None:
+        return _run(cfg, stage, parts.camera, robot, ctl, TickLog(wrist=ctl.wrist), parts.reader, ending)
+    with recording:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
+        return _run(cfg, stage, parts.camera, robot, ctl, TickLog(recording, ctl.wrist), parts.reader, ending)
+
+
+def check_net_kinds(cfg: DeployConfig) -> None:
+    """ValueError unless the vision net was trained on every target kind the control net was trained on (a cube
+    net steered by a sphere-only vision net sees no cube), for every robot, real or simulated."""
+    from graspsim import runs
+    from graspsim.dagger.policy import load_checkpoint as load_control
+    from graspsim.vision.checkpoint import load_checkpoint as load_vision
+
+    control = runs.trained_kinds(load_control(cfg.policy).get("config"))
+    vision = runs.trained_kinds(load_vision(cfg.vision).get("config"))
+    missing = [k for k in control if k not in vision]
+    if missing:
+        raise ValueError(f"vision checkpoint {cfg.vision} was trained on {','.join(vision)}, but control checkpoint "
+                         f"{cfg.policy} on {','.join(control)}: the vision net would not see a "
+                         f"{' or '.join(missing)}; give a vision net trained on {','.join(control)} (e.g. "
+                         "vision/assets/segnet_kinds.pt)")
 
 
 def check_embodiment(embodiment: str, policy: Path, vision: Path | None = None, who: str = "--robot so101") -> None:
@@ -402,9 +476,10 @@ def check_wrist(robot, wrist: bool) -> None:
 
 
 def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller, tick_log: TickLog,
-         reader: CameraReader) -> tuple[dict, BaseException | None]:
+         reader: CameraReader, ending: contextlib.ExitStack) -> tuple[dict, BaseException | None]:
     """Run the episodes; returns the summary (written to ``out``) and the error or Ctrl-C that ended the run early,
-    for the caller to raise once the outputs and the recording are in place."""
+    for the caller to raise once the outputs and the recording are in place. From the run's end on, stop signals
+    are held (``ending``, released by the caller once the outputs are in place)."""
     guard = guarded(robot, camera)
     env = RobotEnv(robot, cfg.max_ticks, guard, cfg.sim)
     hooks = TickHooks(camera, robot, ctl, env, guard, tick_log, period=cfg.period,
@@ -413,14 +488,19 @@ def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller, tick_log:
                       adapter_fingertip=adapter_fingertip(cfg, ctl, robot, guard))
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
     t0 = time.perf_counter()
+    interrupts.drain_held()
     try:
         ended, error = _run_episodes(env, seeds, hooks, robot)
     finally:
+        ending.enter_context(interrupts.shielded("the run's summary was being written"))
         tick_log.close()
     seconds = time.perf_counter() - t0
     for ep, seed in zip(hooks.episodes, seeds):
         ep["seed"] = seed
     summary = _summary(cfg, hooks, ctl, camera, robot, seconds, ended, error)
+    if hooks.stale_ticks and hooks.stale_ticks == summary["ticks"] and error is None:
+        log.warning("deploy: every tick's frame was stale (older than %g control periods): the robot was never "
+                    "driven by the nets; check the camera's frame rate and its frame times", STALE_PERIODS)
     atomic_write_text(out / TICKS_CSV, tick_log.text())
     atomic_write_text(out / SUMMARY_JSON, json.dumps(summary, indent=2))
     if error is not None:
@@ -438,12 +518,19 @@ def _run_episodes(env: RobotEnv, seeds: list[int], hooks: TickHooks, robot) -> t
     try:
         run_episodes(env, seeds, hooks)
     except EndOfStream as e:
-        log.info("%s; %s", e, stop_first(robot))
+        note = stop_first(robot)
         hooks.close_episode("camera_ended", False, env.ticks)
+        if not hooks.stats.times["tick"]:  # not a single tick: the run did nothing, which is no success
+            return "error", DeployError(f"{hooks.reader.who} gave no frame: its source ended before the first tick "
+                                        f"({e}); {note}")
+        log.info("%s; %s", e, note)
         return "camera_ended", None
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM / SIGHUP under the graspsim command
-        log.warning("interrupted: %s", stop_first(robot))
+    except KeyboardInterrupt as e:  # Ctrl-C, or any stop signal under the graspsim command (graspsim.interrupts)
+        note = stop_first(robot)  # shielded: a second signal does not cut it short
+        signum = interrupts.taken()
+        log.warning("interrupted%s: %s", f" ({interrupts.signal_name(signum)})" if signum else "", note)
         hooks.close_episode("interrupted", False, env.ticks)
+        hooks.signal = interrupts.signal_name(signum) if signum else "SIGINT"
         return "interrupted", e
     except DeployError as e:
         note = stop_first(robot)
@@ -486,6 +573,8 @@ def _summary(cfg: DeployConfig, hooks: TickHooks, ctl: Controller, camera, robot
         "latency_ms": {s: latency_stats(v) for s, v in hooks.stats.times.items()},
         "stops": dict(hooks.stats.stops),
         "ended": ended or "completed",
+        "signal": getattr(hooks, "signal", None),
+        "signals_while_stopping": [interrupts.signal_name(s) for s in interrupts.drain_held()],
         "error": None if error is None or isinstance(error, KeyboardInterrupt) else f"{error}",
         "per_episode": eps,
         "inference": ctl.runtime,

@@ -35,8 +35,8 @@ from graspsim.extras import require
 from graspsim.fileio import check_in_file, check_out_dir, staged_dir
 from graspsim.validate import int_in, non_negative_int, positive_int
 
-from .controller import OnnxNets, action_from_raw, mask_from_logits
-from .onnx_contract import CONTROL_ONNX, OUTPUTS, VISION_ONNX, build_contract, load_nets, write_contract
+from .controller import OnnxNets, action_from_raw, load_nets, mask_from_logits
+from .onnx_contract import CONTROL_ONNX, OUTPUTS, VISION_ONNX, build_contract, write_contract
 
 log = logging.getLogger(__name__)
 

@@ -16,11 +16,14 @@ step                    in                                        out
 :meth:`TickLog.add`     frame, decision, command, sent, times     a ``ticks.csv`` row (+ the recorded frame)
 ======================= ========================================= =================================================
 
-Camera and adapter calls go through :func:`guarded`, which turns their exceptions (``SystemExit`` included) into
+Camera and adapter calls go through :func:`guarded`, which turns whatever they raise (``SystemExit``,
+``GeneratorExit``, an adapter's own ``BaseException`` and a ``KeyboardInterrupt`` no signal caused included) into
 :class:`DeployError` naming the part, its class and the method; what they return is checked
-(:func:`graspsim.robot.cameras.check_frame`, :func:`check_senses`, :func:`check_sent`, :func:`check_outcome`,
-:func:`check_workspace`), so a bad value is a DeployError of the same kind. The caller stops the robot first
-(:func:`stop_first`) and then reports.
+(:func:`graspsim.robot.cameras.check_frame`, :func:`check_senses` with the senses' units, :func:`check_sent`,
+:func:`check_outcome`, :func:`check_workspace`), so a bad value is a DeployError of the same kind. The caller stops
+the robot first (:func:`stop_first`, shielded from further stop signals) and then reports. Every tick starts by
+checking the stop flag (:func:`graspsim.interrupts.check`), so a signal whose exception was lost still ends the run
+before the next command; a camera whose frames stay stale for :data:`FROZEN_SECONDS` ends it too.
 
 **Threads.** The camera is read by a :class:`graspsim.robot.cameras.CameraReader` (one worker thread); every
 robot adapter method is called from the thread that runs the loop. The **capture watchdog**
@@ -45,7 +48,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from graspsim import FAILURE_NAMES
+from graspsim import FAILURE_NAMES, interrupts
 from graspsim.rollout import Finished, Hooks
 
 from .cameras import (WATCHDOG_GRACE, Camera, CameraError, CameraReader, EndOfStream, Frame, describe_value,
@@ -70,6 +73,18 @@ WRIST_CSV_FIELDS = CSV_FIELDS[:7] + ("wrist_sin", "wrist_cos") + tuple(
 """Columns of ``ticks.csv`` when the control net turns the wrist: the wrist angle's sine and cosine among the senses,
 and the yaw rate (rad/s) before each vector's grip."""
 TICKS_CSV = "ticks.csv"
+GAP_RANGE = (-0.1, 1.5)
+"""Gripper gap senses accepted (finger gap / open gap: 0 closed, 1 open; a little beyond for encoder noise). A value
+outside is a sense in other units (mm, m) and is refused."""
+BIT_TOLERANCE = 0.01
+"""How far the close-command and contact senses (0/1) may lie from 0 or 1."""
+MAX_TCP = 10.0
+"""Largest fingertip coordinate accepted (m): an arm's reach is about 1 m; 1e30 or millimetres are refused."""
+FROZEN_SECONDS = 2.0
+"""A camera whose every frame has been stale (older than two periods) for this long (and at least
+:data:`FROZEN_TICKS` ticks) is taken for frozen: the run ends with an error (the robot was sent zero velocity on
+each of those ticks, then ``stop()``)."""
+FROZEN_TICKS = 10
 
 
 class DeployError(ValueError):
@@ -79,20 +94,40 @@ class DeployError(ValueError):
 # ------------------------------------------------------------------------------------------ faults
 def guarded(robot, camera=None) -> Callable:
     """``guard(what, fn, *args)``: call a camera (``what`` = "camera") or adapter method (``what`` = its name); any
-    exception from it, ``SystemExit`` included, becomes a DeployError naming the part, its class and the method, e.g.
-    ``robot adapter 'my-arm' (MyArm.send) raised ConnectionError: ...`` (the caller stops the robot before reporting
-    it). EndOfStream and Ctrl-C pass through."""
+    exception from it, ``SystemExit``, ``GeneratorExit`` and an adapter's own ``BaseException`` subclasses included,
+    becomes a DeployError naming the part, its class and the method, e.g. ``robot adapter 'my-arm' (MyArm.send)
+    raised ConnectionError: ...`` (the caller stops the robot before reporting it). EndOfStream and the user's
+    Ctrl-C or stop signal pass through; a KeyboardInterrupt that an adapter raised itself while no signal arrived
+    (under the command, which routes the signals, :func:`graspsim.interrupts.installed`) is the adapter's fault."""
     def guard(what: str, fn, *args):
         try:
             return fn(*args)
-        except (EndOfStream, KeyboardInterrupt, DeployError):
+        except (EndOfStream, DeployError):
             raise
+        except KeyboardInterrupt as e:
+            if _users_interrupt(e):
+                raise
+            raise DeployError(f"{_part(what)} raised KeyboardInterrupt{_said(e)} while no Ctrl-C or stop signal "
+                              "had arrived") from None
         except CameraError as e:
             raise DeployError(str(e)) from None
-        except (Exception, SystemExit) as e:
-            part = part_name(camera, "camera", "read") if what == "camera" else adapter_name(robot, what)
-            raise DeployError(f"{part} raised {type(e).__name__}: {e}") from None
+        except BaseException as e:  # anything an adapter raises, SystemExit and GeneratorExit included
+            raise DeployError(f"{_part(what)} raised {type(e).__name__}{_said(e)}") from None
+
+    def _part(what: str) -> str:
+        return part_name(camera, "camera", "read") if what == "camera" else adapter_name(robot, what)
     return guard
+
+
+def _said(e: BaseException) -> str:
+    return f": {e}" if str(e) else ""
+
+
+def _users_interrupt(e: BaseException) -> bool:
+    """Whether a KeyboardInterrupt is the user's (a signal arrived, or nobody routes the signals so Python's own
+    Ctrl-C cannot be told apart) rather than one an adapter raised itself."""
+    return (isinstance(e, interrupts.Stopped) or not interrupts.installed()
+            or interrupts.requested() is not None)
 
 
 def adapter_name(robot, method: str) -> str:
@@ -121,10 +156,33 @@ def check_senses(senses, robot, width: int = 3) -> Senses:
         wrist = ", sin and cos of the wrist angle" if width == 5 else ""
         raise DeployError(f"{who} returned gripper senses {describe_value(senses.gripper)} "
                           f"{_short(senses.gripper)}; expected {width} finite floats (gap, close command, contact{wrist})")
+    g = _vector(senses.gripper, width)
+    bad = _sense_units(g)
+    if bad:
+        raise DeployError(f"{who} returned gripper senses {_short(senses.gripper)}: {bad}; give the gap as finger "
+                          "gap / open gap (0 closed, 1 open) and the close command and contact as 0 or 1 (docs/deploy.md)")
     tcp = getattr(senses, "tcp", None)
-    if tcp is not None and _vector(tcp, 3) is None:
-        raise DeployError(f"{who} returned a fingertip position {_short(tcp)}; expected None or 3 finite floats (m)")
+    if tcp is not None:
+        v = _vector(tcp, 3)
+        if v is None:
+            raise DeployError(f"{who} returned a fingertip position {_short(tcp)}; expected None or 3 finite floats (m)")
+        if np.abs(v).max() > MAX_TCP:
+            raise DeployError(f"{who} returned a fingertip position {_short(tcp)}: beyond {MAX_TCP:g} m of the "
+                              "origin; give it in metres in the frame of workspace()")
     return senses
+
+
+def _sense_units(g: np.ndarray) -> str:
+    """What is wrong with gripper senses ``g`` (3 or 5 finite floats) as units go, "" when nothing."""
+    lo, hi = GAP_RANGE
+    if not lo <= g[0] <= hi:
+        return f"the gap {g[0]:.6g} is outside {lo:g}..{hi:g} (a fraction of the open gap, not mm or m)"
+    for i, name in ((1, "close command"), (2, "contact")):
+        if min(abs(g[i]), abs(g[i] - 1.0)) > BIT_TOLERANCE:
+            return f"the {name} {g[i]:.6g} is not 0 or 1"
+    if len(g) == 5 and abs(g[3] ** 2 + g[4] ** 2 - 1.0) > 0.05:
+        return f"the wrist's sine and cosine ({g[3]:.4g}, {g[4]:.4g}) are not those of one angle"
+    return ""
 
 
 def check_sent(sent, command: np.ndarray, robot) -> np.ndarray:
@@ -178,13 +236,15 @@ def _short(x) -> str:
 
 
 def stop_first(robot) -> str:
-    """Send the robot a stop; returns a note for the error message (saying so when that fails too)."""
-    try:
-        robot.stop()
-        return "the robot was sent a stop command"
-    except Exception as e:
-        log.error("robot stop failed: %s: %s", type(e).__name__, e)
-        return f"sending the robot a stop FAILED too ({type(e).__name__}: {e}); stop the arm by hand"
+    """Send the robot a stop, shielded from further stop signals (a second Ctrl-C is held until it returns, with a
+    warning); returns a note for the error message (saying so when the stop fails too)."""
+    with interrupts.shielded("the robot was being stopped"):
+        try:
+            robot.stop()
+            return "the robot was sent a stop command"
+        except BaseException as e:  # whatever the adapter raises, the run still reports and writes its summary
+            log.error("robot stop failed: %s%s", type(e).__name__, _said(e))
+            return f"sending the robot a stop FAILED too ({type(e).__name__}{_said(e)}); stop the arm by hand"
 
 
 # ------------------------------------------------------------------------------------------ the robot as an env
@@ -476,6 +536,9 @@ class TickHooks(Hooks):
         self.box = None
         self.warmed = False
         self.ep_stops: dict[str, int] = {}
+        self.stale_run = 0
+        """Stale ticks in a row (:meth:`_frozen`)."""
+        self.stale_ticks = 0
 
     # ---------------------------------------------------------------- episode boundaries
     def on_start(self, slots, episodes) -> None:
@@ -495,7 +558,9 @@ class TickHooks(Hooks):
         self.ep_stops = {}
 
     def on_end(self, fin: Finished) -> None:
-        self.guard("stop", self.robot.stop)
+        with interrupts.shielded("the robot was being stopped at an episode end"):
+            self.guard("stop", self.robot.stop)
+        interrupts.check()  # a signal held meanwhile ends the run now
         self.close_episode(self.env.end or "time_limit", bool(fin.success[0]), int(fin.steps[0]))
 
     def close_episode(self, end: str, success: bool, ticks: int) -> None:
@@ -513,13 +578,20 @@ class TickHooks(Hooks):
 
     # ---------------------------------------------------------------- one tick
     def act(self, obs, active):
+        interrupts.check()  # a stop signal whose exception was lost still ends the run before this tick
         t0 = self.pacer.wait()
+        interrupts.check()
         frame, senses = capture(self.reader, self.robot, self.guard, self.frame_timeout, self.stall_after,
                                 self._stalled)
         t1 = self.clock()
+        if self.box is not None and getattr(senses, "tcp", None) is None:
+            raise DeployError(f"{adapter_name(self.robot, 'senses')} gives no fingertip position (Senses.tcp) but "
+                              f"{adapter_name(self.robot, 'workspace')} gives a box, which could then never be "
+                              "enforced; return the fingertip position (m) from senses(), or None from workspace()")
         gripper = np.asarray(senses.gripper, np.float32).reshape(-1)[:self.ctl.gripper_dim]  # a sphere net: 3 of 5
         age = time.monotonic() - frame.t
         d = decide(self.ctl, frame, gripper, age, self.period)
+        self._frozen(d, age)
         command, stop = guard_workspace(d, getattr(senses, "tcp", None), self.box, self.horizon)
         t2 = self.clock()
         sent = send(self.robot, self.guard, command)
@@ -532,10 +604,25 @@ class TickHooks(Hooks):
         self.tick += 1
         return torch.from_numpy(sent[None].astype(np.float32))
 
+    def _frozen(self, d: Decision, age: float) -> None:
+        """Count stale ticks in a row; DeployError naming the camera once they span :data:`FROZEN_SECONDS` (and
+        :data:`FROZEN_TICKS` ticks): a camera that gives only old frames (a frozen driver, a wrong clock)."""
+        if d.stop != "stale_frame":
+            self.stale_run = 0
+            return
+        self.stale_run += 1
+        self.stale_ticks += 1
+        if self.stale_run >= max(FROZEN_TICKS, FROZEN_SECONDS / self.period):
+            raise DeployError(f"{self.reader.who}: every frame of the last {self.stale_run} ticks "
+                              f"({self.stale_run * self.period:.1f} s) was older than {STALE_PERIODS:g} control "
+                              f"periods (the newest {age:.2f} s old): the camera looks frozen, or its frame times "
+                              "are not time.monotonic() at capture")
+
     def _stalled(self) -> None:
         """The watchdog's first deadline passed with the camera's read still running: stop the robot now (from this
         thread), count it, warn (the first 5 and every 100th)."""
-        self.guard("stop", self.robot.stop)
+        with interrupts.shielded("the robot was being stopped (capture watchdog)"):
+            self.guard("stop", self.robot.stop)
         self.stats.stalls += 1
         if self.stats.stalls <= 5 or self.stats.stalls % 100 == 0:
             log.warning("%s took longer than %.0f ms (tick %d of episode %d): the robot was sent a stop; the run "

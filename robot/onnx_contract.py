@@ -10,17 +10,23 @@ An export folder holds::
                     mirror_tta, max_speed; with the wrist max_yaw_rate), the action layout (action_names) and,
                     after the parity check, ``parity``
 
-Writers call :func:`build_contract` and :func:`write_contract`; readers call :func:`read_contract`, which checks the
-kind, the format version, the keys readers use (:data:`REQUIRED_KEYS`) and that both graphs are present (and not
-empty); :func:`check_sources` compares the checkpoints a contract was exported from with the ones a caller names.
-:func:`load_nets` loads the two checkpoints behind a contract and checks that they work at one image size (the
-contract has one ``S``); the export and the torch runtime of :mod:`graspsim.robot.controller` both load through it.
+Writers call :func:`build_contract` and :func:`write_contract`, which records the sha256 of both graphs
+(``graphs``) and then of the contract itself (``contract_sha256``, over its canonical JSON without that key).
+Readers call :func:`read_contract`, which checks, before anything runs: the kind and format version; that the
+contract is the one written (its checksum: a hand-edited ``max_speed`` or threshold is refused); the keys readers use
+(:data:`REQUIRED_KEYS`); every constant within its range (:data:`RANGES`: a ``max_speed`` of 5 m/s or -0.1, a
+threshold of 0 or 2 are refused even in a contract whose checksum was recomputed); the gripper width against the
+wrist and fingertip entries; and that both graphs are present, not empty and the ones exported with it (a
+``vision.onnx`` copied from another export is refused). :func:`check_sources` compares the checkpoints a contract was
+exported from with the ones a caller names. The checkpoints themselves are loaded beside the controller
+(:func:`graspsim.robot.controller.load_nets`); this module only writes and reads the contract.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 
@@ -32,35 +38,41 @@ CONTRACT_FILE = "contract.json"
 VISION_ONNX = "vision.onnx"
 CONTROL_ONNX = "control.onnx"
 CONTRACT_KIND = "graspsim-onnx-contract"
-CONTRACT_VERSION = 1
-"""Format version written, and the only one read."""
+CONTRACT_VERSION = 2
+"""Format version written, and the only one read (1: before the checksums; export again)."""
+HASH_KEY = "contract_sha256"
+"""Key of the contract's own checksum (sha256 of its canonical JSON without this key)."""
+GRAPHS_KEY = "graphs"
+"""Key of the graphs' checksums: ``{"vision": {"file": "vision.onnx", "sha256": ...}, "control": {...}}``."""
+_GRAPHS = {"vision": VISION_ONNX, "control": CONTROL_ONNX}
+MAX_SPEED = 1.0
+"""Largest ``control.max_speed`` a contract may carry (m/s): the simulator's arms are trained at 0.1 m/s; an arm's
+own limit is about 1 m/s."""
+MAX_YAW_RATE = 2 * math.pi
+"""Largest ``control.max_yaw_rate`` (rad/s): a turn a second."""
+RANGES = {
+    "vision.image_size": ("an int from 16 to 1024 (px)", lambda v: _is_int(v) and 16 <= v <= 1024),
+    "vision.threshold": ("a probability strictly between 0 and 1", lambda v: _is_num(v) and 0.0 < v < 1.0),
+    "vision.peak_threshold": ("a probability from 0 (no frame gate) to below 1", lambda v: _is_num(v) and 0.0 <= v < 1.0),
+    "vision.mirror_tta": ("true or false", lambda v: isinstance(v, bool)),
+    "control.max_speed": (f"a speed above 0 and at most {MAX_SPEED:g} m/s",
+                          lambda v: _is_num(v) and 0.0 < v <= MAX_SPEED),
+}
+"""Each constant a reader turns into commands: what it must be, and the test."""
 OUTPUTS = (VISION_ONNX, CONTROL_ONNX, CONTRACT_FILE)
 """Everything an export writes into its folder (and replaces as a whole with --overwrite)."""
 REQUIRED_KEYS = ("sources.vision.sha256", "sources.policy.sha256", "vision.image_size", "vision.threshold",
-                 "vision.peak_threshold", "vision.mirror_tta", "control.max_speed", "control.inputs")
+                 "vision.peak_threshold", "vision.mirror_tta", "control.max_speed", "control.inputs",
+                 f"{GRAPHS_KEY}.vision.sha256", f"{GRAPHS_KEY}.control.sha256")
 """Dotted keys of a contract that readers use; :func:`read_contract` refuses a contract without one of them."""
 
 
-# ------------------------------------------------------------------------------------------ the checkpoints behind it
-def check_image_sizes(vision_size: int, control_size: int) -> None:
-    """ValueError unless the vision net (``vision_size`` px) and the control net (``control_size`` px) work at one
-    image size, as a contract (and the controller) needs."""
-    if int(control_size) != int(vision_size):
-        raise ValueError(f"the vision net works at {vision_size} px but the control net at "
-                         f"{control_size} px; use checkpoints trained at one image size")
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
-def load_nets(vision: str | os.PathLike, policy: str | os.PathLike, precision: str = "fp32", device: str = "cpu"):
-    """``(Segmenter, MaskPolicy)`` from the two checkpoints (kinds checked by their loaders, image sizes by
-    :func:`check_image_sizes`). ``precision``: the Segmenter's (``fp32`` for export, ``auto`` for deploy)."""
-    from graspsim.vision.infer import Segmenter
-
-    from graspsim.dagger.policy import MaskPolicy
-
-    seg = Segmenter.from_checkpoint(vision, device=device, precision=precision)
-    pol = MaskPolicy.from_checkpoint(policy, device=device)
-    check_image_sizes(seg.image_size, pol.cfg.image_size)
-    return seg, pol
+def _is_num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def sha256(path: str | os.PathLike) -> str:
@@ -131,9 +143,20 @@ def build_contract(*, opset: int, vision_path: str | os.PathLike, policy_path: s
     }
 
 
+def contract_digest(contract: dict) -> str:
+    """sha256 of ``contract``'s canonical JSON (sorted keys, no spaces) without :data:`HASH_KEY`."""
+    body = {k: v for k, v in contract.items() if k != HASH_KEY}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
 def write_contract(folder: str | os.PathLike, contract: dict) -> None:
-    """Write ``contract`` atomically as ``folder/contract.json``."""
-    atomic_write_text(Path(folder) / CONTRACT_FILE, json.dumps(contract, indent=2))
+    """Write ``contract`` atomically as ``folder/contract.json``, after recording in it (in place) the sha256 of the
+    two graphs already in ``folder`` and then its own checksum."""
+    folder = Path(folder)
+    contract[GRAPHS_KEY] = {role: {"file": name, "sha256": sha256(folder / name)} for role, name in _GRAPHS.items()}
+    contract.pop(HASH_KEY, None)
+    contract[HASH_KEY] = contract_digest(contract)
+    atomic_write_text(folder / CONTRACT_FILE, json.dumps(contract, indent=2))
 
 
 # ------------------------------------------------------------------------------------------ reading
@@ -151,22 +174,61 @@ def read_contract(folder: str | os.PathLike) -> dict:
         kind = contract.get("kind") if isinstance(contract, dict) else None
         raise ValueError(f"{path} is not a graspsim ONNX contract (kind {kind!r})")
     if contract.get("format_version") != CONTRACT_VERSION:
-        raise ValueError(f"{path}: contract format_version {contract.get('format_version')!r}; this version reads "
-                         f"{CONTRACT_VERSION}; export again with 'graspsim export'")
+        older = " (written before contracts carried checksums)" if contract.get("format_version") == 1 else ""
+        raise ValueError(f"{path}: contract format_version {contract.get('format_version')!r}{older}; this version "
+                         f"reads {CONTRACT_VERSION}; export again with 'graspsim export'")
     missing = [k for k in REQUIRED_KEYS if _lookup(contract, k) is None]
     if missing:
         raise ValueError(f"{path} lacks {', '.join(missing)}; export again with 'graspsim export'")
+    if contract.get(HASH_KEY) != contract_digest(contract):
+        raise ValueError(f"{path} was changed after it was exported (its {HASH_KEY} does not match its contents); "
+                         "its constants turn the nets' outputs into commands, so an edited one is not used: export "
+                         "again with 'graspsim export'")
+    check_constants(contract, path)
     width = control_gripper_width(contract)
     expected = gripper_width(bool(contract["control"].get("wrist")), "fingertip" in contract["control"])
     if width != expected:
         raise ValueError(f"{path}: the control graph's gripper input is {width} wide, but its wrist and fingertip "
                          f"entries say {expected}; export again with 'graspsim export'")
-    for name in (VISION_ONNX, CONTROL_ONNX):
+    for role, name in _GRAPHS.items():
         if not (folder / name).is_file():
             raise ValueError(f"{folder}: {name} is missing; export again with 'graspsim export'")
         if (folder / name).stat().st_size == 0:
             raise ValueError(f"{folder / name} is empty; export again with 'graspsim export'")
+        if sha256(folder / name) != contract[GRAPHS_KEY][role]["sha256"]:
+            raise ValueError(f"{folder / name} is not the graph {path} was exported with (their sha256 differ: a "
+                             "graph copied from another export, or changed); export again with 'graspsim export'")
     return contract
+
+
+def check_constants(contract: dict, path: str | os.PathLike = CONTRACT_FILE) -> None:
+    """ValueError naming the key and its value when a constant of ``contract`` is outside :data:`RANGES` (or, for
+    a wrist net, ``control.max_yaw_rate`` outside (0, :data:`MAX_YAW_RATE`]; the fingertip points outside 0..1 or
+    not low <= nominal <= high)."""
+    def bad(key: str, value, what: str) -> ValueError:
+        return ValueError(f"{path}: {key} is {value!r}; it must be {what}; export again with 'graspsim export'")
+
+    for key, (what, ok) in RANGES.items():
+        value = _lookup(contract, key)
+        if not ok(value):
+            raise bad(key, value, what)
+    control = contract["control"]
+    if not isinstance(control.get("wrist", False), bool):
+        raise bad("control.wrist", control.get("wrist"), "true or false")
+    if control.get("wrist"):
+        v = control.get("max_yaw_rate")
+        if not (_is_num(v) and 0.0 < v <= MAX_YAW_RATE):
+            raise bad("control.max_yaw_rate", v, f"a rate above 0 and at most {MAX_YAW_RATE:.4g} rad/s")
+    tip = control.get("fingertip")
+    if tip is not None:
+        try:
+            lo, mid, hi = ([float(x) for x in tip[k]] for k in ("low", "nominal", "high"))
+            ok = all(len(v) == 4 for v in (lo, mid, hi)) and all(
+                0.0 <= a <= b <= c <= 1.0 for a, b, c in zip(lo, mid, hi))
+        except (TypeError, ValueError, KeyError):
+            ok = False
+        if not ok:
+            raise bad("control.fingertip", tip, "low <= nominal <= high, 4 fractions of the frame each (0..1)")
 
 
 def control_gripper_width(contract: dict) -> int | None:
@@ -201,7 +263,7 @@ def check_sources(folder: str | os.PathLike, contract: dict, vision: str | os.Pa
                              f"deploy without --onnx) or give {flag} the checkpoint the export came from")
 
 
-__all__ = ["CONTRACT_FILE", "CONTRACT_KIND", "CONTRACT_VERSION", "CONTROL_ONNX", "OUTPUTS", "REQUIRED_KEYS",
-           "VISION_ONNX", "build_contract", "check_image_sizes", "check_sources", "control_gripper_width", "load_nets",
-           "read_contract",
-           "sha256", "write_contract"]
+__all__ = ["CONTRACT_FILE", "CONTRACT_KIND", "CONTRACT_VERSION", "CONTROL_ONNX", "GRAPHS_KEY", "HASH_KEY",
+           "MAX_SPEED", "MAX_YAW_RATE", "OUTPUTS", "RANGES", "REQUIRED_KEYS", "VISION_ONNX", "build_contract",
+           "check_constants", "check_sources", "contract_digest", "control_gripper_width", "read_contract", "sha256",
+           "write_contract"]

@@ -251,7 +251,9 @@ def open_robot(name: str, world: SimWorld | None = None, wrist: bool = False, pe
         cls = load_class(name, "robot")
         try:
             robot = cls()
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # SystemExit and a user's own BaseException too: one line naming the class
             raise ValueError(f"robot {name!r}: {cls.__name__}() raised {type(e).__name__}: {e}") from None
         missing = [m for m in ROBOT_METHODS if not callable(getattr(robot, m, None))]
         if missing:

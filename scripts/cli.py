@@ -49,42 +49,23 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-STOP_SIGNALS = ("SIGTERM", "SIGHUP")
-"""Signals the command handles like Ctrl-C: every verb that writes or drives hardware then takes its Ctrl-C path
-(deploy stops the robot first and writes summary.json; staged outputs are moved into place or left whole)."""
+def _stop_on_signals() -> bool:
+    """Route every stop signal to a Ctrl-C that cannot be lost (:func:`graspsim.interrupts.install`: SIGTERM, SIGHUP,
+    SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, ...; process-wide, so the command layer does it, a library import may not);
+    :func:`main` undoes it on its way out. Only in the main thread, where Python delivers signals."""
+    from graspsim import interrupts
 
-
-class _Stopped(KeyboardInterrupt):
-    """A stop signal, raised where the main thread is, as Ctrl-C would be."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _stop_on_signals() -> dict:
-    """Route :data:`STOP_SIGNALS` to :class:`_Stopped` (process-wide: the command layer may do this, a library
-    import may not); returns the handlers it replaced, for :func:`main` to put back. Only in the main thread, where
-    Python delivers signals."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-
-    def raise_stop(signum, frame):
-        raise _Stopped(signum)
-
-    signals = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]
-    return {sig: signal.signal(sig, raise_stop) for sig in signals}
+    return interrupts.install()
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``graspsim <verb> [flags]``; returns the exit code (0; 2 for an error; 130 after Ctrl-C, 128 + the signal's
-    number after SIGTERM or SIGHUP)."""
-    import signal
+    number after any other stop signal: SIGTERM 143, SIGHUP 129, SIGQUIT 131, ...). When the reader of our output
+    went away (``graspsim deploy ... 2>&1 | head -1``), the code is still the run's: 0 only for a run that
+    succeeded."""
+    from graspsim import interrupts
 
-    previous = _stop_on_signals()
+    installed = _stop_on_signals()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         _quiet_native_logs()
@@ -92,12 +73,28 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as e:  # also while the verb's modules (torch) are still being imported
         return _interrupted(argv[0] if argv and argv[0] in VERBS else None, e)
     except BrokenPipeError:  # the reader of our output left (graspsim show --help | head -1): not an error
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())  # so that the interpreter's last flush does not fail again
+        _drop_output()
         return 0
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        if installed:
+            interrupts.uninstall()
+
+
+def _drop_output() -> None:
+    """Point stdout and stderr at /dev/null, so that the interpreter's last flush does not fail again after the
+    reader of our output has gone (a broken pipe)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(devnull, stream.fileno())
+
+
+def _say(line: str) -> None:
+    """Print one line to stderr; a reader that has gone (a broken pipe) does not change the exit code."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (BrokenPipeError, OSError, ValueError):
+        _drop_output()
 
 
 NATIVE_LOGS = {"OPENCV_LOG_LEVEL": "SILENT", "OPENCV_FFMPEG_LOGLEVEL": "-8"}
@@ -118,12 +115,16 @@ def _quiet_native_logs() -> None:
 
 
 def _interrupted(verb: str | None, e: BaseException) -> int:
-    """The one line after Ctrl-C or a stop signal (:class:`_Stopped`); returns 128 + the signal's number."""
+    """The one line after Ctrl-C or a stop signal (:class:`graspsim.interrupts.Stopped`); returns 128 + the signal's
+    number."""
     import signal
 
-    signum = getattr(e, "signum", signal.SIGINT)
-    print(f"graspsim{' ' + verb if verb else ''}: interrupted ({signal.Signals(signum).name})", file=sys.stderr)
-    return 128 + int(signum)
+    from graspsim import interrupts
+
+    flagged = interrupts.taken()
+    signum = int(getattr(e, "signum", None) or flagged or signal.SIGINT)
+    _say(f"graspsim{' ' + verb if verb else ''}: interrupted ({interrupts.signal_name(signum)})")
+    return 128 + signum
 
 
 def _main(argv: list[str]) -> int:
@@ -149,7 +150,10 @@ def _main(argv: list[str]) -> int:
     cfg_cls, fn = getattr(mod, cfg_name), getattr(mod, fn_name)
     from graspsim.distributed import RankFailed, from_env
 
-    job = from_env()
+    try:
+        job = from_env()
+    except ValueError as e:  # WORLD_SIZE=abc: one line, before anything runs
+        return _error(verb, str(e))
     where = f" ({job.label()})" if job.distributed else ""
     logging.basicConfig(level=logging.INFO if job.is_main else logging.WARNING,
                         format=f"%(levelname)s %(name)s{where}: %(message)s")
@@ -222,7 +226,7 @@ def _describe(e: BaseException) -> str:
 def _error(verb: str, message: str) -> int:
     """Print the one error line (a message that spans lines, e.g. from a third-party library, is joined into one)."""
     message = " ".join(line.strip() for line in message.splitlines() if line.strip())
-    print(f"graspsim {verb}: error: {message}", file=sys.stderr)
+    _say(f"graspsim {verb}: error: {message}")
     return 2
 
 

@@ -91,13 +91,18 @@ class BlankCamera(RedDotCamera):
 
 
 class InterruptedCamera(RedDotCamera):
-    """Ctrl-C arrives during the third read."""
+    """Ctrl-C arrives during the third read (the exception the command's SIGINT handler raises; a bare
+    KeyboardInterrupt from an adapter while no signal arrived is the adapter's fault, see OwnInterruptRobot)."""
 
     name = "interrupted"
 
     def read(self, timeout):
         if self.k == 2:
-            raise KeyboardInterrupt
+            import signal
+
+            from graspsim.interrupts import Stopped
+
+            raise Stopped(signal.SIGINT)
         return super().read(timeout)
 
 
@@ -332,3 +337,202 @@ class UncalibratedWristRobot(MiscalibratedWristRobot):
 
     def fingertip(self):
         return None
+
+
+# ------------------------------------------------------------------------------------------ faults of issue 55
+FAKE_LOG = "GRASPSIM_FAKE_LOG"
+"""Environment variable naming the file the FileLog fakes append their calls to (one per line: kind, time), so a test
+can read what a robot in a subprocess was asked to do."""
+
+
+def _file_log(kind: str) -> None:
+    import os
+
+    path = os.environ.get(FAKE_LOG)
+    EVENTS.append((kind, []))
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{kind} {time.monotonic():.6f}\n")
+
+
+class FileLogRobot(DryRunRobot):
+    """Dry-run robot that logs send / stop / close to EVENTS and to the file named by $GRASPSIM_FAKE_LOG."""
+
+    name = "file-log"
+
+    def send(self, command):
+        sent = super().send(command)
+        _file_log("send")
+        return sent
+
+    def stop(self):
+        super().stop()
+        _file_log("stop")
+
+    def close(self):
+        _file_log("close")
+
+
+class SlowStopRobot(FileLogRobot):
+    """Its stop() takes 1.5 s (a controller that ramps down): logs stop_begin, then stop when it is done."""
+
+    name = "slow-stop"
+
+    def stop(self):
+        _file_log("stop_begin")
+        time.sleep(1.5)
+        super().stop()
+
+
+class HangingCloseCamera(RedDotCamera):
+    """Its close() never returns (until RELEASE, at most a minute)."""
+
+    name = "hanging-close"
+
+    def close(self):
+        EVENTS.append(("camera_close", []))
+        RELEASE.wait(60.0)
+
+
+class RaisingCloseRobot(FileLogRobot):
+    name = "raising-close"
+
+    def close(self):
+        super().close()
+        raise OSError("serial port already gone")
+
+
+class FinalizerSignalRobot(FileLogRobot):
+    """In its third send a SIGTERM arrives while Python runs a weakref callback (where Python discards the exception
+    a signal handler raises), as in issue 55's pipeline case."""
+
+    name = "finalizer-signal"
+
+    def __init__(self):
+        super().__init__()
+        self.n = 0
+
+    def send(self, command):
+        import os
+        import signal
+        import weakref
+
+        self.n += 1
+        if self.n == 3:
+            class Thing:
+                pass
+
+            def callback(_):
+                os.kill(os.getpid(), signal.SIGTERM)
+                t = time.monotonic()
+                while time.monotonic() - t < 0.05:  # the handler runs here, inside the callback
+                    pass
+
+            thing = Thing()
+            ref = weakref.ref(thing, callback)  # noqa: F841 (kept alive until the callback ran)
+            del thing
+        return super().send(command)
+
+
+class _CustomStop(BaseException):
+    """An adapter's own BaseException subclass."""
+
+
+class BaseExceptionRobot(_BadValueRobot):
+    def bad(self):
+        raise _CustomStop("driver gave up")
+
+
+class GeneratorExitRobot(_BadValueRobot):
+    def bad(self):
+        raise GeneratorExit
+
+
+class OwnInterruptRobot(_BadValueRobot):
+    """Raises KeyboardInterrupt itself (no Ctrl-C was pressed)."""
+
+    def bad(self):
+        raise KeyboardInterrupt
+
+
+class ExitingConstructorRobot(LoggingRobot):
+    def __init__(self):
+        raise SystemExit(7)
+
+
+class ExitingConstructorCamera(RedDotCamera):
+    def __init__(self):
+        raise SystemExit(9)
+
+
+class MillimetreGapRobot(_BadValueRobot):
+    method = "senses"
+
+    def bad(self):
+        return Senses(np.array([80.0, 0.0, 0.0], np.float32))
+
+
+class ContactScaleRobot(_BadValueRobot):
+    method = "senses"
+
+    def bad(self):
+        return Senses(np.array([1.0, 0.0, 12.5], np.float32))
+
+
+class HugeTcpRobot(_BadValueRobot):
+    method = "senses"
+
+    def bad(self):
+        return Senses(np.array([1.0, 0.0, 0.0], np.float32), np.array([1e30, 0.0, 0.0]))
+
+
+class BoxWithoutTcpRobot(LoggingRobot):
+    """Gives a workspace box, but its senses carry no fingertip position."""
+
+    name = None
+
+    def workspace(self):
+        return np.array([-0.2, -0.2, 0.0]), np.array([0.2, 0.2, 0.3])
+
+
+class TinyFrameCamera(_BadValueCamera):
+    def bad(self):
+        return Frame(np.zeros((1, 1, 3), np.uint8), time.monotonic(), self.k)
+
+
+class StripFrameCamera(_BadValueCamera):
+    def bad(self):
+        return Frame(np.zeros((1, 10000, 3), np.uint8), time.monotonic(), self.k)
+
+
+class FrozenCamera(RedDotCamera):
+    """Gives its first frame again and again (a frozen driver): every frame is as old as the run."""
+
+    name = "frozen"
+
+    def read(self, timeout):
+        if self.k == 0:
+            self.first = super().read(timeout)
+        time.sleep(0.001)
+        return self.first
+
+
+class FileLogCamera(RedDotCamera):
+    """RedDotCamera that logs each read to the file named by $GRASPSIM_FAKE_LOG."""
+
+    name = "file-log"
+
+    def read(self, timeout):
+        _file_log("read")
+        return super().read(timeout)
+
+
+class EmptyCamera(RedDotCamera):
+    """A finite source that has no frame at all."""
+
+    name = "empty"
+
+    def read(self, timeout):
+        from graspsim.robot.cameras import EndOfStream
+
+        raise EndOfStream("empty: no frame left")

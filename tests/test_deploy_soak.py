@@ -1,5 +1,6 @@
-"""Deploy soak and fault test (issue 38): many deploy runs back to back, each ended by a fault injected at a random
-tick, the last one by a SIGTERM. For every run: the first robot call after the fault is ``stop()``, ``summary.json``
+"""Deploy soak and fault test (issues 38 and 55): many deploy runs back to back, each ended by a fault injected at a
+random tick (adapter faults, stop signals, a second signal while the robot is being stopped), the last one by a
+SIGTERM. For every run: the first robot call after the fault is ``stop()``, ``summary.json``
 is written, ``ticks.csv`` holds every tick whose command was sent (none lost, none twice), and at the end the
 process's resident memory (RSS) has not grown.
 
@@ -16,6 +17,7 @@ import json
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -42,8 +44,17 @@ FAULTS = {
     "send_system_exit": ("send", "(FaultyRobot.send) raised SystemExit: 3"),
     "senses_nan": ("senses", "(FaultyRobot.senses) returned gripper senses"),
     "outcome_none": ("outcome", "(FaultyRobot.outcome) returned None"),
+    "send_generator_exit": ("send", "(FaultyRobot.send) raised GeneratorExit"),
+    "senses_millimetres": ("senses", "the gap 80 is outside"),
+    "sigquit": ("send", ""),
+    "sigusr1": ("send", ""),
+    "sigxcpu": ("send", ""),  # (not SIGALRM: pytest-timeout has its own handler for it, which deploy leaves alone)
+    "double": ("send", ""),  # SIGTERM, then SIGUSR2 while stop() runs
     "sigterm": ("send", ""),
 }
+SIGNAL_FAULTS = {"sigquit": "SIGQUIT", "sigusr1": "SIGUSR1", "sigxcpu": "SIGXCPU", "double": "SIGTERM",
+                 "sigterm": "SIGTERM"}
+"""The faults that are stop signals, and the signal that ends the run."""
 FRAME_TIMEOUT = 0.05
 """--frame-timeout of the soak runs (s): a stalled camera is given up after 0.05 + 0.5 s."""
 
@@ -105,7 +116,8 @@ class FaultyRobot:
     def senses(self):
         p = self.plan
         if p.due("senses"):
-            return Senses(np.array([np.nan, 0.0, 0.0], np.float32))
+            gap = 80.0 if p.kind == "senses_millimetres" else np.nan
+            return Senses(np.array([gap, 0.0, 0.0], np.float32))
         p.events.append("senses")
         return self.inner.senses()
 
@@ -118,14 +130,21 @@ class FaultyRobot:
                 return np.zeros(2, np.float32)
             if p.kind == "send_system_exit":
                 raise SystemExit(3)
-            os.kill(os.getpid(), signal.SIGTERM)  # "sigterm": the handler raises in this thread, here or soon after
+            if p.kind == "send_generator_exit":
+                raise GeneratorExit
+            # a stop signal: the handler raises in this thread, here or soon after
+            os.kill(os.getpid(), getattr(signal, SIGNAL_FAULTS[p.kind]))
         sent = self.inner.send(command)
         p.events.append("send")
         p.sends += 1
         return sent
 
     def stop(self):
-        self.plan.events.append("stop")
+        p = self.plan
+        if p.kind == "double" and "fault" in p.events and "stop" not in p.events[p.events.index("fault"):]:
+            os.kill(os.getpid(), signal.SIGUSR2)  # a second signal while the robot is being stopped
+            time.sleep(0.02)  # its handler runs here; the stop goes on
+        p.events.append("stop")
         self.inner.stop()
 
     def outcome(self):
@@ -164,13 +183,18 @@ def _rss_mb() -> float:
 def _check_run(out: Path, plan: Plan, kind: str, raised: BaseException) -> int:
     """The checks of one run ended by ``kind``; returns its ticks."""
     ev = plan.events
-    assert "fault" in ev, (kind, ev[-10:])
+    if "fault" not in ev:  # ended before the fault: say how (e.g. a real watchdog stall on a loaded machine)
+        s = json.loads((out / "summary.json").read_text())
+        raise AssertionError(f"{kind}: the run ended before its fault: {raised}; capture ms "
+                             f"{s['latency_ms']['capture']}, load average {s['load_average']}, events {ev[-10:]}")
     after = ev[ev.index("fault") + 1:]
     assert after and after[0] == "stop", (kind, ev[-10:])  # stop() before anything else
     assert "send" not in after  # and no command after the fault
     s = json.loads((out / "summary.json").read_text())
-    if kind == "sigterm":
+    if kind in SIGNAL_FAULTS:
         assert isinstance(raised, KeyboardInterrupt) and s["ended"] == "interrupted"
+        assert s["signal"] == SIGNAL_FAULTS[kind], (kind, s["signal"])
+        assert s["signals_while_stopping"] == (["SIGUSR2"] if kind == "double" else []), kind
     else:
         assert isinstance(raised, DeployError) and FAULTS[kind][1] in str(raised), (kind, str(raised))
         assert s["ended"] == "error" and FAULTS[kind][1] in s["error"]
@@ -189,14 +213,14 @@ def _soak(tmp_path: Path, make, min_ticks: int, run_ticks: tuple[int, int], seed
     """Deploy runs until ``min_ticks`` ticks were run, each ended by the next fault of a shuffled cycle at a random
     number of sent commands in ``run_ticks``, then one ended by SIGTERM. ``make(plan)`` -> (cfg kwargs, camera,
     robot, controller, cleanup)."""
-    from graspsim.cli.cli import _stop_on_signals
+    from graspsim import interrupts
 
     rng = np.random.default_rng(seed)
     kinds = [k for k in FAULTS if k != "sigterm"]
     plan = Plan()
     kw, camera, robot, controller, cleanup = make(plan)
     total, runs, seen, rss = 0, 0, set(), []
-    previous = _stop_on_signals()  # SIGTERM raises in the main thread, as under the graspsim command
+    interrupts.install()  # stop signals raise in the main thread, as under the graspsim command
     try:
         order: list[str] = []
         while total < min_ticks or not seen >= set(kinds):
@@ -213,8 +237,7 @@ def _soak(tmp_path: Path, make, min_ticks: int, run_ticks: tuple[int, int], seed
                           controller)
         rss.append(_rss_mb())
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        interrupts.uninstall()
         cleanup()
     return {"ticks": total, "runs": runs + 1, "rss_mb": rss}
 

@@ -222,7 +222,9 @@ def test_two_exports_into_one_out_the_second_to_finish_is_refused(tmp_path, caps
     code, line = _run(["export-dataset", str(episodes["good"]), "--out", str(out), *flags], capsys)
     assert code == 2 and line.startswith(f"graspsim export-dataset: error: --out {out} was written by another run "
                                          "while this one worked (it now holds "), line
-    assert line.endswith("run again with --overwrite to replace them, or choose another --out")
+    # issue 55: the advice holds whether --overwrite was given or not (it used to suggest the flag already given)
+    assert line.endswith("once that run has ended, run this one again (with --overwrite, which replaces what that run "
+                         "wrote), or choose another --out")
     info = json.loads((out / "meta" / "info.json").read_text())
     assert info["total_episodes"] == 4 == other["summary"]["episodes"]  # the other run's export, whole
     assert _hidden(tmp_path) == []
@@ -496,3 +498,226 @@ def test_record_of_rgba_files_keeps_their_colours(tmp_path, capsys):
 
     got = read_image(out / "images" / "frame_0000.png")
     assert got.shape == (32, 32, 3) and tuple(got[0, 0]) == (200, 100, 10)
+
+
+# ------------------------------------------------------------------------------------------ issue 55
+def test_an_interrupted_collect_overwrite_keeps_the_earlier_file(tmp_path, capsys, monkeypatch):
+    """Item 9: Ctrl-C in a `collect --overwrite` used to replace the earlier file with the partial one; the earlier
+    file stays, as after a hard kill (docs/cli.md)."""
+    import graspsim.expert.collect as collect_mod
+    from graspsim.dataset import describe
+
+    out = tmp_path / "d.h5"
+    small = ["--sim.image-size", "16", "--sim.no-shadows", "--num-envs", "2", "--no-progress"]
+    assert main(["collect", "--out", str(out), "--episodes", "2", "--seed", "1", *small]) == 0
+    before = out.read_bytes()
+    real_run = collect_mod._run
+
+    def interrupted_after_a_commit(cfg, writer, *a, **k):
+        def commit_then_stop(stats):
+            raise KeyboardInterrupt  # Ctrl-C right after the first commit of the new file
+        return real_run(cfg, writer, *a[:3], commit_then_stop, *a[4:], **k)
+
+    monkeypatch.setattr(collect_mod, "_run", interrupted_after_a_commit)
+    capsys.readouterr()
+    code = main(["collect", "--out", str(out), "--episodes", "6", "--seed", "2", "--overwrite", *small])
+    err = capsys.readouterr().err
+    assert code == 130 and err.strip().splitlines()[-1] == "graspsim collect: interrupted (SIGINT)", err
+    assert out.read_bytes() == before and describe(out)["episodes"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.h5"]  # no staged file, no parts folder
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["collect", "--out", "{t}/d.h5", "--episodes", "99999999999999999999"],
+     "CollectConfig.episodes must be an int in 1..10000000"),
+    (["collect", "--out", "{t}/d.h5", "--threads", "1000"], "RuntimeConfig.threads must be an int in 0..256"),
+    (["record", "--camera", "deploy_fakes:RedDotCamera", "--out", "{t}/r", "--hz", "1e6"],
+     "RecordConfig.hz must be at most 1000 Hz"),
+    (["collect", "--out", "{t}/d.h5", "--sim.randomization.slip-rate", "0.05", "0.0"],
+     "RandomizationConfig.slip_rate must be a (low, high) pair of finite numbers with low <= high; got (0.05, 0.0)"),
+])
+def test_counts_rates_and_ranges_are_refused_with_sane_bounds(tmp_path, capsys, argv, message):
+    """Item 13 and the clean-but-poor list: huge counts and rates are capped; a reversed range's message gives real
+    bounds, not -inf...inf."""
+    code, line = _run([a.replace("{t}", str(tmp_path)) for a in argv], capsys)
+    assert code == 2 and message in line and "inf" not in line, line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("verb", ["collect", "deploy"])
+def test_a_world_size_that_is_no_number_is_one_line(tmp_path, capsys, monkeypatch, verb):
+    """Item 14: WORLD_SIZE=abc used to end in a traceback."""
+    monkeypatch.setenv("WORLD_SIZE", "abc")
+    code, line = _run([verb, "--out", str(tmp_path / "o.h5")], capsys)
+    assert code == 2 and line == (f"graspsim {verb}: error: environment variable WORLD_SIZE='abc' is not an integer "
+                                  "(set by torchrun)"), line
+
+
+def test_a_reader_that_goes_away_does_not_turn_an_error_or_a_ctrl_c_into_success(tmp_path):
+    """Item 10: `graspsim deploy ... 2>&1 | head -1` used to exit 0 after an error or a Ctrl-C (the BrokenPipeError of
+    the last line was taken for "the reader left, all is well"). Two runs side by side: the reader closes the pipe
+    after the first line; the exit code is still the run's."""
+    cases = {"PipeErrorCamera": 2, "PipeInterruptCamera": 130}
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    procs = {}
+    for cam in cases:
+        procs[cam] = subprocess.Popen(
+            [sys.executable, "-m", "graspsim.cli", "deploy", "--vision", str(VISION), "--policy", str(POLICY),
+             "--camera", f"test_faults_verbs:{cam}", "--robot", "dry-run", "--out", str(tmp_path / cam), "--hz",
+             "50", "--time-limit", "60", "--warmup", "1", "--no-progress"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, preexec_fn=_default_sigint)
+    for cam, proc in procs.items():
+        seen = []
+        while not seen or b"camera hiccup" not in seen[-1]:  # (overrun warnings may come first)
+            seen.append(proc.stderr.readline())
+            assert seen[-1], seen
+        proc.stderr.close()  # the reader goes away (head -1) before the run's last line
+    for cam, proc in procs.items():
+        assert proc.wait(timeout=120) == cases[cam], cam
+        assert json.loads((tmp_path / cam / "summary.json").read_text())["ended"] in ("error", "interrupted")
+
+
+class PipeErrorCamera(RedDotCamera):
+    """Logs a line, waits (for the reader to leave), then fails."""
+
+    name = "pipe-error"
+
+    def read(self, timeout):
+        if self.k == 2:
+            import logging
+
+            logging.getLogger("fake").warning("camera hiccup")
+            time.sleep(1.5)
+            raise OSError("camera unplugged")
+        return super().read(timeout)
+
+
+class PipeInterruptCamera(RedDotCamera):
+    """Logs a line, waits (for the reader to leave), then Ctrl-C arrives."""
+
+    name = "pipe-interrupt"
+
+    def read(self, timeout):
+        if self.k == 2:
+            import logging
+
+            from graspsim.interrupts import Stopped
+
+            logging.getLogger("fake").warning("camera hiccup")
+            time.sleep(1.5)
+            raise Stopped(signal.SIGINT)
+        return super().read(timeout)
+
+
+def _damaged_copy(good: Path, root: Path, name: str, damage) -> Path:
+    path = root / f"{name}.h5"
+    shutil.copy(good, path)
+    with h5py.File(path, "r+") as f:
+        damage(f["data/demo_1"])
+    return path
+
+
+def _fewer_actions(g) -> None:
+    a = g["actions"][()]
+    del g["actions"]
+    g["actions"] = a[:5]
+
+
+def _nan_actions(g) -> None:
+    a = g["actions"][()]
+    a[2, 0] = np.nan
+    g["actions"][...] = a
+
+
+def _float_rgb(g) -> None:
+    rgb = g["obs/rgb"][()].astype(np.float64)
+    del g["obs/rgb"]
+    g["obs/rgb"] = rgb
+
+
+@pytest.mark.parametrize("name, damage, problem", [
+    ("no_rgb", lambda g: g["obs"].__delitem__("rgb"), "demo_1: no obs/rgb (the wrist frames)"),
+    ("fewer_actions", _fewer_actions, "demo_1: 5 actions for 8 steps"),
+    ("nan_actions", _nan_actions, "demo_1: 1 NaN or infinite action values"),
+    ("float_rgb", _float_rgb, "demo_1: obs/rgb is float64 (8, 32, 32, 3); expected T,H,W,3 uint8"),
+])
+def test_inspect_flags_files_that_export_and_training_would_refuse(tmp_path, capsys, caplog, episodes, name, damage,
+                                                                    problem):
+    """Item 12: inspect used to call these files healthy (export-dataset refuses them); a float64 obs/rgb ended in a
+    traceback when drawn (item 14)."""
+    path = _damaged_copy(episodes["good"], tmp_path, name, damage)
+    code, _ = _run(["inspect", str(path), "--no-media"], capsys)
+    assert code == 0 and f"{path}: {problem}" in caplog.text
+    from graspsim.expert.inspect import health
+
+    assert [p[:len(problem)] for p in health(path)] == [problem] and health(episodes["good"]) == []
+    if name == "float_rgb":  # drawing it: one line, no traceback
+        code, line = _run(["inspect", str(path), "--demo", "1", "--out", str(tmp_path / "media")], capsys)
+        assert code == 2 and line == ("graspsim inspect: error: obs/rgb must be T,H,W,3 uint8 to be drawn; got "
+                                      "float64 (8, 32, 32, 3)"), line
+        assert not (tmp_path / "media").exists() or list((tmp_path / "media").iterdir()) == []
+
+
+@pytest.mark.parametrize("how", ["grey", "inverted", "fine"])
+def test_eval_real_warns_about_grey_frames_and_inverted_masks(tmp_path, capsys, caplog, how):
+    """Item 12: eval-real used to report IoU 0.000 without a word on grey frames or inverted masks (calibrate refuses
+    both; eval-real scores them, warns and records it in metrics.json)."""
+    root = _labelled(tmp_path / "s", grey=how == "grey", inverted=how == "inverted")
+    out = tmp_path / "ev"
+    code, _ = _run(["eval-real", "--vision", str(VISION), "--images", str(root / "images"), "--masks",
+                    str(root / "masks"), "--out", str(out), "--no-progress"], capsys)
+    assert code == 0
+    m = json.loads((out / "metrics.json").read_text())
+    assert m["grey_images"] == (6 if how == "grey" else 0)
+    assert m["masks_look_inverted"] is (how == "inverted")
+    assert ("6 of the 6 images" in caplog.text and "have no colour" in caplog.text) is (how == "grey")
+    assert ("look inverted" in caplog.text) is (how == "inverted")
+
+
+def test_a_stop_signal_python_discards_in_a_finalizer_is_delivered_again():
+    """Item 3 (the `graspsim pipeline` case): a SIGTERM whose exception was raised inside a weakref callback used to
+    be discarded ("Exception ignored ... _Stopped") and the run went on for minutes, then exited 0."""
+    import weakref
+
+    from graspsim import interrupts
+
+    assert interrupts.install()
+    try:
+        class Thing:
+            pass
+
+        def callback(_):
+            os.kill(os.getpid(), signal.SIGTERM)
+            t = time.monotonic()
+            while time.monotonic() - t < 0.05:  # the handler runs here, inside the callback
+                pass
+
+        thing = Thing()
+        ref = weakref.ref(thing, callback)  # noqa: F841
+        t0 = time.monotonic()
+        with pytest.raises(interrupts.Stopped) as e:
+            del thing
+            while time.monotonic() - t0 < 5:  # ordinary work: the signal must land here
+                sum(range(100))
+        assert e.value.signum == signal.SIGTERM and time.monotonic() - t0 < 1.0
+    finally:
+        interrupts.uninstall()
+
+
+def test_every_verb_loop_checks_the_stop_flag(tmp_path, capsys):
+    """Item 3: a stop signal whose exception never reached the verb (held, or discarded) still ends eval-sim at its
+    next step: the rollout driver checks the flag (as the training loops, record and deploy do)."""
+    from graspsim import interrupts
+
+    assert interrupts.install()
+    try:
+        with interrupts.shielded("a test's block"):  # the handler records the signal and does not raise
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+        assert interrupts.requested() == signal.SIGTERM
+        code = main(["eval-sim", "--policy", str(POLICY), "--out", str(tmp_path / "ev"), "--episodes", "2",
+                     "--no-progress"])
+    finally:
+        interrupts.uninstall()
+    assert code == 143 and capsys.readouterr().err.strip().splitlines() == ["graspsim eval-sim: interrupted (SIGTERM)"]
+    assert list(tmp_path.iterdir()) == []

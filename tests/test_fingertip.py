@@ -245,7 +245,7 @@ def test_old_configs_without_the_setting_resume_where_it_changes_nothing():
 
 
 def test_an_export_whose_gripper_width_disagrees_with_its_contract_is_refused(tmp_path):
-    from graspsim.robot.onnx_contract import CONTRACT_FILE, read_contract
+    from graspsim.robot.onnx_contract import read_contract, write_contract
 
     folder = tmp_path / "onnx"
     folder.mkdir()
@@ -259,14 +259,14 @@ def test_an_export_whose_gripper_width_disagrees_with_its_contract_is_refused(tm
                                        {"name": "gripper", "shape": ["batch", 5]}]}}
     from graspsim.robot import onnx_contract
     contract["kind"], contract["format_version"] = onnx_contract.CONTRACT_KIND, onnx_contract.CONTRACT_VERSION
-    (folder / CONTRACT_FILE).write_text(json.dumps(contract))
+    write_contract(folder, contract)  # with the checksums a reader needs
     assert read_contract(folder)["control"]["wrist"] is True  # 5 senses with the wrist: consistent
     contract["control"]["fingertip"] = {"nominal": [0.5] * 4, "low": [0.4] * 4, "high": [0.6] * 4}
-    (folder / CONTRACT_FILE).write_text(json.dumps(contract))
+    write_contract(folder, contract)
     with pytest.raises(ValueError, match=r"gripper input is 5 wide, but its wrist and fingertip entries say 9"):
         read_contract(folder)
     del contract["control"]["inputs"]
-    (folder / CONTRACT_FILE).write_text(json.dumps(contract))
+    write_contract(folder, contract)
     with pytest.raises(ValueError, match=r"lacks control.inputs"):
         read_contract(folder)
 

@@ -41,6 +41,7 @@ from graspsim.progress import progress_bar
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import non_negative_int, positive_int
 
+from .labelled import MAX_MEAN_TARGET, is_grey
 from .infer import PRECISIONS, Segmenter, frame_probabilities, to_frame_size
 from .image_set import (MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image, read_kinds,
                         write_png)
@@ -286,6 +287,8 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     rows: list[dict] = []
     skipped: list[dict] = []
     suspect: list[dict] = []  # masks that look like images
+    grey: list[str] = []  # frames without colour (labelled.is_grey)
+    cover: list[float] = []  # fraction of each frame its mask marks as target
 
     def load(path: Path):
         try:
@@ -304,6 +307,10 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
         if gt is not None and gt.shape != img.shape[:2]:
             raise ValueError(f"mask {masks[path]} is {gt.shape[1]}x{gt.shape[0]} (WxH) but image {path} is "
                              f"{img.shape[1]}x{img.shape[0]}; masks must match their image size")
+        if is_grey(img):
+            grey.append(str(path))
+        if gt is not None:
+            cover.append(float(np.mean(gt > 0)))
         return img, gt
 
     def flush(batch: list) -> None:
@@ -346,7 +353,10 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     if not rows:
         raise ValueError(f"no readable images in {cfg.images} (skipped {len(skipped)})")
 
+    inverted = _looks_inverted(cover)
+    _warn_inputs(grey, inverted, len(rows), cfg)
     base = {"num_images": len(rows), "num_skipped": len(skipped), "skipped": skipped, "threshold": threshold,
+            "grey_images": len(grey), "masks_look_inverted": inverted,
             "peak_threshold": seg.peak_threshold, "mirror_tta": seg.mirror_tta,
             "checkpoint": str(cfg.vision), "images": str(cfg.images), "masks": str(cfg.masks) if cfg.masks else None,
             "inference_dtype": "bfloat16" if seg.bf16 else "float32", "model_input_size": S}
@@ -409,6 +419,25 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
                  "frames)%s", k, *(_with_ci(m, x) for x in ("iou", "precision", "recall", "false_positive_image_rate")),
                  m["num_target_images"], m["num_empty_images"], "" if m["meets_targets"] else ": misses a target")
     return result
+
+
+def _looks_inverted(cover: list[float]) -> bool:
+    """Whether masks marking these fractions of their frames look inverted (the rule of
+    :func:`graspsim.vision.labelled.check_masks`: a mask covering its whole frame, or more than
+    :data:`graspsim.vision.labelled.MAX_MEAN_TARGET` of the frames on average)."""
+    return bool(cover) and (max(cover) >= 1.0 or float(np.mean(cover)) > MAX_MEAN_TARGET)
+
+
+def _warn_inputs(grey: list[str], inverted: bool, n: int, cfg: EvalRealConfig) -> None:
+    """Warn about inputs whose scores would mean little (calibrate refuses them; eval-real still scores them)."""
+    if grey:
+        log.warning("%d of the %d images (first: %s) have no colour (greyscale: red, green and blue are equal "
+                    "everywhere); the vision net finds the target by its colour, so its scores on them mean little: "
+                    "give the camera's colour frames", len(grey), n, grey[0])
+    if inverted:
+        log.warning("the masks in %s mark most of their frames as target; the target is a small object, so they "
+                    "look inverted (a mask is 255 on the target and 0 elsewhere) and the scores mean little",
+                    cfg.masks)
 
 
 def _frame_kinds(cfg: EvalRealConfig, rows: list[dict]) -> list[str] | None:

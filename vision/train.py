@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from graspsim import compat, distributed, runs
+from graspsim import compat, distributed, interrupts, runs
 from graspsim.fileio import atomic_write_bytes, check_out_dir
 from graspsim.progress import progress_bar
 from graspsim.seeds import data_seed, net_init_seed
@@ -443,6 +443,7 @@ def _train_loop(cfg: TrainVisionConfig, run: _Training, net: torch.nn.Module, in
     with progress_bar("train-vision", cfg.runtime.progress and ctx.is_main, fields=("{task.fields[info]}",)) as bar:
         task = bar.add_task("train", total=cfg.steps, completed=run.start, info="")
         for step in range(run.start, cfg.steps):
+            interrupts.check()  # a stop signal whose exception Python discarded still ends training here
             loss, layers = _step(cfg, run, net, inputs, step, layers, n_other)
             done = step + 1
             checkpoint_now = done % cfg.ckpt_every == 0 or done == cfg.steps

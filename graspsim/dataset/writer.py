@@ -215,6 +215,12 @@ class EpisodeWriter:
 
     # ---------------------------------------------------------------- public API
     @property
+    def replaces_file(self) -> bool:
+        """Whether this writer (an --overwrite of an existing file) writes a new file that replaces the old one only
+        when closed; :meth:`abort` keeps the old one."""
+        return self.path != self.final
+
+    @property
     def num_episodes(self) -> int:
         return len(self._demos)
 
