@@ -45,7 +45,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v")
-SIM_CAMERAS = ("sim", "bullet")
+SIM_CAMERAS = ("sim", "bullet", "mujoco")
 MAX_DEVICE_INDEX = 255
 """Largest OpenCV device index accepted (Linux numbers /dev/video0..255). Negative or larger numbers are refused
 before OpenCV sees them: it crashes on some (``-1``) and raises on others."""

@@ -117,10 +117,11 @@ class DeployConfig:
     policy: Path
     """Policy checkpoint (graspsim dagger: policy.pt or best.pt)."""
     camera: str
-    """Camera: an OpenCV device index, a video file, an image folder (replay), 'sim', 'bullet', or module:Class."""
+    """Camera: an OpenCV device index, a video file, an image folder (replay), 'sim', 'bullet', 'mujoco' (the simulated
+    world of the same --robot), 'lerobot:...' (a LeRobot camera), or module:Class."""
     robot: str
-    """Robot adapter: 'bullet' (Franka Panda in pybullet), 'sim' (torch simulator), 'dry-run', 'so101' (a real SO-101
-    through LeRobot, see --so101.*), or module:Class."""
+    """Robot adapter: 'bullet' (Franka Panda in pybullet), 'sim' (torch simulator), 'mujoco' (the SO-101 in MuJoCo, with
+    --sim.embodiment so101), 'dry-run', 'so101' (a real SO-101 through LeRobot, see --so101.*), or module:Class."""
     out: Path
     """Output folder: summary.json and ticks.csv. A non-empty folder is refused unless --overwrite is given."""
     hz: float = 10.0
@@ -196,10 +197,14 @@ class DeployConfig:
         cam, rob = str(self.camera).strip(), str(self.robot).strip()
         check_source(cam, "--camera")  # '' would replay the PNGs of the current folder
         if not rob:
-            raise ValueError("DeployConfig: --robot is empty; give 'bullet', 'sim', 'dry-run' or module:Class")
+            raise ValueError("DeployConfig: --robot is empty; give 'sim', 'bullet', 'mujoco', 'so101', 'dry-run' or "
+                             "module:Class")
         device_index(cam, "--camera")  # a bad device number is refused before OpenCV sees it
         if cam in SIM_CAMERAS and rob != cam:
             raise ValueError(f"DeployConfig: --camera {cam} shows the simulated world of --robot {cam}; got --robot {rob}")
+        if rob == "mujoco" and self.sim.embodiment != "so101":
+            raise ValueError(f"DeployConfig: --robot mujoco is the SO-101 in MuJoCo; give --sim.embodiment so101 (and nets "
+                             f"trained for it), not {self.sim.embodiment!r}")
         if self.hz == 0 and rob not in (*SIM_ROBOTS, "dry-run"):
             raise ValueError(f"DeployConfig: --hz 0 (as fast as possible) is for simulated and dry-run robots; "
                              f"give robot {rob!r} a real rate such as --hz 10")

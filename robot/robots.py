@@ -50,7 +50,7 @@ from .cameras import load_class
 
 log = logging.getLogger(__name__)
 
-SIM_ROBOTS = ("sim", "bullet")
+SIM_ROBOTS = ("sim", "bullet", "mujoco")
 ROBOT_METHODS = ("start_episode", "senses", "send", "stop", "outcome")
 
 
@@ -101,7 +101,8 @@ class Robot:
 
 
 class SimWorld:
-    """One simulated scene shared by the ``sim``/``bullet`` camera and robot: the robot steps it, the camera renders it."""
+    """One simulated scene shared by the ``sim``/``bullet``/``mujoco`` camera and robot: the robot steps it, the camera
+    renders it."""
 
     def __init__(self, backend: str, cfg):
         from graspsim import make_env

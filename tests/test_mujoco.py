@@ -217,12 +217,12 @@ def test_env_mask_is_exactly_the_target_pixels(env):
     env.reset(seeds=[3, 4])
     seen = 0
     for i, sc in enumerate(env.scenes):
-        rgb, mask = sc.render()
+        rgb, mask = env._gl.call(sc.render)  # the env draws in its own GL thread
         g = sc.target_geom
         saved = int(sc.params["geom_group"][g])
         sc.params["geom_group"][g] = 5  # not drawn: the pixels that change are the target's
         try:
-            without, mask_without = sc.render()
+            without, mask_without = env._gl.call(sc.render)
         finally:
             sc.params["geom_group"][g] = saved
         changed = np.abs(rgb.astype(int) - without.astype(int)).sum(-1) > 0

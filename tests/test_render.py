@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from test_sim import _ref_hit
+from pixel_ref import ref_hit
 
 from graspsim import GraspEnv, SimConfig
 from graspsim.config import RandomizationConfig
@@ -46,7 +46,7 @@ def test_table_shadows_equal_independent_shadow_rays():
                     continue
                 d = R @ np.array([(u + 0.5 - size / 2) / f, (v + 0.5 - size / 2) / f, 1.0])
                 p = o + (-o[2] / d[2]) * d
-                ref = any(_ref_hit(p, L, kind, c, h, yaw) is not None for kind, c, h, yaw in objs)
+                ref = any(ref_hit(p, L, kind, c, h, yaw) is not None for kind, c, h, yaw in objs)
                 shadowed += ref
                 mismatches += ref != bool(darker[b, v, u])
     assert shadowed > 20, "the reference scenes should contain table shadows"

@@ -49,6 +49,8 @@ from __future__ import annotations
 
 import logging
 import math
+import queue
+import threading
 import os
 import sys
 from contextlib import contextmanager
@@ -101,6 +103,46 @@ def _default_gl() -> None:
         import triton  # noqa: F401
     except Exception:  # not installed (CPU builds) or unusable: then nothing of it can load later either
         pass
+
+
+class GLThread:
+    """The one thread that owns the env's OpenGL context and does all its drawing. An EGL (or OSMesa) context is current
+    in the thread that made it, while the env may be drawn from any thread: the robot loop reads its cameras from a
+    worker thread of its own. :meth:`call` runs a function there and hands back its result or its exception."""
+
+    def __init__(self):
+        self._jobs: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._serve, name="graspsim-mujoco-gl", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, box, done = job
+            try:
+                box.append((True, fn()))
+            except BaseException as e:  # handed back to the caller's thread
+                box.append((False, e))
+            done.set()
+
+    def call(self, fn):
+        if threading.current_thread() is self._thread:
+            return fn()
+        if not self._thread.is_alive():
+            raise RuntimeError("the MuJoCo env is closed: its drawing thread has stopped")
+        box: list = []
+        done = threading.Event()
+        self._jobs.put((fn, box, done))
+        done.wait()
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        self._jobs.put(None)
 
 
 def _quat_z(yaw: float) -> np.ndarray:
@@ -381,9 +423,11 @@ class MujocoGraspEnv:
         self.renderer = None
         H = cfg.image_size
         self.model = scene_model(cfg.randomization.max_distractors, TEX_SIZE)
+        self._gl = GLThread()
         try:
-            self.renderer = self.mj.Renderer(self.model, H, H)
+            self.renderer = self._gl.call(lambda: self.mj.Renderer(self.model, H, H))
         except Exception as e:  # mujoco.FatalError without a GL platform
+            self._gl.stop()
             raise RuntimeError(GL_HINT) from e
         self.scenes = [_Scene(self.mj, self.model, self.renderer, cfg.randomization.max_distractors)
                        for _ in range(num_envs)]
@@ -594,8 +638,11 @@ class MujocoGraspEnv:
         return self.observe()
 
     def _render_stale(self) -> None:
-        for i in np.flatnonzero(self._stale).tolist():
-            self._rgb[i], self._mask[i] = self.scenes[i].render()
+        def draw() -> None:
+            for i in np.flatnonzero(self._stale).tolist():
+                self._rgb[i], self._mask[i] = self.scenes[i].render()
+
+        self._gl.call(draw)
         self._stale[:] = False
 
     def observe(self) -> dict[str, Tensor]:
@@ -616,30 +663,37 @@ class MujocoGraspEnv:
         """A look at scene ``env_id`` from beside the table (height,width,3 uint8, every arm mesh drawn)."""
         mj = self.mj
         sc = self.scenes[env_id]
-        sc.activate()
-        r = mj.Renderer(sc.m, height, width)
-        try:
-            cam = mj.MjvCamera()
-            cam.lookat[:] = [-0.05, 0.0, 0.05]
-            cam.distance, cam.azimuth, cam.elevation = 0.6, 135.0, -25.0
-            opt = mj.MjvOption()
-            opt.geomgroup[4] = 1
-            r.update_scene(sc.d, camera=cam, scene_option=opt)
-            return r.render().copy()
-        finally:
-            r.close()
+
+        def draw() -> np.ndarray:
+            sc.activate()
+            r = mj.Renderer(sc.m, height, width)
+            try:
+                cam = mj.MjvCamera()
+                cam.lookat[:] = [-0.05, 0.0, 0.05]
+                cam.distance, cam.azimuth, cam.elevation = 0.6, 135.0, -25.0
+                opt = mj.MjvOption()
+                opt.geomgroup[4] = 1
+                r.update_scene(sc.d, camera=cam, scene_option=opt)
+                return r.render().copy()
+            finally:
+                r.close()
+
+        return self._gl.call(draw)
 
     # ------------------------------------------------------------------ lifetime
     def close(self) -> None:
         """Release the renderer (idempotent)."""
         r = getattr(self, "renderer", None)
+        gl = getattr(self, "_gl", None)
         self.renderer = None
         self.scenes = []
         if r is not None:
             try:
-                r.close()
+                gl.call(r.close)
             except Exception:  # closing must not raise during interpreter shutdown
                 pass
+        if gl is not None:
+            gl.stop()
 
     def __enter__(self) -> "MujocoGraspEnv":
         return self

