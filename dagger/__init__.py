@@ -12,7 +12,7 @@ submodule would hide it."""
 
 from __future__ import annotations
 
-import importlib
+from graspsim.lazy import lazy_names
 
 _LAZY = {
     "ControlNet": "model", "ControlNetConfig": "model",
@@ -30,13 +30,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

@@ -7,8 +7,9 @@ The names below are imported on first use (``graspsim.GraspEnv``, ``from graspsi
 
 from __future__ import annotations
 
-import importlib
 import types
+
+from .lazy import lazy_names
 
 _LAZY = {
     "RandomizationConfig": "config", "SimConfig": "config", "TargetConfig": "config",
@@ -32,16 +33,7 @@ GYM_ENV_ID = "graspsim/WristGrasp-v0"
 """The gymnasium id of the single-scene environment (:mod:`graspsim.gym_env`)."""
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
 
 
 class _Package(types.ModuleType):

@@ -19,7 +19,7 @@ named like a submodule would hide it.
 
 from __future__ import annotations
 
-import importlib
+from graspsim.lazy import lazy_names
 
 _LAZY = {
     "Camera": "cameras", "CameraError": "cameras", "CameraTimeout": "cameras", "EndOfStream": "cameras",
@@ -37,13 +37,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
