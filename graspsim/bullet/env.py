@@ -45,8 +45,9 @@ import torch
 from torch import Tensor
 
 from ..config import SimConfig
-from ..env import fresh_scenes, gripper_obs, privileged
-from ..physics import command, failure_cause, move_toward, split_action, validate_action, wrist_command
+from ..contact_env import ContactBackend
+from ..env import gripper_obs, privileged
+from ..physics import failure_cause, split_action, validate_action, wrist_command
 from ..randomization import sample_scenes
 from ..render import postprocess
 from ..state import KIND_CYLINDER, State
@@ -57,7 +58,6 @@ from .workers import LocalGroup, ProcessGroup
 
 PAD_HALF_X = 0.0105  # half extent of a Panda finger pad along the hand x axis (m)
 PAD_LENGTH = 0.0538  # Panda finger length below the finger joint (m)
-MAX_LAG = 0.02  # the integrated target never runs further than this ahead of the measured fingertips (m)
 PUSH_MOVE = 1e-3  # sphere displacement in one step that counts as a push when a finger touches it (m)
 HOLD_SLACK = 3e-3  # a held sphere keeps the pad gap within this of its diameter (soft pad contacts) (m)
 MISS_GAP = 2e-3  # a close that ends below this pad gap without a hold is a missed grasp (m)
@@ -78,7 +78,7 @@ def _one_thread(device: torch.device):
         torch.set_num_threads(n)
 
 
-class BulletGraspEnv:
+class BulletGraspEnv(ContactBackend):
     """``num_envs`` pybullet scenes with the API of :class:`graspsim.GraspEnv` (see module docstring).
 
     ``device`` is where the returned tensors live (physics runs on CPU in pybullet). ``workers`` > 0
@@ -172,51 +172,7 @@ class BulletGraspEnv:
         self._yaw_rate[dev_ids] = 0.0
         self.state = self.state.replace(tcp_pos=tcp, sphere_pos=sphere, finger_width=width)
 
-    # ------------------------------------------------------------------ core API
-    def reset(self, env_ids: Tensor | Sequence[int] | None = None, seeds: Sequence[int] | None = None,
-              seed: int | None = None) -> dict[str, Tensor]:
-        """Start new episodes in the scenes ``env_ids`` (default all): rebuild them in pybullet from their
-        episode ``seeds`` (one per id) or, without seeds, from scenes drawn from the env's generator
-        (``seed`` re-seeds it first). Same rule as :meth:`graspsim.GraspEnv.reset`; returns the observation."""
-        if seed is not None:
-            self.generator.manual_seed(int(seed))
-        self.state, ids = fresh_scenes(self.state, env_ids, seeds, self.cfg, self.generator, self.num_envs, self.device)
-        if ids.numel():
-            self._build(ids.cpu())
-        return self._obs()
-
-    @contextmanager
-    def rendering(self, on: bool):
-        """Within the block, ``step`` and ``reset`` render in pybullet (``on``) or skip it and return only
-        ``gripper``; :meth:`observe` renders on demand. The previous setting comes back on exit."""
-        saved, self.render_obs = self.render_obs, bool(on)
-        try:
-            yield self
-        finally:
-            self.render_obs = saved
-
-    def _command_targets(self, action: Tensor) -> tuple[Tensor, Tensor]:
-        """Integrate the commanded velocities into fingertip targets ``B,3`` (same rules as
-        ``graspsim.physics.step``) and return them with the executed close command ``B`` bool."""
-        s, cfg, dt = self.state, self.cfg, self.cfg.dt
-        executed, v_cmd = command(s, action, cfg)
-        target = move_toward(self._target, self._cmd_vel, v_cmd, cfg)
-        # anti wind-up: when the arm is blocked (table, objects) the target waits for it
-        target = s.tcp_pos + (target - s.tcp_pos).clamp(-MAX_LAG, MAX_LAG)
-        self._cmd_vel = (target - self._target) / dt
-        self._target = target
-        return target, executed[:, 3] > 0
-
-    def _drift(self) -> Tensor:
-        """Moving-target mode: the drift velocity ``B,2`` for this step, reversed (as in the torch simulator)
-        where the free sphere would leave the workspace; stored back into ``state.sphere_vel``."""
-        s, ws = self.state, self.cfg.workspace
-        ahead = s.sphere_pos[:, :2] + s.sphere_vel * self.cfg.dt
-        flip = (ahead.abs() > ws - 0.02) & ~s.held[:, None]
-        vel = torch.where(flip, -s.sphere_vel, s.sphere_vel)
-        self.state = s.replace(sphere_vel=vel)
-        return vel
-
+    # ------------------------------------------------------------------ core API (reset and rendering: ContactBackend)
     def _wrist_targets(self, wz: Tensor | None) -> Tensor | None:
         """Integrate the commanded yaw rates ``wz`` (B rad/s) into wrist angle targets B (rad) with the torch
         simulator's wrist model; None when the wrist does not turn (no wrist and no yaw rate given)."""

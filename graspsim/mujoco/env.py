@@ -17,7 +17,8 @@ embodiment).
 
 Each control step: the velocity command becomes a grasp-point target exactly as in the pybullet backend
 (:func:`graspsim.physics.command`: latency, gain, noise, per-axis clip; :func:`graspsim.physics.move_toward`:
-acceleration limit, workspace clamp; the target never runs more than ``MAX_LAG`` ahead of the measured grasp point),
+acceleration limit, workspace clamp; the target never runs more than :data:`graspsim.contact_env.MAX_LAG` ahead of
+the measured TCP),
 the wrist angle as in the torch simulator (:func:`graspsim.physics.wrist_command`); then the IK layer
 (:class:`graspsim.mujoco.ik.CartesianIK`: reach band, straight-down solve) gives joint targets, which the position
 servos follow, interpolated over the control period, for ``1/control_hz`` seconds of physics at the model's 2 ms step.
@@ -49,26 +50,25 @@ from __future__ import annotations
 
 import logging
 import math
-import queue
-import threading
 import os
+import queue
 import sys
-from contextlib import contextmanager
-from typing import Sequence
+import threading
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from graspsim.config import SimConfig
-from graspsim.env import FINGERTIP_RISE, fingertip_senses, fresh_scenes, gripper_obs, privileged
+from graspsim.contact_env import ContactBackend
+from graspsim.env import FINGERTIP_RISE, fingertip_senses, gripper_obs, privileged
 from graspsim.keys import GRIPPER, MASK, RGB
 from graspsim.mujoco.ik import REACH_BAND_MAX_HEIGHT, CartesianIK, So101Kinematics
 from graspsim.mujoco.model import (
     ARM_JOINTS, BASE_POS, CAMERA, DISTRACTOR_MASS, FIXED_PAD, GRIPPER_BODY, JAW_JOINT, MOVING_PAD,
     SCENE_KINDS, TARGET_MASS, require_mujoco, scene_model,
 )
-from graspsim.physics import command, failure_cause, move_toward, split_action, validate_action, wrist_command
+from graspsim.physics import failure_cause, split_action, validate_action, wrist_command
 from graspsim.randomization import sample_scenes
 from graspsim.render import postprocess
 from graspsim.state import KIND_BOX, KIND_CYLINDER, KIND_SPHERE, State
@@ -76,7 +76,6 @@ from graspsim.validate import positive_int
 
 log = logging.getLogger(__name__)
 
-MAX_LAG = 0.02  # the integrated target never runs further than this ahead of the measured grasp point (m)
 PUSH_MOVE = 1e-3  # target displacement in one step that counts as a push when a pad touches it (m)
 HOLD_SLACK = 3e-3  # a held target keeps the pad gap within this of its width (m)
 MISS_GAP = 2e-3  # a close that ends below this pad gap without a hold is a missed grasp (m)
@@ -394,7 +393,7 @@ def scene_params(state: State, i: int) -> dict:
     return {k: getattr(state, k)[i].detach().cpu().numpy() for k in SCENE_KEYS}
 
 
-class MujocoGraspEnv:
+class MujocoGraspEnv(ContactBackend):
     """``num_envs`` MuJoCo scenes with the SO-101, with the API of :class:`graspsim.GraspEnv` (module docstring).
 
     ``device`` is where the returned tensors live (physics and rendering run on CPU). ``render_obs`` False skips the
@@ -502,27 +501,6 @@ class MujocoGraspEnv:
             self._render_stale()
 
     # ------------------------------------------------------------------ core API
-    def reset(self, env_ids: Tensor | Sequence[int] | None = None, seeds: Sequence[int] | None = None,
-              seed: int | None = None) -> dict[str, Tensor]:
-        """Start new episodes in the scenes ``env_ids`` (default all) from their episode ``seeds`` or from the
-        env's generator (``seed`` re-seeds it first); same rule as :meth:`graspsim.GraspEnv.reset`."""
-        if seed is not None:
-            self.generator.manual_seed(int(seed))
-        self.state, ids = fresh_scenes(self.state, env_ids, seeds, self.cfg, self.generator, self.num_envs, self.device)
-        if ids.numel():
-            self._build(ids.cpu())
-        return self._obs()
-
-    @contextmanager
-    def rendering(self, on: bool):
-        """Within the block, ``step`` and ``reset`` render (``on``) or return only ``gripper``; the previous setting
-        comes back on exit."""
-        saved, self.render_obs = self.render_obs, bool(on)
-        try:
-            yield self
-        finally:
-            self.render_obs = saved
-
     def step(self, action: Tensor) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
         """Apply ``action`` (B,4, or B,5 with the wrist's yaw rate) to every scene; returns (obs, reward B float32,
         done B bool, info) as :meth:`graspsim.GraspEnv.step`. Raises ValueError on a wrong shape, NaN/inf, or a
@@ -530,12 +508,7 @@ class MujocoGraspEnv:
         action = validate_action(action, self.num_envs, self.state.target_kind).to(self.device)
         action, wz = split_action(action)
         s, cfg = self.state, self.cfg
-        executed, v_cmd = command(s, action, cfg)
-        target = move_toward(self._target, self._cmd_vel, v_cmd, cfg)
-        target = s.tcp_pos + (target - s.tcp_pos).clamp(-MAX_LAG, MAX_LAG)  # anti wind-up, as in pybullet
-        self._cmd_vel = (target - self._target) / cfg.dt
-        self._target = target
-        close = executed[:, 3] > 0
+        target, close = self._command_targets(action)  # anti wind-up as in pybullet (ContactBackend)
         if wz is None:
             wz = torch.zeros(self.num_envs, device=self.device)
         ws = s.replace(wrist_yaw=self._yaw, wrist_rate=self._yaw_rate)
@@ -577,14 +550,6 @@ class MujocoGraspEnv:
         reward = (s.success & ~self._success_before).float()
         info = {"success": s.success, "timeout": s.done & ~s.success, "failure": failure_cause(s)}
         return self._obs(), reward, s.done, info
-
-    def _drift(self) -> Tensor:
-        s, ws = self.state, self.cfg.workspace
-        ahead = s.sphere_pos[:, :2] + s.sphere_vel * self.cfg.dt
-        flip = (ahead.abs() > ws - 0.02) & ~s.held[:, None]
-        vel = torch.where(flip, -s.sphere_vel, s.sphere_vel)
-        self.state = s.replace(sphere_vel=vel)
-        return vel
 
     def _update_state(self, meas: list[dict], action: Tensor, close: Tensor) -> None:
         s, cfg, dev = self.state, self.cfg, self.device
