@@ -51,7 +51,7 @@ def test_configs_use_the_shared_messages():
         SimConfig(max_steps=0)
     with pytest.raises(ValueError, match=r"^TrainVisionConfig\.patches_per_frame must be a positive int; got 0$"):
         TrainVisionConfig(out="x", patches_per_frame=0)
-    with pytest.raises(ValueError, match=r"^RuntimeConfig\.threads must be a non-negative int; got -1$"):
+    with pytest.raises(ValueError, match=r"^RuntimeConfig\.threads must be an int in 0\.\.256; got -1$"):
         TrainVisionConfig(out="x", runtime=RuntimeConfig(threads=-1))
 
 
