@@ -478,7 +478,7 @@ def report_html(s: dict, cfg: PipelineConfig) -> str:
 td,th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}td:first-child{{text-align:left}}
 figure{{display:inline-block;margin:6px}}</style></head><body>
 <h1>graspsim pipeline: {e(s['name'])}</h1>
-<p>Preset <b>{e(s['preset'])}</b>, seed {cfg.seed}, target kinds <b>{e(', '.join(cfg.sim.target.kinds))}</b>,
+<p>Preset <b>{e(s['preset'])}</b>, seed {cfg.seed}, embodiment <b>{e(cfg.sim.embodiment)}</b>, target kinds <b>{e(', '.join(cfg.sim.target.kinds))}</b>,
 DAgger trained on <b>{e(cfg.masks)}</b> masks.
 Stage budgets: <code>{e(json.dumps(s['budgets']))}</code>. Total stage time {s.get('total_seconds', 0):.0f} s.</p>
 <h2>Closed-loop success (learner alone, test scenes disjoint from training)</h2>
