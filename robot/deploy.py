@@ -78,6 +78,7 @@ from .controller import Controller, SafetyConfig
 from .loop import (CSV_FIELDS, STAGES, STALE_PERIODS, TICKS_CSV, DeployError, RobotEnv, TickHooks, TickLog,
                          adapter_name, capture_deadlines, guarded, latency_stats, read_fingertip, stop_first,
                          workspace_guard)
+from .cameras import load_class
 from .robots import SIM_ROBOTS, Robot, SimRobot, SimWorld, open_robot
 from .so101 import INSTALL_HINT as SO101_INSTALL, So101Config
 
@@ -382,6 +383,10 @@ def _open_and_run(cfg: DeployConfig, stage: Path, parts: _Parts, controller, rec
         parts.world = SimWorld(rob_name, cfg.sim)
     if parts.own_robot and controller is None and rob_name == "so101":
         check_embodiment("so101", cfg.policy, cfg.vision)  # before the arm is connected
+    if parts.own_robot and controller is None and ":" in rob_name:  # a user's adapter class that names its arm
+        declared = getattr(load_class(rob_name, "robot"), "embodiment", None)
+        if isinstance(declared, str):  # checked on the class: its constructor may already connect the arm
+            check_embodiment(declared, cfg.policy, cfg.vision, f"robot {rob_name}")
     if parts.own_robot:
         parts.robot = open_robot(rob_name, parts.world, ctl.wrist, cfg.period or 1.0 / cfg.sim.control_hz,
                                  so101=cfg.so101, sim=cfg.sim)

@@ -1,13 +1,14 @@
 """Fixtures shared by several test files."""
 
 import os
+import sys
 
 import pytest
 import torch
 
 # MuJoCo picks its OpenGL backend once, when it is imported; test modules import it at collection, before any env
 # could choose, so without a display the suite asks for headless EGL here (an explicit MUJOCO_GL wins)
-if not os.environ.get("DISPLAY"):
+if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
     os.environ.setdefault("MUJOCO_GL", "egl")
 
 

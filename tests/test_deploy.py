@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import deploy_fakes
+from child_signals import default_stop_signals
 from graspsim.robot.controller import Controller, SafetyConfig
 from graspsim.runtime import RuntimeConfig
 from graspsim.cli import main
@@ -333,7 +334,8 @@ def test_a_stop_signal_stops_the_robot_first_and_keeps_the_summary(tmp_path, sig
     out = tmp_path / "dep"
     proc = subprocess.Popen([sys.executable, "-m", "graspsim.cli", "deploy", "--vision", str(VISION), "--policy",
                              str(POLICY), "--camera", "sim", "--robot", "sim", "--hz", "10", "--episodes", "50",
-                             "--time-limit", "100", "--out", str(out)], stderr=subprocess.PIPE, text=True)
+                             "--time-limit", "100", "--out", str(out)], stderr=subprocess.PIPE, text=True,
+                            preexec_fn=default_stop_signals)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
     reader.start()

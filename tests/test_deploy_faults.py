@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import deploy_fakes
+from child_signals import default_stop_signals
 from cli_run import run_cli
 from graspsim.cli import main
 
@@ -556,11 +557,6 @@ def _cube_policy(path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------ signals (issue 55)
-def _default_sigint() -> None:
-    """In the child: SIGINT back to its default (a test run started in the background passes SIGINT on ignored)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _start(tmp_path: Path, name: str, verb: str, camera: str, robot: str | None = None):
@@ -578,7 +574,7 @@ def _start(tmp_path: Path, name: str, verb: str, camera: str, robot: str | None 
     else:
         args = ["record", "--camera", camera, "--out", str(out), "--frames", "100000", "--hz", "50"]
     proc = subprocess.Popen([sys.executable, "-m", "graspsim.cli", *args], stderr=subprocess.PIPE, text=True, env=env,
-                            preexec_fn=_default_sigint)
+                            preexec_fn=default_stop_signals)
     return proc, log, out
 
 

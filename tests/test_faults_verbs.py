@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from child_signals import default_stop_signals
+
 import cv2
 import h5py
 import numpy as np
@@ -352,10 +354,6 @@ def test_importing_the_command_does_not_import_torch():
     assert r.stdout.strip() == "False", r.stderr
 
 
-def _default_sigint() -> None:
-    """In the child: SIGINT back to its default. A test run started in the background (CI, nohup ... &) passes SIGINT
-    on as ignored, and Python then never turns it into Ctrl-C, as a user's terminal would."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_ctrl_c_while_torch_is_imported_is_one_line(tmp_path):
@@ -367,7 +365,7 @@ def test_ctrl_c_while_torch_is_imported_is_one_line(tmp_path):
     # before the run ends: Ctrl-C is one line and 130 at any moment, the import being the moment aimed at
     proc = subprocess.Popen([sys.executable, "-m", "graspsim.cli", "eval-sim", "--policy", str(POLICY), "--out",
                              str(tmp_path / "ev"), "--episodes", "5000"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=_default_sigint)
+                            stderr=subprocess.PIPE, text=True, env=ENV, preexec_fn=default_stop_signals)
     maps = Path(f"/proc/{proc.pid}/maps")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and proc.poll() is None:
@@ -565,7 +563,7 @@ def test_a_reader_that_goes_away_does_not_turn_an_error_or_a_ctrl_c_into_success
             [sys.executable, "-m", "graspsim.cli", "deploy", "--vision", str(VISION), "--policy", str(POLICY),
              "--camera", f"test_faults_verbs:{cam}", "--robot", "dry-run", "--out", str(tmp_path / cam), "--hz",
              "50", "--time-limit", "60", "--warmup", "1", "--no-progress"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, preexec_fn=_default_sigint)
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, preexec_fn=default_stop_signals)
     for cam, proc in procs.items():
         seen = []
         while not seen or b"camera hiccup" not in seen[-1]:  # (overrun warnings may come first)

@@ -94,7 +94,8 @@ GL_HINT = ("MuJoCo could not open an OpenGL context for the wrist camera; withou
 def _default_gl() -> None:
     """Without a display and before MuJoCo is imported, pick the headless EGL backend for its renderer (MuJoCo reads
     ``MUJOCO_GL`` once, at import). Called when an env is built, never at import of this module."""
-    if "mujoco" not in sys.modules and not os.environ.get("MUJOCO_GL") and not os.environ.get("DISPLAY"):
+    headless = sys.platform.startswith("linux") and not os.environ.get("DISPLAY")  # EGL is MuJoCo's on Linux only
+    if "mujoco" not in sys.modules and not os.environ.get("MUJOCO_GL") and headless:
         os.environ["MUJOCO_GL"] = "egl"
     # torch imports triton lazily (an optimizer step, compile); loading triton after Mesa's EGL context exists
     # crashes the process, so load it first where it is installed (CUDA builds of torch ship it)
@@ -111,30 +112,44 @@ class GLThread:
 
     def __init__(self):
         self._jobs: queue.Queue = queue.Queue()
+        self._stopped = False
         self._thread = threading.Thread(target=self._serve, name="graspsim-mujoco-gl", daemon=True)
         self._thread.start()
+
+    CLOSED = "the MuJoCo env is closed: its drawing thread has stopped"
 
     def _serve(self) -> None:
         while True:
             job = self._jobs.get()
-            if job is None:
-                return
+            if job is None:  # stopped: a call queued behind the stop gets an error, not a wait without end
+                self._stopped = True
+                while True:
+                    try:
+                        late = self._jobs.get_nowait()
+                    except queue.Empty:
+                        return
+                    if late is not None:
+                        late[1].append((False, RuntimeError(self.CLOSED)))
+                        late[2].set()
             fn, box, done = job
             try:
                 box.append((True, fn()))
             except BaseException as e:  # handed back to the caller's thread
                 box.append((False, e))
             done.set()
+            del job, fn, box, done  # the last job's closure must not keep its env alive while this thread waits
 
     def call(self, fn):
         if threading.current_thread() is self._thread:
             return fn()
-        if not self._thread.is_alive():
-            raise RuntimeError("the MuJoCo env is closed: its drawing thread has stopped")
+        if self._stopped or not self._thread.is_alive():
+            raise RuntimeError(self.CLOSED)
         box: list = []
         done = threading.Event()
         self._jobs.put((fn, box, done))
-        done.wait()
+        while not done.wait(0.5):  # a stop racing this call is answered by _serve; a dead thread is not
+            if not self._thread.is_alive() and not done.is_set():
+                raise RuntimeError(self.CLOSED)
         ok, value = box[0]
         if not ok:
             raise value
@@ -605,10 +620,10 @@ class MujocoGraspEnv(ContactBackend):
     def _render_stale(self) -> None:
         def draw() -> None:
             for i in np.flatnonzero(self._stale).tolist():
+                self._stale[i] = False  # before drawing: a step meanwhile marks it stale again
                 self._rgb[i], self._mask[i] = self.scenes[i].render()
 
         self._gl.call(draw)
-        self._stale[:] = False
 
     def observe(self) -> dict[str, Tensor]:
         """Policy observation of the current state: rgb B,3,H,W uint8 (the MuJoCo wrist image + the scene's blur
