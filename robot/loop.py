@@ -595,14 +595,25 @@ class TickHooks(Hooks):
         command, stop = guard_workspace(d, getattr(senses, "tcp", None), self.box, self.horizon)
         t2 = self.clock()
         sent = send(self.robot, self.guard, command)
-        t3 = self.clock()
-        ms = {"capture": 1e3 * (t1 - t0), "vision": d.times_ms["vision"], "control": d.times_ms["control"],
-              "decision": 1e3 * (t2 - t1), "send": 1e3 * (t3 - t2), "tick": 1e3 * (t3 - t0)}
-        self.stats.add(ms, stop, self.ep_stops, t3 - t0, f"tick {self.tick} of episode {self.episode}")
-        image = self.log.record_frame(frame, self.episode, self.tick)
-        self.log.add(tick_row(self.episode, self.tick, image, age, gripper, d, command, sent, stop, ms))
+        t3 = None
+        try:
+            t3 = self.clock()
+            self.stats.add(self._ms(t0, t1, t2, t3, d), stop, self.ep_stops, t3 - t0,
+                           f"tick {self.tick} of episode {self.episode}")
+        finally:  # the command went out: its ticks.csv row is written even when a stop signal lands meanwhile
+            with interrupts.shielded("writing the row of the command just sent"):
+                t3 = self.clock() if t3 is None else t3
+                image = self.log.record_frame(frame, self.episode, self.tick)
+                self.log.add(tick_row(self.episode, self.tick, image, age, gripper, d, command, sent, stop,
+                                      self._ms(t0, t1, t2, t3, d)))
         self.tick += 1
         return torch.from_numpy(sent[None].astype(np.float32))
+
+    @staticmethod
+    def _ms(t0: float, t1: float, t2: float, t3: float, d: Decision) -> dict[str, float]:
+        """A tick's stage times (ms) from its clock readings: start, frame and senses in, decision made, sent."""
+        return {"capture": 1e3 * (t1 - t0), "vision": d.times_ms["vision"], "control": d.times_ms["control"],
+                "decision": 1e3 * (t2 - t1), "send": 1e3 * (t3 - t2), "tick": 1e3 * (t3 - t0)}
 
     def _frozen(self, d: Decision, age: float) -> None:
         """Count stale ticks in a row; DeployError naming the camera once they span :data:`FROZEN_SECONDS` (and
