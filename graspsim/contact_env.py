@@ -16,10 +16,34 @@ from torch import Tensor
 
 from .env import fresh_scenes
 from .physics import command, move_toward
+from .state import State
 
 MAX_LAG = 0.02
 """The integrated TCP target never runs further than this ahead of the measured TCP (m): when the arm is blocked (the
 table, an object) the target waits for it instead of winding up."""
+PUSH_MOVE = 1e-3
+"""Target displacement in one step (m) that counts as a push when a finger or pad touches it."""
+HOLD_SLACK = 3e-3
+"""A held target keeps the pad gap within this of its width (m): pad contacts are soft."""
+MISS_GAP = 2e-3
+"""A close that ends below this pad gap (m) without a hold is a missed grasp."""
+
+
+def grasp_events(s: State, sphere: Tensor, touch: Tensor, between: Tensor, close: Tensor, width: Tensor, hz: Tensor,
+                 lift_height: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The episode bookkeeping both contact backends derive from their measurements, as the torch simulator's codes
+    mean it: ``(held, pushed, dropped, missed, steps, success)`` for the step that led from state ``s`` to the target
+    centre ``sphere`` (B,3), with ``touch`` (B,2 bool: each pad touches the target), ``between`` (B bool: the target
+    lies between the pads), ``close`` (B bool: the close command), the pad gap ``width`` and the target's half
+    height ``hz`` (B, m)."""
+    held = touch.all(dim=1) & between & close
+    moved = (sphere[:, :2] - s.sphere_pos[:, :2]).norm(dim=1) > PUSH_MOVE
+    pushed = s.pushed | (~held & ~s.held & touch.any(dim=1) & moved)
+    dropped = s.dropped | (s.held & ~held & close)
+    missed = s.missed + (close & ~held & (width < MISS_GAP) & (s.finger_width >= MISS_GAP)).long()
+    steps = s.steps + 1
+    success = s.success | (held & ((sphere[:, 2] - hz) >= lift_height))
+    return held, pushed, dropped, missed, steps, success
 
 
 class ContactBackend:

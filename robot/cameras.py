@@ -411,6 +411,19 @@ def load_class(spec: str, what: str):
     return cls
 
 
+def construct(spec: str, what: str, error: type[Exception] = ValueError):
+    """``(instance, class)`` of a user's adapter class ``spec`` (``module:Class``, :func:`load_class`) built with no
+    arguments. Whatever its constructor raises (SystemExit and a user's own BaseException too; Ctrl-C passes) becomes
+    one ``error`` line naming the class."""
+    cls = load_class(spec, what)
+    try:
+        return cls(), cls
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:
+        raise error(f"{what} {spec!r}: {cls.__name__}() raised {type(e).__name__}: {e}") from None
+
+
 def device_index(src: str, flag: str = "--camera") -> int | None:
     """The OpenCV device index ``src`` names (an integer 0..:data:`MAX_DEVICE_INDEX`), None when ``src`` is not an
     integer (a path, URL, ``sim``, ``module:Class``); ValueError naming ``flag`` for other integers."""
@@ -452,13 +465,7 @@ def open_camera(src: str, world=None) -> Camera:
             return VideoCamera(path)
         raise CameraError(f"camera {src!r}: a file that is not a video ({', '.join(VIDEO_EXTENSIONS)})")
     if ":" in src and not path.exists():
-        cls = load_class(src, "camera")
-        try:
-            cam = cls()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # SystemExit and a user's own BaseException too: one line naming the class
-            raise CameraError(f"camera {src!r}: {cls.__name__}() raised {type(e).__name__}: {e}") from None
+        cam, cls = construct(src, "camera", CameraError)
         if not callable(getattr(cam, "read", None)):
             raise CameraError(f"camera {src!r}: {cls.__name__} has no read(timeout) method")
         cam.name = getattr(cam, "name", src) if isinstance(getattr(cam, "name", None), str) else src

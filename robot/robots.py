@@ -46,7 +46,7 @@ import torch
 from graspsim.config import gripper_width
 from graspsim.keys import GRIPPER, MASK, RGB
 
-from .cameras import load_class
+from .cameras import construct
 
 log = logging.getLogger(__name__)
 
@@ -249,13 +249,7 @@ def open_robot(name: str, world: SimWorld | None = None, wrist: bool = False, pe
     if name == "dry-run":
         return DryRunRobot(wrist, period)
     if ":" in name:
-        cls = load_class(name, "robot")
-        try:
-            robot = cls()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:  # SystemExit and a user's own BaseException too: one line naming the class
-            raise ValueError(f"robot {name!r}: {cls.__name__}() raised {type(e).__name__}: {e}") from None
+        robot, cls = construct(name, "robot")
         missing = [m for m in ROBOT_METHODS if not callable(getattr(robot, m, None))]
         if missing:
             raise ValueError(f"robot {name!r}: {cls.__name__} lacks {', '.join(missing)} (see docs/deploy.md)")

@@ -45,7 +45,7 @@ import torch
 from torch import Tensor
 
 from ..config import SimConfig
-from ..contact_env import ContactBackend
+from ..contact_env import HOLD_SLACK, ContactBackend, grasp_events
 from ..env import gripper_obs, privileged
 from ..physics import failure_cause, split_action, validate_action, wrist_command
 from ..randomization import sample_scenes
@@ -58,9 +58,6 @@ from .workers import LocalGroup, ProcessGroup
 
 PAD_HALF_X = 0.0105  # half extent of a Panda finger pad along the hand x axis (m)
 PAD_LENGTH = 0.0538  # Panda finger length below the finger joint (m)
-PUSH_MOVE = 1e-3  # sphere displacement in one step that counts as a push when a finger touches it (m)
-HOLD_SLACK = 3e-3  # a held sphere keeps the pad gap within this of its diameter (soft pad contacts) (m)
-MISS_GAP = 2e-3  # a close that ends below this pad gap without a hold is a missed grasp (m)
 
 
 @contextmanager
@@ -237,13 +234,8 @@ class BulletGraspEnv(ContactBackend):
             & (rel[:, 2] >= -hz)
             & (rel[:, 2] <= PAD_LENGTH)
         )
-        held = touch.all(dim=1) & between & close
-        moved = (sphere[:, :2] - s.sphere_pos[:, :2]).norm(dim=1) > PUSH_MOVE
-        pushed = s.pushed | (~held & ~s.held & touch.any(dim=1) & moved)
-        dropped = s.dropped | (s.held & ~held & close)
-        missed = s.missed + (close & ~held & (width < MISS_GAP) & (s.finger_width >= MISS_GAP)).long()
-        steps = s.steps + 1
-        success = s.success | (held & ((sphere[:, 2] - hz) >= cfg.lift_height))
+        held, pushed, dropped, missed, steps, success = grasp_events(s, sphere, touch, between, close, width, hz,
+                                                                     cfg.lift_height)
         self.state = s.replace(
             wrist_yaw=wrist,
             wrist_rate=(wrist - s.wrist_yaw) / cfg.dt,

@@ -60,7 +60,7 @@ import torch
 from torch import Tensor
 
 from graspsim.config import SimConfig
-from graspsim.contact_env import ContactBackend
+from graspsim.contact_env import HOLD_SLACK, ContactBackend, grasp_events
 from graspsim.env import FINGERTIP_RISE, fingertip_senses, gripper_obs, privileged
 from graspsim.keys import GRIPPER, MASK, RGB
 from graspsim.mujoco.ik import REACH_BAND_MAX_HEIGHT, CartesianIK, So101Kinematics
@@ -76,9 +76,6 @@ from graspsim.validate import positive_int
 
 log = logging.getLogger(__name__)
 
-PUSH_MOVE = 1e-3  # target displacement in one step that counts as a push when a pad touches it (m)
-HOLD_SLACK = 3e-3  # a held target keeps the pad gap within this of its width (m)
-MISS_GAP = 2e-3  # a close that ends below this pad gap without a hold is a missed grasp (m)
 CONTACT_DIST = 1e-3  # a pad touches the target when their contact distance is below this (m)
 START_MARGIN = 0.01  # a start pose is moved this far inside the reach band (m)
 TEX_SIZE = 128  # table texture resolution (pixels)
@@ -590,13 +587,8 @@ class MujocoGraspEnv(ContactBackend):
             & (rel[:, 2].abs() <= pad_half_z + hz)
             & (width >= 2 * r - HOLD_SLACK)
         )
-        held = touch.all(dim=1) & between & close
-        moved = (sphere[:, :2] - s.sphere_pos[:, :2]).norm(dim=1) > PUSH_MOVE
-        pushed = s.pushed | (~held & ~s.held & touch.any(dim=1) & moved)
-        dropped = s.dropped | (s.held & ~held & close)
-        missed = s.missed + (close & ~held & (width < MISS_GAP) & (s.finger_width >= MISS_GAP)).long()
-        steps = s.steps + 1
-        success = s.success | (held & ((sphere[:, 2] - hz) >= cfg.lift_height))
+        held, pushed, dropped, missed, steps, success = grasp_events(s, sphere, touch, between, close, width, hz,
+                                                                     cfg.lift_height)
         self.state = s.replace(
             wrist_yaw=wrist, wrist_rate=(wrist - s.wrist_yaw) / cfg.dt, target_yaw=target_yaw,
             tcp_pos=tcp, tcp_vel=(tcp - s.tcp_pos) / cfg.dt, finger_width=width, close_cmd=close,
