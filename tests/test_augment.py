@@ -192,3 +192,48 @@ def test_joint_operating_point_holds_on_every_set():
         table = gated_curves(hard, gt)
         i = int(np.argmin(np.abs(table["threshold"] - t) + np.abs(table["peak"] - (p if p > t else 0.0)) * 10))
         assert (table["false_positive_image_rate"][i] <= 0.02) == ok
+
+
+# ------------------------------------------------------------------ the arm's shadow (embodiments with an arm overhead)
+
+def test_arm_shadow_darkens_inside_a_soft_ellipse_and_only_the_frames_that_drew_one():
+    from graspsim.vision.compose import ComposeConfig, arm_shadow
+    light = arm_shadow(400, 64, ComposeConfig(arm_shadow_prob=0.5, arm_shadow_darkness=(0.4, 0.6)), _gen(1), "cpu")
+    assert light.shape == (400, 64, 64)
+    low = light.flatten(1).amin(1)
+    shaded = low < 0.999
+    assert 150 < int(shaded.sum()) < 250  # about half the frames
+    assert bool((light <= 1.0).all()) and float(low.min()) >= 0.4 - 1e-6  # never more than the darkest draw
+    assert bool((light[~shaded] > 0.999).all())
+    # most shadows reach their drawn darkness in view (an ellipse centred outside the frame may show only its edge);
+    # the edge is soft (values between the core and full light exist)
+    assert float((low[shaded] < 0.61).float().mean()) > 0.8
+    frac = ((light[shaded] < 0.98) & (light[shaded] > low[shaded][:, None, None] + 0.02)).float().mean()
+    assert float(frac) > 0.005
+    none = arm_shadow(50, 64, ComposeConfig(arm_shadow_prob=0.0), _gen(1), "cpu")
+    assert bool((none == 1.0).all())
+
+
+def test_composites_get_the_arm_shadow_only_on_an_embodiment_with_an_arm_overhead():
+    from graspsim.config import TargetConfig
+    from graspsim.vision.compose import ComposeConfig
+    bank = BackgroundBank.from_folder(DEFAULT_BACKGROUNDS / "train", size=64)
+    # the floating gripper has no arm over its camera: the setting draws nothing and changes no pixel
+    a = Composer(bank, SimConfig(), cfg=ComposeConfig(arm_shadow_prob=0.0))(24, _gen(7))
+    b = Composer(bank, SimConfig(), cfg=ComposeConfig(arm_shadow_prob=1.0))(24, _gen(7))
+    assert torch.equal(a.rgb, b.rgb) and torch.equal(a.mask, b.mask)
+    # the SO-101's arm shades every frame at probability 1: darker frames, the same exact masks
+    so = SimConfig(embodiment="so101", target=TargetConfig(kinds=("sphere", "cube", "cylinder")))
+    lay = Composer(bank, so).render_layers(24, _gen(8))
+    off = Composer(bank, so, cfg=ComposeConfig(arm_shadow_prob=0.0)).composite(lay, _gen(9))
+    on = Composer(bank, so, cfg=ComposeConfig(arm_shadow_prob=1.0, arm_shadow_darkness=(0.8, 0.8))).composite(lay, _gen(9))
+    assert torch.equal(off.mask, on.mask)
+    assert float(on.rgb.float().mean()) < 0.9 * float(off.rgb.float().mean())
+
+
+def test_arm_shadow_settings_are_checked():
+    from graspsim.vision.compose import ComposeConfig
+    with pytest.raises(ValueError, match="arm_shadow_darkness"):
+        ComposeConfig(arm_shadow_darkness=(0.5, 1.2))
+    with pytest.raises(ValueError, match="arm_shadow_prob"):
+        ComposeConfig(arm_shadow_prob=1.5)

@@ -15,6 +15,7 @@ cube is turned square to the pads. With spheres alone the composites are exactly
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Tuple
 
@@ -56,12 +57,18 @@ class ComposeConfig:
     """Per-frame brightness gain applied to the whole composite."""
     channel_gain: Range = (0.92, 1.08)
     """Per-frame, per-channel gain (white-balance error) applied to the whole composite."""
+    arm_shadow_prob: float = 0.4
+    """For an embodiment whose arm stands over its camera (:attr:`graspsim.embodiment.Embodiment.arm_overhead`, the
+    SO-101): frames crossed by the arm's shadow, a large soft-edged ellipse that darkens the photo and the rendered
+    objects alike, so the net sees targets in shade. Unused (no random draws) for the floating gripper."""
+    arm_shadow_darkness: Range = (0.3, 0.85)
+    """Fraction of light the arm's shadow removes (uniform; a lamp's shadow keeps the room's ambient light)."""
 
     def __post_init__(self) -> None:
         lo, hi = self.height
         if not (0.0 <= lo <= hi <= 0.35):
             raise ValueError(f"ComposeConfig.height must satisfy 0 <= low <= high <= 0.35; got {self.height!r}")
-        for n in ("view_margin", "empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob"):
+        for n in ("view_margin", "empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob", "arm_shadow_prob"):
             probability("ComposeConfig", n, getattr(self, n))
         if self.empty_prob + self.held_prob > 1.0:
             raise ValueError("ComposeConfig.empty_prob + held_prob must be <= 1")
@@ -69,6 +76,10 @@ class ComposeConfig:
             lo, hi = getattr(self, n)
             if not (0.0 < lo <= hi):
                 raise ValueError(f"ComposeConfig.{n} must be a (low, high) pair with 0 < low <= high; got {(lo, hi)!r}")
+        lo, hi = self.arm_shadow_darkness
+        if not (0.0 <= lo <= hi <= 1.0):
+            raise ValueError("ComposeConfig.arm_shadow_darkness must be a (low, high) pair with 0 <= low <= high <= 1; "
+                             f"got {self.arm_shadow_darkness!r}")
 
 
 @dataclass
@@ -177,6 +188,28 @@ def place_camera(state, cfg: SimConfig, ccfg: ComposeConfig, g: torch.Generator)
                          target_yaw=target_yaw), kind
 
 
+def arm_shadow(n: int, size: int, ccfg: ComposeConfig, g: torch.Generator, device) -> Tensor:
+    """Light left by the arm's shadow, n,size,size float in (0, 1]: 1 where no shadow falls. A share
+    ``ccfg.arm_shadow_prob`` of the frames gets a rotated ellipse (centre anywhere in the frame or a quarter of it
+    beyond, semi-axes 0.25-0.9 and 0.1-0.45 of the side) with an edge 0.5-3 px soft, inside which the light is cut
+    by a fraction drawn from ``ccfg.arm_shadow_darkness``."""
+    on = torch.rand((n,), generator=g, device=device) < ccfg.arm_shadow_prob
+    centre = _u(-0.25, 1.25, (n, 2), g, device) * size
+    axes = torch.stack([_u(0.25, 0.9, (n,), g, device), _u(0.1, 0.45, (n,), g, device)], 1) * size
+    angle = _u(0.0, math.pi, (n,), g, device)
+    soft = _u(0.5, 3.0, (n,), g, device)
+    dark = _u(*ccfg.arm_shadow_darkness, (n,), g, device)
+    px = torch.arange(size, device=device, dtype=torch.float32) + 0.5
+    dy = px[None, :, None] - centre[:, 1, None, None]
+    dx = px[None, None, :] - centre[:, 0, None, None]
+    c, s = torch.cos(angle)[:, None, None], torch.sin(angle)[:, None, None]
+    u, v = (c * dx + s * dy) / axes[:, 0, None, None], (-s * dx + c * dy) / axes[:, 1, None, None]
+    # signed distance to the ellipse's edge, approximately in pixels (negative inside)
+    dist = (torch.sqrt(u * u + v * v) - 1.0) * axes.amin(1)[:, None, None]
+    inside = torch.sigmoid(-dist / soft[:, None, None])
+    return 1.0 - (on.float() * dark)[:, None, None] * inside
+
+
 def match_target_color(bg: Tensor, color: Tensor, mask: Tensor, kind: Tensor, prob: float,
                        g: torch.Generator) -> Tensor:
     """Colour-matched camouflage (a training augmentation). ``bg`` n,3,H,W background crops in [0, 1]; ``color``
@@ -276,6 +309,8 @@ class Composer:
         else:
             a = (alpha | (layers.kind == 3)[:, None, None])[:, None].float()  # sim frames keep their own table
         color = color * a + bg * (1.0 - a)
+        if self.sim_cfg.body.arm_overhead and ccfg.arm_shadow_prob > 0:
+            color = color * arm_shadow(n, color.shape[-1], ccfg, g, dev)[:, None]
         gain = _u(*ccfg.gain, (n, 1, 1, 1), g, dev) * _u(*ccfg.channel_gain, (n, 3, 1, 1), g, dev)
         color = (color * gain).clamp(0.0, 1.0)
         if self.augment is not None:
