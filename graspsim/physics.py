@@ -398,8 +398,14 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     tight = in_window & closing & (width <= 2 * across)
     flat_ok = ~is_cube | (delta.abs() <= cube_yaw_tolerance(r, cfg))
     capture = tight & flat_ok
-    herd = in_window & closing & ~capture
     one_jaw = cfg.body.one_jaw
+    squeezed_out = tight & ~flat_ok  # a cube caught on two corners
+    limits = cfg.body.cylinder_capture_x
+    if one_jaw and limits is not None:  # a cylinder met by the moving pad's end spins out along the pads
+        off_pad = tight & (kind == KIND_CYLINDER) & ((rel[:, 0] < limits[0]) | (rel[:, 0] > limits[1]))
+        capture = capture & ~off_pad
+        squeezed_out = squeezed_out | off_pad
+    herd = in_window & closing & ~capture
     if one_jaw:  # the moving pad sweeps the target towards the fixed pad; captured, it lies against the fixed pad
         face = cfg.body.fixed_jaw_y
         herd_y = torch.minimum(torch.maximum(rel[:, 1], face - width + across), face - across)
@@ -413,16 +419,17 @@ def step(state: State, action: Tensor, cfg: SimConfig) -> State:
     turned_xy = tcp[:, :2] + rotate_xy(torch.stack([rel[:, 0], new_y], 1), cw, sw)
     sphere[:, :2] = torch.where((moved_y & turned)[:, None], turned_xy, sphere[:, :2])
     sphere[:, 1] = torch.where(turned, sphere[:, 1], plain_y)
-    # a cube caught on two corners spins over its edge and is squeezed out along the pads
-    edge_on = tight & ~flat_ok
-    if bool(edge_on.any()):
+    # a cube caught on two corners spins over its edge and is squeezed out along the pads (so is a one-jaw
+    # gripper's cylinder caught by the pad's end)
+    if bool(squeezed_out.any()):
+        edge_on = tight & ~flat_ok
         sgn = torch.where(rel[:, 0] >= 0, torch.ones_like(r), -torch.ones_like(r))
         out_x = sgn * (cfg.pad_width / 2 + across + 1e-3)
         ejected = tcp[:, :2] + rotate_xy(torch.stack([out_x, rel[:, 1]], 1), cw, sw)
-        sphere[:, :2] = torch.where(edge_on[:, None], ejected, sphere[:, :2])
+        sphere[:, :2] = torch.where(squeezed_out[:, None], ejected, sphere[:, :2])
         spin = torch.where(delta >= 0, torch.ones_like(r), -torch.ones_like(r)) * (math.pi / 2) - 2 * delta
         target_yaw = torch.where(edge_on, target_yaw + spin, target_yaw)
-        pushed = pushed | edge_on
+        pushed = pushed | squeezed_out
     held = held | capture
     if one_jaw:  # held where the pads squeeze it, in the gripper frame turned to the world
         grip_offset = torch.stack([rel[:, 0], new_y, rel[:, 2]], 1)

@@ -29,6 +29,7 @@ BAD_FLAGS = {
     "so101_geometry.py": (["--model", "nowhere.xml"], "--model"),
     "so101_geometry_mujoco.py": (["--solves", "0"], "GeometryConfig.solves"),
     "so101_mujoco.py": (["--episodes", "0"], "So101MujocoConfig.episodes"),
+    "so101_capture_region.py": (["--herds", "-1"], "--herds"),
 }
 
 

@@ -18,6 +18,7 @@ from graspsim.config import EMBODIMENT_FIELDS, RandomizationConfig, TargetConfig
 from graspsim.embodiment import EMBODIMENTS, FLOATING, SO101, get_embodiment
 from graspsim.expert.fsm import FSMExpert
 from graspsim.physics import finger_boxes, rotate_xy
+from graspsim.state import KIND_CYLINDER
 from graspsim.render import project, render
 from graspsim.rollout import ExpertHooks, run_episodes
 from graspsim.seeds import episode_seeds
@@ -226,6 +227,36 @@ def test_cube_across_its_corners_is_not_captured_by_the_one_jaw_gripper():
         for _ in range(10):
             env.step(torch.tensor([[0.0, 0.0, 0.0, 0.0, 1.0]]))
         assert bool(env.state.held[0]) == held, yaw
+
+
+def _close_and_lift_cylinder(cfg: SimConfig, rel_x: float) -> GraspEnv:
+    """A 18 mm wide, 30 mm tall cylinder 4 mm from the fixed pad (or centred between a parallel gripper's pads),
+    ``rel_x`` along the pads from the TCP; the jaw closes in place, then lifts."""
+    env = GraspEnv(cfg, num_envs=1, seed=0, render_obs=False)
+    r, hz = 0.009, 0.015
+    y = SO101.fixed_jaw_y - r - 0.004 if cfg.body.one_jaw else 0.0
+    env.state = env.state.replace(
+        tcp_pos=torch.tensor([[0.0, 0.0, 0.0]]), sphere_pos=torch.tensor([[rel_x, y, hz]]),
+        start_xy=torch.tensor([[rel_x, y]]), sphere_radius=torch.tensor([r]), target_half_height=torch.tensor([hz]),
+        target_kind=torch.tensor([KIND_CYLINDER]), target_yaw=torch.zeros(1))
+    for k in range(18):
+        env.step(torch.tensor([[0.0, 0.0, 0.1 if k >= 8 else 0.0, 0.0, 1.0]]))
+    return env
+
+
+def test_so101_cylinder_met_by_the_pad_end_spins_out_as_in_mujoco():
+    # benchmarks/so101_capture_region.py: MuJoCo captures a cylinder centred on the pads and loses 83 of 90 at +6 mm
+    # along them; the batched simulator caught every one of them before SO101.cylinder_capture_x
+    cfg = _so101(("cylinder",))
+    assert bool(_close_and_lift_cylinder(cfg, 0.0).state.success[0])
+    assert bool(_close_and_lift_cylinder(cfg, -0.0055).state.success[0])
+    off = _close_and_lift_cylinder(cfg, 0.0059).state
+    assert not bool(off.held[0]) and not bool(off.success[0]) and bool(off.pushed[0])
+    assert float(off.sphere_pos[0, 0]) > cfg.pad_width / 2  # out along the pads
+    # the floating preset's parallel gripper has no such limit: its 18 mm pads hold it there
+    flo = SimConfig(randomization=RandomizationConfig.none(), target=TargetConfig(kinds=("cylinder",)))
+    assert FLOATING.cylinder_capture_x is None
+    assert bool(_close_and_lift_cylinder(flo, 0.0059).state.success[0])
 
 
 def test_so101_turns_about_its_grasp_point_as_the_ik_layer_does():
