@@ -103,7 +103,8 @@ def test_wheel_holds_the_code_and_the_shipped_data(installed):
             assert f"{pkg.replace('.', '/')}/{f.name}" in names, f"{f.relative_to(REPO)} is not in the wheel"
     for path in ("graspsim/data/backgrounds/SOURCES.md", "graspsim/data/transfer/val/meta.csv",
                  "graspsim/data/transfer/test/masks/frame_01023.png", "graspsim/data/sample_real/images/frame_000.png",
-                 "graspsim/assets/textures/wood.png", "graspsim/vision/assets/segnet.pt"):
+                 "graspsim/assets/textures/wood.png", "graspsim/vision/assets/segnet.pt",
+                 "graspsim/vision/assets/segnet_so101.pt", "graspsim/dagger/assets/policy_so101.pt"):
         assert path in names, f"{path} is not in the wheel"
     for split in ("train", "val", "test"):
         on_disk = sorted(p.name for p in (REPO / "data" / "backgrounds" / split).iterdir())

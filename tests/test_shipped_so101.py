@@ -1,0 +1,72 @@
+"""The SO-101 pair shipped in the repository (vision/assets/segnet_so101.pt, dagger/assets/policy_so101.pt): both
+load, both declare the so101 embodiment and the three kinds, the vision net still finds the target on part of the
+MuJoCo-rendered transfer test, and the pair still grasps in the batched simulator with predicted masks."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from graspsim import SimConfig, runs
+from graspsim.config import TargetConfig
+from graspsim.vision.checkpoint import TRAINING_ONLY, load_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+VISION = ROOT / "vision" / "assets" / "segnet_so101.pt"
+POLICY = ROOT / "dagger" / "assets" / "policy_so101.pt"
+KINDS = ("sphere", "cube", "cylinder")
+
+torch.set_num_threads(2)
+
+
+def test_shipped_so101_vision_net_is_deployable_and_matches_its_record():
+    assert VISION.stat().st_size <= 5 * 2**20
+    ckpt = load_checkpoint(VISION)
+    assert not set(TRAINING_ONLY) & set(ckpt)
+    record = json.loads(VISION.with_suffix(".json").read_text())
+    assert record["threshold"] == ckpt["threshold"] and record["peak_threshold"] == ckpt["peak_threshold"]
+    assert record["config"] == ckpt["config"] and record["steps"] == ckpt["step"]
+    assert runs.trained_embodiment(ckpt["config"]) == "so101"
+    assert runs.trained_kinds(ckpt["config"]) == KINDS
+    assert record["transfer_test"]["iou"] == pytest.approx(ckpt["metrics"]["transfer_test"]["iou"])
+    assert set(record["transfer_test_by_kind"]) == set(KINDS)
+
+
+# measured on these 256 frames of data/transfer_so101/test (float32): IoU 0.788, precision 0.954, recall 0.820, 0 of
+# 64 false-positive images; floors well under, so that a broken loader, preprocessing or threshold fails here
+def test_shipped_so101_vision_net_meets_a_floor_on_the_mujoco_transfer_set():
+    from graspsim.vision.backgrounds import data_path
+    from graspsim.vision.infer import Segmenter
+    from graspsim.vision.metrics import SegMetrics
+    from graspsim.vision.transfer import load_transfer_set
+
+    seg = Segmenter.from_checkpoint(VISION, precision="fp32")
+    t = load_transfer_set("test", data_path("transfer_so101"))
+    m = SegMetrics(seg.threshold)
+    with torch.inference_mode():
+        m.update(seg(t.rgb[:256]), t.mask[:256])
+    s = m.summary()
+    assert s["iou"] >= 0.72 and s["recall"] >= 0.75 and s["precision"] >= 0.90
+    assert s["false_positive_image_rate"] <= 4 / 64
+
+
+def test_shipped_so101_policy_grasps_in_the_batched_simulator_with_predicted_masks():
+    """64 scenes (test seeds, all three kinds) with the shipped pair: 98.8 % over 3,000 scenes when it shipped
+    (docs/so101.md); 90 % here leaves room for 64 scenes' noise while a broken pair (wrong embodiment, masks, senses
+    or units) falls far below."""
+    from graspsim.dagger.evaluate import _make_env
+    from graspsim.dagger.masks import make_mask_fn
+    from graspsim.dagger.policy import MaskPolicy
+    from graspsim.dagger.rollout import rollout
+    from graspsim.seeds import episode_seeds
+
+    policy = MaskPolicy.from_checkpoint(POLICY, "cpu")
+    assert policy.trained_embodiment == "so101" and tuple(policy.trained_kinds) == KINDS
+    sim = SimConfig(embodiment="so101", target=TargetConfig(kinds=KINDS))
+    env = _make_env("torch", sim, 64, "cpu")
+    res = rollout(env, episode_seeds(0, "test", 0, 64), policy=policy.act, beta=0.0,
+                  mask_fn=make_mask_fn("predicted", VISION, torch.device("cpu")))
+    assert res.success.mean() >= 0.90, res.success.mean()
