@@ -17,7 +17,7 @@ from graspsim.lazy import lazy_names
 _LAZY = {
     "ControlNet": "model", "ControlNetConfig": "model",
     "MaskPolicy": "policy",
-    "RolloutResult": "rollout", "gt_masks": "rollout", "segmenter_masks": "rollout",
+    "RolloutResult": "rollout", "gt_masks": "rollout", "segmenter_masks": "rollout", "mask_precision": "rollout",
     "make_mask_fn": "masks",
     "Aggregate": "aggregate",
     "DaggerConfig": "train", "run_dagger": "train",
