@@ -22,7 +22,7 @@ _LAZY = {
     "Aggregate": "aggregate",
     "DaggerConfig": "train", "run_dagger": "train",
     "EvalSimConfig": "evaluate", "evaluate_sim": "evaluate",
-    "PipelineConfig": "pipeline", "run_pipeline": "pipeline", "PRESETS": "pipeline",
+    "PipelineConfig": "pipeline", "run_pipeline": "pipeline", "PRESETS": "pipeline", "KIND_BUDGETS": "pipeline",
     "run_bench": "throughput",
 }
 """Public name -> the submodule that defines it."""

@@ -18,7 +18,8 @@ One command runs every stage into ``runs/<name>/`` (default name ``pipeline__{pr
 
 ``--resume`` (with ``--name``) skips stages whose outputs are complete and resumes DAgger/BC runs
 after their last finished iteration. Presets (``PRESETS``): ``small`` (default; about 15 minutes on
-2 CPU cores), ``medium`` and ``full`` for real runs. Any budget can be overridden with the
+2 CPU cores), ``medium`` and ``full`` for real runs; a target kind may raise a preset's budgets (``KIND_BUDGETS``:
+cubes get more DAgger iterations at ``small``). Any budget can be overridden with the
 ``--collect-episodes``, ``--vision-steps``, ``--iterations``, ``--episodes-per-iter``, ``--train-steps``,
 ``--dagger-eval-episodes`` and ``--eval-episodes`` flags. The vision stage trains the cropped cascade
 (``graspsim.vision.train_config.CROPPED_MODEL``); ``--vision-model unet`` trains the whole-frame U-Net instead, and
@@ -69,6 +70,12 @@ PRESETS: dict[str, dict[str, int]] = {
 test-time mirror averaging (``TrainVisionConfig.mirror_tta``) with ``--vision-model unet``; off in ``small``,
 where the doubled segmentation cost of every DAgger, BC and evaluation rollout would not fit the preset's time
 budget. The default cascade always mirrors its window (36.7 MFLOP a frame in all)."""
+KIND_BUDGETS: dict[str, dict[str, dict[str, int]]] = {
+    "cube": {"small": dict(iterations=8, dagger_eval_episodes=128)},
+}
+"""Budgets a target kind raises in a preset (docs/dagger.md, "Presets and target kinds"): a run whose ``--target``
+holds the kind gets the larger of the kind's and the preset's number, and an override flag still wins.
+``PRESETS`` are the sphere's budgets, which no kind changes."""
 RESUMABLE_KEYS = ("resume", "runtime.progress", "runtime.threads", "gifs", "runtime.dist_timeout")
 """Settings that may differ when resuming a pipeline run folder (they do not change results)."""
 VISION_MODELS = {"cropped": "the cropped cascade", "unet": "the whole-frame U-Net"}
@@ -187,7 +194,12 @@ class PipelineConfig:
             check_transfer_folder(self.transfer)
 
     def budgets(self) -> dict[str, int]:
+        """The stage budgets: the preset's (:data:`PRESETS`), raised by the target kinds (:data:`KIND_BUDGETS`),
+        then the override flags."""
         b = dict(PRESETS[self.preset])
+        for kind in self.sim.target.kinds:
+            for k, v in KIND_BUDGETS.get(kind, {}).get(self.preset, {}).items():
+                b[k] = max(b[k], v)
         b.update({k: getattr(self, k) for k in OVERRIDES if getattr(self, k) is not None})
         return b
 
@@ -533,4 +545,4 @@ Stage budgets: <code>{e(json.dumps(s['budgets']))}</code>. {_precision_html(s.ge
 """
 
 
-__all__ = ["PRESETS", "PipelineConfig", "run_pipeline"]
+__all__ = ["KIND_BUDGETS", "PRESETS", "PipelineConfig", "run_pipeline"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graspsim.dagger.pipeline import PRESETS, PipelineConfig, run_pipeline
+from graspsim.dagger.pipeline import KIND_BUDGETS, PRESETS, PipelineConfig, run_pipeline
 from graspsim.runtime import RuntimeConfig
 from graspsim import SimConfig
 
@@ -106,6 +106,34 @@ def test_pipeline_config_errors():
         PipelineConfig(vision_model="unet", vision="vision/assets/segnet.pt")
     assert PipelineConfig(preset="medium").budgets() == PRESETS["medium"]
     assert PipelineConfig(iterations=9).budgets()["iterations"] == 9
+
+
+SPHERE_SMALL = dict(collect_episodes=64, vision_steps=2600, vision_batch=48, iterations=5, episodes_per_iter=96,
+                    train_steps=400, dagger_eval_episodes=64, eval_episodes=200, num_envs=96, vision_mirror=0)
+"""The budgets of README command 1 (``graspsim pipeline``: the sphere, small preset), whose numbers never change."""
+
+
+def test_sphere_budgets_stay_and_wrist_kinds_raise_theirs():
+    """The sphere at every preset keeps the preset's budgets (README command 1 digit for digit); a run whose target
+    holds a kind of ``KIND_BUDGETS`` gets the larger of each number, and an override flag still wins."""
+    assert PipelineConfig().budgets() == SPHERE_SMALL == PRESETS["small"]
+    assert PipelineConfig().to_dict()["budgets"] == SPHERE_SMALL
+    assert PipelineConfig().precision == "auto"
+    for preset in PRESETS:
+        assert PipelineConfig(preset=preset, target="sphere").budgets() == PRESETS[preset]
+    assert "sphere" not in KIND_BUDGETS and set(KIND_BUDGETS) <= {"cube", "cylinder"}
+    for kind, per_preset in KIND_BUDGETS.items():
+        for preset, raised in per_preset.items():
+            b = PipelineConfig(preset=preset, target=kind).budgets()
+            assert b == {**PRESETS[preset], **{k: max(PRESETS[preset][k], v) for k, v in raised.items()}}
+            assert b != PRESETS[preset]
+    assert PipelineConfig(target="cube").budgets() == {**SPHERE_SMALL, "iterations": 8, "dagger_eval_episodes": 128}
+    assert PipelineConfig(target="cylinder").budgets() == SPHERE_SMALL  # 99.5-100 % with the preset's (seed 1)
+    mix = PipelineConfig(target="sphere,cube,cylinder").budgets()
+    for k, v in mix.items():
+        assert v == max([SPHERE_SMALL[k]] + [KIND_BUDGETS[kind]["small"].get(k, 0) for kind in KIND_BUDGETS])
+    assert PipelineConfig(target="cube", iterations=3).budgets()["iterations"] == 3  # the flag wins
+    assert PipelineConfig(target="cube").to_dict()["budgets"] == PipelineConfig(target="cube").budgets()
 
 
 def _spy_autocast(monkeypatch) -> list:
