@@ -17,12 +17,12 @@ from graspsim.lazy import lazy_names
 _LAZY = {
     "ControlNet": "model", "ControlNetConfig": "model",
     "MaskPolicy": "policy",
-    "RolloutResult": "rollout", "gt_masks": "rollout", "segmenter_masks": "rollout",
+    "RolloutResult": "rollout", "gt_masks": "rollout", "segmenter_masks": "rollout", "mask_precision": "rollout",
     "make_mask_fn": "masks",
     "Aggregate": "aggregate",
     "DaggerConfig": "train", "run_dagger": "train",
     "EvalSimConfig": "evaluate", "evaluate_sim": "evaluate",
-    "PipelineConfig": "pipeline", "run_pipeline": "pipeline", "PRESETS": "pipeline",
+    "PipelineConfig": "pipeline", "run_pipeline": "pipeline", "PRESETS": "pipeline", "KIND_BUDGETS": "pipeline",
     "run_bench": "throughput",
 }
 """Public name -> the submodule that defines it."""

@@ -12,8 +12,9 @@ seen in training.
 
 Outputs in ``--out``: ``metrics.json`` (``success_rate``, ``num_episodes``, ``failures`` with counts of
 success / timeout / missed_grasp / pushed_away / dropped, ``failure_rates``, a 95% Wilson interval,
-mean steps, timing, per target kind ``per_kind`` (success, episodes, Wilson interval), and per episode in seed
-order ``per_episode_success`` / ``_failure`` / ``_steps`` / ``_kind``),
+mean steps, timing, ``segmentation_precision`` (``bf16`` or ``fp32``; None with ground-truth masks), per target
+kind ``per_kind`` (success, episodes, Wilson interval), and per episode in seed order ``per_episode_success`` /
+``_failure`` / ``_steps`` / ``_kind``),
 ``rollout_K.gif`` for the first ``--gifs`` episodes, of each kind with a mix of target kinds (RGB beside the mask
 the policy saw, upscaled), and ``report.md``.
 
@@ -47,9 +48,10 @@ from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.seeds import episode_seeds
 from graspsim.stats import wilson
 from graspsim.validate import non_negative_int, positive_int
+from graspsim.vision.infer import Precision, check_precision
 
 from .policy import MaskPolicy, check_fits_scenes
-from .rollout import RolloutResult
+from .rollout import RolloutResult, mask_precision
 from .sharded import sharded_rollout
 from .masks import check_vision_kinds, make_mask_fn
 
@@ -74,6 +76,10 @@ class EvalSimConfig:
     """Vision checkpoint (graspsim train-vision); needed for --masks predicted."""
     masks: Optional[Literal["gt", "predicted"]] = None
     """Mask source: gt (simulator) or predicted (vision net on the RGB). Default: predicted if --vision is given, else gt."""
+    precision: Precision = "auto"
+    """Segmentation precision with predicted masks: auto (bf16 where the CPU has native bf16 and the checkpoint's
+    probe frames agree with float32), fp32 or bf16 (as in eval-real); metrics.json names the one used
+    (``segmentation_precision``)."""
     episodes: int = 1000
     """Number of evaluation episodes (one per held-out scene)."""
     seed: int = 0
@@ -109,6 +115,7 @@ class EvalSimConfig:
             raise ValueError(f"EvalSimConfig.masks must be 'gt' or 'predicted'; got {self.masks!r}")
         if self.masks == "predicted" and self.vision is None:
             raise ValueError("EvalSimConfig: --masks predicted needs --vision CKPT")
+        check_precision("EvalSimConfig", "precision", self.precision)
         positive_int("EvalSimConfig", "episodes", self.episodes)
         positive_int("EvalSimConfig", "num_envs", self.num_envs)
         non_negative_int("EvalSimConfig", "gifs", self.gifs)
@@ -236,7 +243,7 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
         check_vision_kinds(cfg.vision, sim)
     if policy.cfg.image_size != sim.image_size:
         raise ValueError(f"policy was trained at image_size {policy.cfg.image_size}, sim.image_size is {sim.image_size}")
-    mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev)
+    mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev, cfg.precision)
     seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
     bar = progress_bar("eval-sim", cfg.runtime.progress and ctx.is_main, remaining=False)
     with bar:
@@ -250,7 +257,8 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
         "masks": cfg.mask_source, "moving_target": cfg.moving_target,
         "target_speed": list(sim.randomization.target_speed), "backend": cfg.backend,
         "policy": str(cfg.policy), "policy_iteration": policy.iteration,
-        "vision": str(cfg.vision) if cfg.vision else None, "seed": cfg.seed, "seed_split": "test",
+        "vision": str(cfg.vision) if cfg.vision else None, "segmentation_precision": mask_precision(mask_fn),
+        "seed": cfg.seed, "seed_split": "test",
         "config": cfg.to_dict(), "world_size": ctx.world_size,
     })
     if not ctx.is_main:
@@ -279,7 +287,8 @@ def report_markdown(m: dict) -> str:
     lines = [
         "# eval-sim report", "",
         f"- policy: `{m['policy']}` (DAgger iteration {m['policy_iteration']})",
-        f"- masks: {m['masks']}" + (f" (vision `{m['vision']}`)" if m["vision"] else ""),
+        f"- masks: {m['masks']}" + (f" (vision `{m['vision']}`, segmented in {m.get('segmentation_precision')})"
+                                    if m["vision"] else ""),
         f"- backend: {m['backend']}; moving target: {m['moving_target']} (speed {m['target_speed']} m/s)",
         f"- scenes: {m['num_episodes']} from the test seed stream of seed {m['seed']}", "",
         f"**Success: {100 * m['success_rate']:.1f}%** ({m['num_success']}/{m['num_episodes']}, "

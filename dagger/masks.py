@@ -17,17 +17,18 @@ from graspsim import SimConfig, runs
 from .rollout import MaskFn, gt_masks, segmenter_masks
 
 
-def make_mask_fn(masks: str, vision: Optional[Path], device: torch.device) -> MaskFn:
+def make_mask_fn(masks: str, vision: Optional[Path], device: torch.device, precision: str = "auto") -> MaskFn:
     """``masks="gt"``: :func:`gt_masks` (the simulator's exact mask); ``"predicted"``: a
-    :class:`graspsim.vision.infer.Segmenter` on ``obs["rgb"]`` loaded from ``vision`` onto ``device``
-    (ValueError when ``vision`` is None)."""
+    :class:`graspsim.vision.infer.Segmenter` on ``obs["rgb"]`` loaded from ``vision`` onto ``device`` in ``precision``
+    (``auto``, ``fp32`` or ``bf16``; :func:`.rollout.mask_precision` tells which it chose) (ValueError when ``vision``
+    is None)."""
     if masks == "gt":
         return gt_masks
     if vision is None:
         raise ValueError("--masks predicted needs --vision CKPT")
     from graspsim.vision.infer import Segmenter
 
-    return segmenter_masks(Segmenter.from_checkpoint(vision, device))
+    return segmenter_masks(Segmenter.from_checkpoint(vision, device, precision=precision))
 
 
 def check_vision_kinds(vision: Path, sim: SimConfig) -> None:

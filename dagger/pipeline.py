@@ -18,11 +18,13 @@ One command runs every stage into ``runs/<name>/`` (default name ``pipeline__{pr
 
 ``--resume`` (with ``--name``) skips stages whose outputs are complete and resumes DAgger/BC runs
 after their last finished iteration. Presets (``PRESETS``): ``small`` (default; about 15 minutes on
-2 CPU cores), ``medium`` and ``full`` for real runs. Any budget can be overridden with the
+2 CPU cores), ``medium`` and ``full`` for real runs; a target kind may raise a preset's budgets (``KIND_BUDGETS``:
+cubes get more DAgger iterations at ``small``). Any budget can be overridden with the
 ``--collect-episodes``, ``--vision-steps``, ``--iterations``, ``--episodes-per-iter``, ``--train-steps``,
 ``--dagger-eval-episodes`` and ``--eval-episodes`` flags. The vision stage trains the cropped cascade
 (``graspsim.vision.train_config.CROPPED_MODEL``); ``--vision-model unet`` trains the whole-frame U-Net instead, and
-``--vision CKPT`` skips the stage and uses a trained net.
+``--vision CKPT`` skips the stage and uses a trained net. ``--precision fp32`` trains and runs the vision net in float32
+on any CPU (``auto``: bf16 where the CPU has native bf16); the summary and report name the precisions used.
 
 Under ``torchrun`` every stage runs on all processes (:mod:`graspsim.distributed`; each verb splits its own work)
 and rank 0 writes the run folder's own files (config, summary, curves, report). Every decision that looks at the
@@ -68,11 +70,22 @@ PRESETS: dict[str, dict[str, int]] = {
 test-time mirror averaging (``TrainVisionConfig.mirror_tta``) with ``--vision-model unet``; off in ``small``,
 where the doubled segmentation cost of every DAgger, BC and evaluation rollout would not fit the preset's time
 budget. The default cascade always mirrors its window (36.7 MFLOP a frame in all)."""
+KIND_BUDGETS: dict[str, dict[str, dict[str, int]]] = {
+    "cube": {"small": dict(iterations=8, dagger_eval_episodes=128)},
+}
+"""Budgets a target kind raises in a preset (docs/dagger.md, "Presets and target kinds"): a run whose ``--target``
+holds the kind gets the larger of the kind's and the preset's number, and an override flag still wins.
+``PRESETS`` are the sphere's budgets, which no kind changes."""
 RESUMABLE_KEYS = ("resume", "runtime.progress", "runtime.threads", "gifs", "runtime.dist_timeout")
 """Settings that may differ when resuming a pipeline run folder (they do not change results)."""
 VISION_MODELS = {"cropped": "the cropped cascade", "unet": "the whole-frame U-Net"}
 """Nets the vision stage can train (``--vision-model``: ``graspsim.vision.train_config.CROPPED_MODEL`` and ``UNET_MODEL``),
 as the report names them."""
+PIPELINE_PRECISIONS = ("auto", "fp32")
+"""``--precision`` choices. No forced ``bf16``: training under emulated bf16 (a CPU without native bf16) is about 10x
+slower than float32, so the vision stage would not fit any preset."""
+EVAL_STAGES = ("eval_dagger_predicted", "eval_dagger_gt", "eval_dagger_moving", "eval_bc")
+"""The evaluation stages' keys in ``summary.json`` (and folders in the run folder)."""
 OVERRIDES = ("collect_episodes", "vision_steps", "iterations", "episodes_per_iter", "train_steps",
              "dagger_eval_episodes", "eval_episodes", "num_envs")
 
@@ -114,6 +127,12 @@ class PipelineConfig:
     vision: Optional[Path] = None
     """Use this trained segmentation checkpoint (e.g. the shipped ``vision/assets/segnet.pt``) instead of training
     a vision net; the report then shows the metrics stored with it."""
+    precision: Literal["auto", "fp32"] = "auto"
+    """Numeric precision of the vision net, in training (``train-vision --bf16/--no-bf16``) and in segmenting every
+    DAgger, BC and evaluation frame (``dagger`` / ``eval-sim --precision``): ``auto`` (bf16 autocast where the CPU has
+    native bf16, AVX512-BF16 or AMX, and float32 elsewhere) or ``fp32`` (float32 everywhere: what a CPU without native
+    bf16 runs, on any CPU). The two give different nets, so different numbers; the summary and report name the
+    precisions used."""
     collect_episodes: Optional[int] = None
     """Override: expert episodes collected for the vision net."""
     vision_steps: Optional[int] = None
@@ -159,6 +178,8 @@ class PipelineConfig:
             object.__setattr__(self, "vision", check_in_file(self.vision, "PipelineConfig.vision", "vision checkpoint",
                                                              inside="checkpoint.pt"))
         non_negative_int("PipelineConfig", "gifs", self.gifs)
+        if self.precision not in PIPELINE_PRECISIONS:
+            raise ValueError(f"PipelineConfig.precision must be one of {PIPELINE_PRECISIONS}; got {self.precision!r}")
         if self.target is not None:
             kinds = TargetConfig(kinds=self.target).kinds  # checks the names (the error lists the known kinds)
             stated = self.sim.target.kinds
@@ -173,7 +194,12 @@ class PipelineConfig:
             check_transfer_folder(self.transfer)
 
     def budgets(self) -> dict[str, int]:
+        """The stage budgets: the preset's (:data:`PRESETS`), raised by the target kinds (:data:`KIND_BUDGETS`),
+        then the override flags."""
         b = dict(PRESETS[self.preset])
+        for kind in self.sim.target.kinds:
+            for k, v in KIND_BUDGETS.get(kind, {}).get(self.preset, {}).items():
+                b[k] = max(b[k], v)
         b.update({k: getattr(self, k) for k in OVERRIDES if getattr(self, k) is not None})
         return b
 
@@ -271,6 +297,7 @@ def _run_pipeline(cfg: PipelineConfig, ctx: distributed.Context) -> dict:
     vckpt = _vision_stage(cfg, b, out, demos, summary, ctx)
     _control_stages(cfg, b, out, vckpt, summary, ctx)
     _evaluation_stages(cfg, b, out, vckpt, summary)
+    summary["precision"] = precisions_used(summary, cfg.precision)
     summary["total_seconds"] = sum(summary["seconds"].values())
     summary["wall_seconds_this_invocation"] = time.perf_counter() - t_start
     summary["world_size"] = ctx.world_size
@@ -333,7 +360,7 @@ def _vision_stage(cfg: PipelineConfig, b: dict[str, int], out: Path, demos: Path
                                  n_test=512 if b["vision_steps"] >= 100 else 64, hdf5=demos, resume=vision_resume, sim=cfg.sim,
                                  mirror_tta=cropped or bool(b["vision_mirror"]), transfer=cfg.transfer,
                                  operating_point="both" if cfg.transfer is not None else "composite", **net,
-                                 runtime=cfg.runtime)
+                                 bf16=cfg.precision != "fp32", runtime=cfg.runtime)
         res = _stage(summary, "vision", lambda: train_vision(vcfg), out)
         summary["vision"] = {"model": cfg.vision_model, **_vision_summary(res)}
     return vckpt
@@ -352,12 +379,12 @@ def _control_stages(cfg: PipelineConfig, b: dict[str, int], out: Path, vckpt: Pa
         dcfg = DaggerConfig(
             out=rdir, iterations=b["iterations"], episodes_per_iter=b["episodes_per_iter"],
             eval_episodes=b["dagger_eval_episodes"], num_envs=b["num_envs"], train_steps=b["train_steps"],
-            masks=cfg.masks, vision=vckpt if cfg.masks == "predicted" else None, seed=cfg.seed,
+            masks=cfg.masks, vision=vckpt if cfg.masks == "predicted" else None, precision=cfg.precision, seed=cfg.seed,
             resume=_main_sees(rdir, ctx), sim=cfg.sim, runtime=cfg.runtime, **extra,
         )
         res = _stage(summary, key, lambda: run_dagger(dcfg), out)
         summary[key] = {k: res[k] for k in ("final_eval_success", "samples", "iterations", "checkpoint",
-                                            "best_checkpoint", "best_iteration")}
+                                            "best_checkpoint", "best_iteration", "segmentation_precision")}
         summary[key]["rows"] = res["rows"]
     curves = {{"dagger": "DAgger", "bc": "BC baseline"}[k]: summary[k]["rows"] for k in runs}
     if ctx.is_main:
@@ -378,17 +405,29 @@ def _evaluation_stages(cfg: PipelineConfig, b: dict[str, int], out: Path, vckpt:
         if key in summary:
             continue
         ecfg = EvalSimConfig(policy=out / run / "best.pt", out=out / key, vision=vckpt if masks == "predicted" else None,
-                             masks=masks, episodes=b["eval_episodes"], seed=cfg.seed, num_envs=b["num_envs"],
-                             moving_target=moving, gifs=cfg.gifs, sim=cfg.sim, overwrite=True, runtime=cfg.runtime)
+                             masks=masks, precision=cfg.precision, episodes=b["eval_episodes"], seed=cfg.seed,
+                             num_envs=b["num_envs"], moving_target=moving, gifs=cfg.gifs, sim=cfg.sim, overwrite=True,
+                             runtime=cfg.runtime)
         res = _stage(summary, key, lambda: evaluate_sim(ecfg), out)
         summary[key] = {k: res[k] for k in ("success_rate", "num_episodes", "success_ci95", "failures", "masks",
-                                            "moving_target", "target_speed", "gifs", "per_kind")}
+                                            "moving_target", "target_speed", "gifs", "per_kind",
+                                            "segmentation_precision")}
+
+
+def precisions_used(summary: dict, requested: str) -> dict:
+    """``{"requested", "vision_training", "segmentation"}``: the ``--precision`` asked for and what the stages in
+    ``summary`` ran in (``bf16`` or ``fp32``; None where no stage of the run says, e.g. a ``--vision`` checkpoint is
+    not trained here, or stages finished before precisions were recorded)."""
+    seg = [summary.get(k, {}).get("segmentation_precision") for k in ("dagger", "bc", *EVAL_STAGES)]
+    seg = sorted({p for p in seg if p})
+    return {"requested": requested, "vision_training": summary.get("vision", {}).get("training_precision"),
+            "segmentation": "/".join(seg) or None}
 
 
 def _vision_summary(res: dict) -> dict:
     """The part of train-vision's metrics that the summary and the report show."""
     keys = ("test", "transfer_test", "transfer_val", "transfer_test_breakdown", "transfer_test_by_kind",
-            "operating_point", "threshold", "peak_threshold", "mirror_tta", "steps")
+            "operating_point", "threshold", "peak_threshold", "mirror_tta", "steps", "training_precision")
     return {k: res[k] for k in keys if k in res}
 
 
@@ -428,6 +467,15 @@ def _vision_html(v: dict) -> str:
             + (f"<tr><th colspan=7>transfer test by target kind (false-positive images: the whole set's)</th></tr>"
                f"{by_kind}" if by_kind else "")
             + (f"<tr><th colspan=7>transfer test by kind of frame</th></tr>{sub}" if sub else "") + "</table>")
+
+
+def _precision_html(p: dict | None) -> str:
+    """The report's sentence on precision (empty for a summary written before precisions were recorded)."""
+    if not p:
+        return ""
+    return (f"Precision <code>--precision {html.escape(p['requested'])}</code>: vision net trained in "
+            f"<b>{html.escape(str(p['vision_training'] or 'n/a'))}</b>, frames segmented in "
+            f"<b>{html.escape(str(p['segmentation'] or 'n/a'))}</b>. ")
 
 
 def _pct(x: float) -> str:
@@ -480,7 +528,8 @@ figure{{display:inline-block;margin:6px}}</style></head><body>
 <h1>graspsim pipeline: {e(s['name'])}</h1>
 <p>Preset <b>{e(s['preset'])}</b>, seed {cfg.seed}, embodiment <b>{e(cfg.sim.embodiment)}</b>, target kinds <b>{e(', '.join(cfg.sim.target.kinds))}</b>,
 DAgger trained on <b>{e(cfg.masks)}</b> masks.
-Stage budgets: <code>{e(json.dumps(s['budgets']))}</code>. Total stage time {s.get('total_seconds', 0):.0f} s.</p>
+Stage budgets: <code>{e(json.dumps(s['budgets']))}</code>. {_precision_html(s.get('precision'))}Total stage time
+{s.get('total_seconds', 0):.0f} s.</p>
 <h2>Closed-loop success (learner alone, test scenes disjoint from training)</h2>
 <table><tr><th>condition</th><th>success</th><th>95% CI</th><th>episodes</th><th>missed grasp</th>
 <th>pushed away</th><th>timeout</th><th>dropped</th></tr>{''.join(rows)}</table>
@@ -496,4 +545,4 @@ Stage budgets: <code>{e(json.dumps(s['budgets']))}</code>. Total stage time {s.g
 """
 
 
-__all__ = ["PRESETS", "PipelineConfig", "run_pipeline"]
+__all__ = ["KIND_BUDGETS", "PRESETS", "PipelineConfig", "run_pipeline"]

@@ -43,12 +43,31 @@ def gt_masks(obs: dict) -> Tensor:
     return obs[MASK]
 
 
-def segmenter_masks(segmenter) -> MaskFn:
-    """``mask_fn`` that runs ``graspsim.vision.infer.Segmenter.predict_mask`` on ``obs["rgb"]``."""
-    def fn(obs: dict) -> Tensor:
+class SegmenterMasks:
+    """``mask_fn`` that runs ``graspsim.vision.infer.Segmenter.predict_mask`` on ``obs["rgb"]``; ``precision`` is the
+    one the segmenter runs in (``bf16`` or ``fp32``)."""
+
+    def __init__(self, segmenter):
+        self.segmenter = segmenter
+
+    @property
+    def precision(self) -> str:
+        return self.segmenter.precision
+
+    def __call__(self, obs: dict) -> Tensor:
         with torch.no_grad():
-            return segmenter.predict_mask(obs[RGB])
-    return fn
+            return self.segmenter.predict_mask(obs[RGB])
+
+
+def segmenter_masks(segmenter) -> MaskFn:
+    """``mask_fn`` that runs ``graspsim.vision.infer.Segmenter.predict_mask`` on ``obs["rgb"]`` (:class:`SegmenterMasks`)."""
+    return SegmenterMasks(segmenter)
+
+
+def mask_precision(mask_fn: MaskFn) -> str | None:
+    """The precision a :func:`segmenter_masks` function segments in (``bf16`` or ``fp32``); None for other mask
+    functions (:func:`gt_masks`)."""
+    return mask_fn.precision if isinstance(mask_fn, SegmenterMasks) else None
 
 
 @dataclass
@@ -192,4 +211,4 @@ def rollout(env, seeds: list[int], *, policy: PolicyFn | None = None, beta: floa
 
 
 __all__ = ["PRIVILEGED_KEYS", "RolloutResult", "gt_masks", "rollout",
-           "segmenter_masks"]
+           "mask_precision", "segmenter_masks"]

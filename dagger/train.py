@@ -58,6 +58,7 @@ from graspsim.progress import progress_bar
 from graspsim.torch_util import count_parameters
 from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import finite_non_negative, finite_positive, non_negative_int, positive_int, probability
+from graspsim.vision.infer import Precision, check_precision
 
 from .aggregate import Aggregate, iteration_file, join_iteration, part_file, write_iteration
 from .model import ControlNet, ControlNetConfig, to_gripper_frame
@@ -66,7 +67,7 @@ from graspsim import runs
 from graspsim.seeds import dagger_stream_seed, episode_seeds, net_init_seed
 
 from .masks import check_vision_kinds, make_mask_fn
-from .rollout import RolloutResult
+from .rollout import RolloutResult, mask_precision
 from .sharded import sharded_rollout
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,9 @@ class DaggerConfig:
     """Learner input: simulator ground-truth masks or the vision module's predictions (needs --vision)."""
     vision: Optional[Path] = None
     """Vision checkpoint (graspsim train-vision) for --masks predicted."""
+    precision: Precision = "auto"
+    """Segmentation precision with --masks predicted: auto (bf16 where the CPU has native bf16 and the checkpoint's
+    probe frames agree with float32), fp32 or bf16 (as in eval-real). The run's result names the one used."""
     seed: int = 0
     """Run seed: network init, scenes, Bernoulli choices, noise and minibatches derive from it."""
     resume: bool = False
@@ -160,6 +164,7 @@ class DaggerConfig:
             raise ValueError("DaggerConfig: --masks predicted needs --vision CKPT (a train-vision checkpoint)")
         if self.vision is not None:
             check_in_file(self.vision, "DaggerConfig.vision", "vision checkpoint", inside="checkpoint.pt")
+        check_precision(owner, "precision", self.precision)
         non_negative_int(owner, "seed", self.seed)
         # the net's input size and velocity scale are the simulator's
         object.__setattr__(self, "model", dataclasses.replace(
@@ -320,8 +325,10 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
     heldout = episode_seeds(cfg.seed, "heldout", 0, cfg.eval_episodes)
     tb = SummaryWriter(str(out / "tb")) if ctx.is_main else None
     t_run = time.perf_counter()
-    log.info("DAgger: %d iterations x %d episodes, %d-parameter policy, masks=%s, schedule=%s",
-             cfg.iterations, cfg.episodes_per_iter, count_parameters(learner.model), cfg.masks, cfg.schedule)
+    seg_precision = mask_precision(mask_fn)
+    log.info("DAgger: %d iterations x %d episodes, %d-parameter policy, masks=%s%s, schedule=%s",
+             cfg.iterations, cfg.episodes_per_iter, count_parameters(learner.model), cfg.masks,
+             f" (segmented in {seg_precision})" if seg_precision else "", cfg.schedule)
     try:
         with progress_bar(None, cfg.runtime.progress and ctx.is_main, fields=("{task.fields[info]}",), remaining=False) as bar:
             for it in range(len(rows), cfg.iterations):
@@ -338,7 +345,7 @@ def _run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None, c
         if tb is not None:
             tb.close()
     distributed.barrier()  # rank 0's checkpoints and metrics of the last iteration are on disk
-    return _summary(out, rows, learner, time.perf_counter() - t_run)
+    return {**_summary(out, rows, learner, time.perf_counter() - t_run), "segmentation_precision": seg_precision}
 
 
 def _open_run_folder(cfg: DaggerConfig, dev: torch.device,
@@ -349,7 +356,7 @@ def _open_run_folder(cfg: DaggerConfig, dev: torch.device,
     out = check_out_dir(cfg.out, resume=cfg.resume)
     rows = runs.finished_iterations(out, cfg.to_dict(), RESUMABLE_KEYS, resume=cfg.resume, what="DAgger",
                                     added=compat.added_settings("dagger"))
-    mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev)  # checks the vision checkpoint before anything is written
+    mask_fn = make_mask_fn(cfg.masks, cfg.vision, dev, cfg.precision)  # checks the vision checkpoint before anything is written
     if cfg.masks == "predicted":
         check_vision_kinds(cfg.vision, cfg.sim)
     if ctx.world_size > min(cfg.episodes_per_iter, cfg.eval_episodes):

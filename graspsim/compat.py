@@ -168,10 +168,12 @@ ADDED_SETTINGS: dict[str, dict[str, Added]] = {
         # the wrist (spheres only before it: no wrist, so its rate limit never acted) and the fingertip senses
         "model.wrist": Added(False, FORMAT_HORIZON), "model.max_yaw_rate": Added(1.5, FORMAT_HORIZON),
         "model.fingertip_pixels": Added(False, FORMAT_HORIZON), "sim.fingertip_pixels": Added(False, FORMAT_HORIZON),
+        "precision": Added("auto", FORMAT_HORIZON),  # issue 53: --precision (auto was the only behaviour before)
     },
     "pipeline": {
         "vision_model": Added("unet", FORMAT_HORIZON), "target": Added(None, FORMAT_HORIZON),
         "sim.fingertip_pixels": Added(False, FORMAT_HORIZON),
+        "precision": Added("auto", FORMAT_HORIZON),  # issue 53: --precision (auto was the only behaviour before)
     },
 }
 """Verb -> dotted setting -> the value a run folder from before the setting resumes with

@@ -82,6 +82,10 @@ def test_the_tables_now_values_are_todays_defaults():
     assert changed["pipeline"]["sim.fingertip_pixels"].now == SimConfig().fingertip_pixels
     assert changed["pipeline"]["vision_model"].now == PipelineConfig.__dataclass_fields__["vision_model"].default
     assert compat.ADDED_SETTINGS["dagger"]["model.max_yaw_rate"].value == ControlNetConfig.max_yaw_rate
+    from graspsim.dagger.train import DaggerConfig  # --precision: auto is what runs before it did
+
+    assert compat.ADDED_SETTINGS["dagger"]["precision"].value == DaggerConfig.__dataclass_fields__["precision"].default
+    assert compat.ADDED_SETTINGS["pipeline"]["precision"].value == PipelineConfig.__dataclass_fields__["precision"].default
 
 
 @pytest.mark.parametrize("verb,args,hint", [

@@ -40,7 +40,7 @@ from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import boolean, positive_int
 
 from .checkpoint import load_checkpoint, save_checkpoint
-from .infer import PRECISIONS, Segmenter, frame_probabilities, to_frame_size
+from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .labelled import LabelledFrames, load_labelled
 from .metrics import PEAKS, choose_thresholds_on, evaluate_set, gate_frames
 
@@ -88,8 +88,7 @@ class CalibrateConfig:
         positive_int("CalibrateConfig", "min_pixels", self.min_pixels)
         for name in ("frame_gate", "overwrite"):
             boolean("CalibrateConfig", name, getattr(self, name))
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"CalibrateConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
+        check_precision("CalibrateConfig", "precision", self.precision)
 
 
 def frames_needed(min_precision: float, max_fp_images: float) -> tuple[int, int]:

@@ -42,7 +42,7 @@ from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import non_negative_int, positive_int
 
 from .labelled import MAX_MEAN_TARGET, is_grey
-from .infer import PRECISIONS, Segmenter, frame_probabilities, to_frame_size
+from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .image_set import (MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image, read_kinds,
                         write_png)
 from .metrics import (KIND_TARGETS, SegMetrics, bootstrap_intervals, frame_averaged, gate_frames, kind_groups,
@@ -101,8 +101,7 @@ class EvalRealConfig:
         for name in ("min_pixels", "batch_size", "max_report_images"):
             positive_int("EvalRealConfig", name, getattr(self, name))
         non_negative_int("EvalRealConfig", "bootstrap", self.bootstrap)
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"EvalRealConfig.precision must be one of {PRECISIONS}; got {self.precision!r}")
+        check_precision("EvalRealConfig", "precision", self.precision)
 
 
 def _owns(name: str) -> bool:

@@ -3,7 +3,8 @@
 On CPU the network runs in bfloat16 autocast with channels-last memory when the CPU has native bf16
 (AMX/AVX512-BF16, :func:`~graspsim.vision.model.cpu_has_fast_bf16`; emulated bf16 is slower than float32) and that
 gives the same masks as float32 on the probe images stored in the checkpoint (pixel disagreement at most ``BF16_TOLERANCE``);
-otherwise it falls back to float32 (logged). ``precision="fp32"`` forces float32.
+otherwise it falls back to float32 (logged). ``precision="fp32"`` forces float32, ``"bf16"`` forces bfloat16 (emulated,
+and slower than float32, on CPUs without native bf16). :attr:`Segmenter.precision` is what was chosen.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import os
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -25,11 +27,15 @@ log = logging.getLogger(__name__)
 
 BF16_TOLERANCE = 1e-3  # max fraction of probe pixels whose mask may differ between bf16 and fp32
 PRECISIONS = ("auto", "fp32", "bf16")
+Precision = Literal["auto", "fp32", "bf16"]
+"""Segmentation inference precision, one meaning in every verb that segments (eval-real, calibrate, dagger, eval-sim):
+``auto`` (bf16 where the CPU has native bf16 and the checkpoint's probe frames agree with float32), ``fp32``, ``bf16``."""
 
 
-def _check_precision(precision: str) -> None:
+def check_precision(owner: str, name: str, precision: str) -> None:
+    """ValueError naming ``owner.name`` unless ``precision`` is one of :data:`PRECISIONS`."""
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}; got {precision!r}")
+        raise ValueError(f"{owner}.{name} must be one of {PRECISIONS}; got {precision!r}")
 
 
 class Segmenter:
@@ -49,7 +55,7 @@ class Segmenter:
     def __init__(self, model: SegNet, threshold: float = 0.5, image_size: int = 64, device: torch.device | str = "cpu",
                  precision: str = "auto", probe: Tensor | None = None, peak_threshold: float = 0.0,
                  mirror_tta: bool = False):
-        _check_precision(precision)
+        check_precision("Segmenter", "precision", precision)
         if not 0.0 < float(threshold) < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
         self.device = torch.device(device)
@@ -73,6 +79,11 @@ class Segmenter:
             pass  # no native bf16 on this CPU: emulated bf16 is slower than float32
         elif precision == "auto" and probe is not None and len(probe) > 0:
             self.bf16 = self._bf16_agrees(probe)
+
+    @property
+    def precision(self) -> str:
+        """The precision inference runs in: ``bf16`` (bfloat16 autocast) or ``fp32``."""
+        return "bf16" if self.bf16 else "fp32"
 
     def _bf16_agrees(self, probe: Tensor) -> bool:
         self.bf16 = False
@@ -101,7 +112,7 @@ class Segmenter:
             model.load_state_dict(ckpt["model"])
         except (TypeError, ValueError, RuntimeError) as e:  # a bad stored config, or weights that do not fit it
             raise ValueError(f"vision checkpoint {path}: {e}") from None
-        _check_precision(precision)  # the caller's argument: checked here so its error does not name the checkpoint
+        check_precision("Segmenter", "precision", precision)  # the caller's argument: checked here so its error does not name the checkpoint
         try:
             return cls(model, threshold=ckpt["threshold"], image_size=ckpt["image_size"], device=device,
                        precision=precision, probe=ckpt.get("probe_rgb"), peak_threshold=ckpt.get("peak_threshold", 0.0),

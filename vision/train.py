@@ -573,7 +573,7 @@ def _final_evaluation(cfg: TrainVisionConfig, run: _Training, inputs: _Inputs, v
                             "transfer_min_precision": cfg.transfer_min_precision, "promised": promised,
                             "gap": operating_point_gap(promised, tests)},
         **transfer_result,
-        "mirror_tta": cfg.mirror_tta, "steps": steps_done,
+        "mirror_tta": cfg.mirror_tta, "steps": steps_done, "training_precision": "bf16" if bf16 else "fp32",
     }, by_background
 
 
