@@ -3,8 +3,10 @@ unchanged on a simulated Feetech SDK whose servo writes drive the MuJoCo SO-101 
 (tests/so101_twin.py); the MuJoCo wrist camera is the camera. The ``deploy`` loop grasps through it; each fault stops
 the robot first; every refusal happens before anything moves.
 
-The decisions come from a scripted grasp (tests/so101_twin.py ``ScriptedNets``: colour mask, privileged cube pose)
-in place of trained nets: there are no nets trained for the so101 embodiment in this tree yet.
+The decisions come from scripted grasps in place of trained nets (no nets trained for the so101 embodiment ship with
+the repository): on the fixed test scenes tests/so101_twin.py ``ScriptedNets`` (colour mask, privileged cube pose);
+in the slow comparison over the MuJoCo backend's own scenes (:class:`so101_twin.BackendWorld`) the backend's scripted
+grasp. benchmarks/so101_driver_vs_backend.py runs the same comparison with trained nets.
 """
 
 from __future__ import annotations
@@ -400,30 +402,22 @@ def test_lerobot_camera_spec_and_errors():
 
 
 @pytest.mark.slow
-def test_driver_matches_the_backend_alone_over_100_scenes(tmp_path, monkeypatch, kin):
-    """Issue 54's target: success through LeRobot's driver within 3 points of the same controller on the MuJoCo arm
-    driven directly (no LeRobot, no servo ticks), 100 scenes each."""
-    tw.patch_sdk(monkeypatch)
-    world = tw.TwinWorld()
-    port = tmp_path / "ttyTWIN0"
-    port.write_text("")
-    tw.TwinArm(world, str(port), tmp_path / "cal")
-    cfg = So101Config(port=str(port), id="twin", calibration_dir=tmp_path / "cal")
-    robot = tw.twin_robot(cfg, world, kinematics=kin)
-    through = _run(tmp_path / "a", world, robot, kin, episodes=100)
-    robot.close()
-    direct_world = tw.TwinWorld()
-    direct = _run(tmp_path / "b", direct_world, tw.DirectSo101(direct_world, kin), kin, episodes=100)
-    a, b = through["num_success"], direct["num_success"]
-    world.close()
-    direct_world.close()
+def test_driver_matches_the_backend_alone_over_100_scenes(tmp_path):
+    """Issue 54's target: success through LeRobot's driver within 3 points of the MuJoCo backend alone (``deploy
+    --camera mujoco --robot mujoco``) over the backend's own 100 scenes of the same episode seeds (all three kinds,
+    randomized sizes, poses, looks and distractors). The decisions come from the backend's scripted grasp on the true
+    state (no so101 nets ship with the repository; benchmarks/so101_driver_vs_backend.py runs trained ones)."""
+    from graspsim import SimConfig
+    from graspsim.config import TargetConfig
 
-    def per_kind(summary, w):
-        ok = {}
-        for ep, kind in zip(summary["per_episode"], w.history):
-            ok.setdefault(kind, []).append(bool(ep["success"]))
-        return ", ".join(f"{k} {sum(v)}/{len(v)}" for k, v in sorted(ok.items()))
+    sim = SimConfig(embodiment="so101", target=TargetConfig(kinds=("sphere", "cube", "cylinder")))
+    result = tw.driver_vs_backend(sim, VISION, POLICY, 100, tmp_path, scripted=True)
+    a, b = (tw.tally(result[k], result["kinds"]) for k in ("driver", "backend"))
+    assert [e["seed"] for e in result["driver"]["per_episode"]] == [e["seed"] for e in result["backend"]["per_episode"]]
 
-    print(f"through LeRobot's driver {a}/100 ({per_kind(through, world)}), MuJoCo arm directly {b}/100 "
-          f"({per_kind(direct, direct_world)})")
-    assert abs(a - b) <= 3, (a, b)
+    def line(t):
+        return ", ".join(f"{k} {s}/{n}" for k, (s, n) in sorted(t["per_kind"].items())) + f"; failures {t['ends']}"
+
+    print(f"through LeRobot's driver: {line(a)}\nMuJoCo backend alone: {line(b)}")
+    assert len(set(result["kinds"].values())) == 3  # the backend's scenes, every kind
+    assert abs(a["per_kind"]["all"][0] - b["per_kind"]["all"][0]) <= 3, (line(a), line(b))
