@@ -29,6 +29,8 @@ BAD_FLAGS = {
     "so101_geometry.py": (["--model", "nowhere.xml"], "--model"),
     "so101_geometry_mujoco.py": (["--solves", "0"], "GeometryConfig.solves"),
     "so101_mujoco.py": (["--episodes", "0"], "So101MujocoConfig.episodes"),
+    "so101_driver_vs_backend.py": (["--vision", "v.pt", "--policy", "p.pt", "--episodes", "0"],
+                                   "DriverVsBackendConfig.episodes"),
 }
 
 
