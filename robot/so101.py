@@ -206,8 +206,10 @@ def calibrate_command(cfg: So101Config) -> str:
 class So101Robot(Robot):
     """The SO-101 on LeRobot's ``SO101Follower`` (see the module docstring). ``follower``: an already built
     LeRobot follower (tests); default one built from ``cfg``. ``period`` (s): one control period, the IK's time step.
-    ``max_speed`` (m/s per axis) and ``max_yaw_rate`` (rad/s): the nets' trained ranges. ``sleep``: waits between
-    the steps of the homing move (tests pass a no-op)."""
+    ``max_speed`` (m/s per axis) and ``max_yaw_rate`` (rad/s): the nets' trained ranges; ``max_wrist_yaw`` (rad): how
+    far the wrist may turn from its start either way, as in the simulator (whose nets keep asking to turn at its limit;
+    unlimited, the IK's yaw target would run past the wrist's reach). ``sleep``: waits between the steps of the homing
+    move (tests pass a no-op)."""
 
     name = "so101"
     wrist = True
@@ -215,7 +217,7 @@ class So101Robot(Robot):
     """The simulator embodiment a control net must have been trained for (deploy refuses others)."""
 
     def __init__(self, cfg: So101Config, *, period: float = 0.1, max_speed: float = 0.1, max_yaw_rate: float = 1.5,
-                 follower=None, kinematics=None, sleep=time.sleep):
+                 max_wrist_yaw: float = 1.6, follower=None, kinematics=None, sleep=time.sleep):
         self.cfg = cfg
         self.period = float(period)
         if not (math.isfinite(self.period) and self.period > 0):
@@ -242,6 +244,9 @@ class So101Robot(Robot):
         self.ik = CartesianIK(self.kin, dt=self.period, max_speed=max_speed, max_yaw_rate=max_yaw_rate,
                               workspace=cfg.workspace, max_height=cfg.max_height)
         self.max_speed, self.max_yaw_rate = float(max_speed), float(max_yaw_rate)
+        self.max_wrist_yaw = float(max_wrist_yaw)
+        if not (math.isfinite(self.max_wrist_yaw) and self.max_wrist_yaw > 0):
+            raise ValueError(f"So101Robot: max_wrist_yaw must be a positive number of radians; got {max_wrist_yaw!r}")
         self.open_gap = float(self.kin.jaw_to_gap(self.ik.open_jaw))
         cal = self.follower.calibration[GRIPPER]
         span = (cal.range_max - cal.range_min) * 360.0 / 4095.0
@@ -504,6 +509,9 @@ class So101Robot(Robot):
         s = self.cfg.speed
         v = np.clip(cmd[:3], -self.max_speed, self.max_speed) * s
         wz = float(np.clip(cmd[3], -self.max_yaw_rate, self.max_yaw_rate)) * s if len(cmd) == 5 else 0.0
+        lim = self.max_wrist_yaw  # the yaw target stays within +/- max_wrist_yaw of the start, as in the simulator
+        turn = float(np.clip(self.ik.yaw + wz * self.period - self.yaw0, -lim, lim))
+        wz = (self.yaw0 + turn - self.ik.yaw) / self.period if len(cmd) == 5 else 0.0
         close = bool(cmd[-1] > 0)
         q, pct = self._measured()
         self._check_following(q, pct)

@@ -232,6 +232,19 @@ def test_send_limits_joint_steps_and_scales_speed(twin, kin):
     robot.close()
 
 
+def test_the_wrist_turns_no_further_than_the_simulator_lets_it(twin, kin):
+    """The yaw target stays within max_wrist_yaw of the episode's start, as in the simulator: a net that keeps asking
+    to turn at that limit gets no turn there (unlimited, the IK's target ran past the wrist's reach and the arm stopped
+    with wrist_roll "not following")."""
+    world, arm, cfg = twin
+    robot = tw.twin_robot(cfg, world, kinematics=kin, max_wrist_yaw=0.3)
+    robot.start_episode(2)
+    sent = [float(robot.send(np.array([0.0, 0.0, 0.0, 1.5, -1.0], np.float32))[3]) for _ in range(4)]
+    assert np.allclose(sent, [1.5, 1.5, 0.0, 0.0], atol=1e-6), sent
+    assert abs(robot.ik.yaw - robot.yaw0) <= 0.3 + 1e-9
+    robot.close()
+
+
 def test_contact_sense_is_the_guarded_move_near_the_table(twin, kin):
     """Going down at full speed in the air gives no contact (the servos' lag is not a contact); near the table, the
     arm held back by it (or the fingertips at the table) does."""
