@@ -113,8 +113,15 @@ def sim_for(policy: Path):
 def report(result: dict, cfg: DriverVsBackendConfig, kinds_order) -> str:
     import so101_twin as tw
 
+    lines = []
+    ran = {e["seed"] for e in result["driver"]["per_episode"]}
+    if result["driver"].get("error"):  # a fault stopped the arm: compare the episodes it ran
+        lines.append(f"the driver's run ended on a fault after {len(ran)} episodes: {result['driver']['error']}; "
+                     "the backend's episodes of the same seeds are compared")
+        result = {**result, "backend": {**result["backend"], "per_episode": [
+            e for e in result["backend"]["per_episode"] if e["seed"] in ran]}}
     a, b = (tw.tally(result[k], result["kinds"]) for k in ("driver", "backend"))
-    lines = [f"{'':28s}" + "".join(f"{k:>14s}" for k in (*kinds_order, "all"))]
+    lines.append(f"{'':28s}" + "".join(f"{k:>14s}" for k in (*kinds_order, "all")))
     for name, t in (("through LeRobot's driver", a), ("MuJoCo backend alone", b)):
         row = "".join(f"{'%d/%d' % t['per_kind'].get(k, (0, 0)):>14s}" for k in (*kinds_order, "all"))
         lines.append(f"{name:28s}{row}")

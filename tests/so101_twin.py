@@ -730,7 +730,8 @@ def driver_vs_backend(sim, vision, policy, episodes: int, out, seed: int = 0, sc
     (``deploy --camera mujoco --robot mujoco``), on the same episode seeds (the ``test`` stream of ``seed``).
     ``scripted``: :class:`PrivilegedScript` in place of the nets (``vision`` and ``policy`` then only fill the config).
     Returns ``{"driver": summary, "backend": summary, "kinds": {seed: kind}, "seconds": {...}}`` (the deploy
-    summaries; their ``per_episode`` lists have each episode's ``seed``, ``success`` and ``end``). Needs LeRobot
+    summaries; their ``per_episode`` lists have each episode's ``seed``, ``success`` and ``end``). A fault that ends
+    the driver's run (the arm stopped) leaves its summary's ``error`` set and fewer episodes in it. Needs LeRobot
     0.4.4 and the MuJoCo backend; the Feetech SDK is patched only while the driver runs."""
     import time
     from pathlib import Path
@@ -740,6 +741,7 @@ def driver_vs_backend(sim, vision, policy, episodes: int, out, seed: int = 0, sc
     from graspsim.robot.controller import Controller
     from graspsim.robot.deploy import DeployConfig, deploy
     from graspsim.robot.lerobot_camera import LeRobotCamera
+    from graspsim.robot.loop import DeployError
     from graspsim.robot.robots import SimRobot
 
     out = Path(out)
@@ -757,11 +759,15 @@ def driver_vs_backend(sim, vision, policy, episodes: int, out, seed: int = 0, sc
         with patched_sdk():
             TwinArm(world, str(port), out / "calibration")
             robot = backend_twin_robot(twin_config(sim, port, out / "calibration"), world,
-                                       kinematics=So101Kinematics())
+                                       kinematics=So101Kinematics(), max_speed=sim.max_speed,
+                                       max_yaw_rate=sim.max_yaw_rate, max_wrist_yaw=sim.max_wrist_yaw)
             ctl = Controller(PrivilegedScript(world)) if scripted else None
-            driver = deploy(DeployConfig(camera="lerobot:twin", robot="dry-run", out=out / "driver", **common),
-                            camera=LeRobotCamera(lerobot_twin_camera(world), name="lerobot:mujoco-wrist"),
-                            robot=robot, controller=ctl)
+            try:
+                driver = deploy(DeployConfig(camera="lerobot:twin", robot="dry-run", out=out / "driver", **common),
+                                camera=LeRobotCamera(lerobot_twin_camera(world), name="lerobot:mujoco-wrist"),
+                                robot=robot, controller=ctl)
+            except DeployError:  # a fault stopped the arm and ended the run: its summary says where
+                driver = json.loads((out / "driver" / "summary.json").read_text())
     finally:
         if robot is not None:
             robot.close()
