@@ -613,6 +613,8 @@ class BackendWorld(_sim_world()):
         self.goal = np.array([self.present(i) for i in range(len(MOTORS))])
         self.start_q = self.goal[:5].copy()
         self.failure = ""
+        self.unstable = False
+        """MuJoCo diverged in this episode (and reset its data: the arm jumped to the model's zero pose)."""
         from graspsim.env import fingertip_fractions
 
         # the scene the env was built with, until the first reset (deploy checks the points before any episode)
@@ -626,6 +628,7 @@ class BackendWorld(_sim_world()):
         from graspsim.state import KIND_NAMES
 
         super().reset(seed)
+        self.unstable = False
         self.goal = np.array([self.present(i) for i in range(len(MOTORS))])
         self.start_q = self.goal[:5].copy()
         self.failure = ""
@@ -647,6 +650,7 @@ class BackendWorld(_sim_world()):
             _, _, done, info = self.env.drive_joints(self.goal[None, :5], self.goal[5:], np.array([close]))
         self.success = bool(info["success"][0])
         self.failure = FAILURE_NAMES[int(info["failure"][0])]
+        self.unstable = self.scene.unstable
 
     def frame(self) -> np.ndarray:
         return self.render()[0]
@@ -670,7 +674,8 @@ def backend_twin_robot(cfg, world: BackendWorld, **kw):
     """A :class:`graspsim.robot.so101.So101Robot` on the twin over ``world``'s backend scenes. Each episode starts on
     the backend's scene of its seed, from the backend's start pose (the adapter's homing move runs, with that pose as
     its home); the fingertip points are the scene's (as the backend's simulated robot reports them); the episode ends
-    as the backend's does: success, or ``max_steps`` commands, with the backend's failure code."""
+    as the backend's does: success, or ``max_steps`` commands, with the backend's failure code; or as ``unstable``
+    when MuJoCo's physics diverged (the backend alone goes on with the reset data)."""
     from graspsim.robot.robots import Outcome
     from graspsim.robot.so101 import So101Robot
 
@@ -694,9 +699,11 @@ def backend_twin_robot(cfg, world: BackendWorld, **kw):
             return sent
 
         def outcome(self) -> Outcome:
-            done = world.success or self.sends >= world.cfg.max_steps
-            return Outcome(done=done, success=world.success, reason=("success" if world.success else world.failure)
-                           if done else "")
+            # a diverged simulation ends the episode as a failure before the jump of its reset reaches the adapter
+            # (which would stop the arm and end the run: a joint far from its target)
+            done = world.success or world.unstable or self.sends >= world.cfg.max_steps
+            reason = "success" if world.success else ("unstable" if world.unstable else world.failure)
+            return Outcome(done=done, success=world.success, reason=reason if done else "")
 
     return BackendSo101(cfg, sleep=lambda s: None, **kw)
 
