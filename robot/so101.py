@@ -457,7 +457,8 @@ class So101Robot(Robot):
     def senses(self) -> Senses:
         q, pct = self._measured()
         pos, yaw = self.kin.grasp_pose(q)
-        gap = self.kin.jaw_to_gap(self.to_jaw(pct)) / self.open_gap
+        # the pads squeezed together read a negative gap on the jaw's table; the simulators report 0 (pads touching)
+        gap = max(0.0, self.kin.jaw_to_gap(self.to_jaw(pct))) / self.open_gap
         contact = self.contact(pos)
         dyaw = yaw - self.yaw0
         g = np.array([gap, float(self.closed), float(contact), math.sin(dyaw), math.cos(dyaw)], np.float32)

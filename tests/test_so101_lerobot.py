@@ -245,6 +245,20 @@ def test_the_wrist_turns_no_further_than_the_simulator_lets_it(twin, kin):
     robot.close()
 
 
+def test_gap_sense_is_never_negative(twin, kin):
+    """Closed on nothing, the jaw squeezes past where the pads touch (the jaw's table gives a negative gap there):
+    the gap sense reads 0, as in the simulators, not a negative fraction the robot loop refuses."""
+    world, arm, cfg = twin
+    robot = tw.twin_robot(cfg, world, kinematics=kin)
+    robot.start_episode(0)
+    world.place("cube", 0.09, 0.09, 0.0)  # nothing between the jaws
+    for _ in range(12):
+        robot.send(np.array([0.0, 0.0, 0.0, 0.0, 1.0], np.float32))
+    assert kin.jaw_to_gap(robot.to_jaw(robot.pct)) < 0  # squeezed past touching
+    assert robot.senses().gripper[0] == 0.0
+    robot.close()
+
+
 def test_contact_sense_is_the_guarded_move_near_the_table(twin, kin):
     """Going down at full speed in the air gives no contact (the servos' lag is not a contact); near the table, the
     arm held back by it (or the fingertips at the table) does."""
