@@ -208,9 +208,8 @@ class So101Robot(Robot):
     LeRobot follower (tests); default one built from ``cfg``. ``period`` (s): one control period, the IK's time step.
     ``max_speed`` (m/s per axis) and ``max_yaw_rate`` (rad/s): the nets' trained ranges; ``max_wrist_yaw`` (rad): how
     far the wrist may turn from its start either way, as in the simulator (whose nets keep asking to turn at its limit;
-    unlimited, the IK's yaw target would run past the wrist's reach); ``open_gap`` (m): the pad gap of the open jaw,
-    also what the gap sense is a fraction of (the nets' ``open_width``: 5 cm for the so101 embodiment). ``sleep``:
-    waits between the steps of the homing move (tests pass a no-op)."""
+    unlimited, the IK's yaw target would run past the wrist's reach). ``sleep``: waits between the steps of the homing
+    move (tests pass a no-op)."""
 
     name = "so101"
     wrist = True
@@ -218,7 +217,7 @@ class So101Robot(Robot):
     """The simulator embodiment a control net must have been trained for (deploy refuses others)."""
 
     def __init__(self, cfg: So101Config, *, period: float = 0.1, max_speed: float = 0.1, max_yaw_rate: float = 1.5,
-                 max_wrist_yaw: float = 1.6, open_gap: float = 0.04, follower=None, kinematics=None, sleep=time.sleep):
+                 max_wrist_yaw: float = 1.6, follower=None, kinematics=None, sleep=time.sleep):
         self.cfg = cfg
         self.period = float(period)
         if not (math.isfinite(self.period) and self.period > 0):
@@ -243,7 +242,7 @@ class So101Robot(Robot):
 
         self.kin = kinematics if kinematics is not None else So101Kinematics()
         self.ik = CartesianIK(self.kin, dt=self.period, max_speed=max_speed, max_yaw_rate=max_yaw_rate,
-                              workspace=cfg.workspace, max_height=cfg.max_height, open_gap=open_gap)
+                              workspace=cfg.workspace, max_height=cfg.max_height)
         self.max_speed, self.max_yaw_rate = float(max_speed), float(max_yaw_rate)
         self.max_wrist_yaw = float(max_wrist_yaw)
         if not (math.isfinite(self.max_wrist_yaw) and self.max_wrist_yaw > 0):
