@@ -259,6 +259,43 @@ def test_gap_sense_is_never_negative(twin, kin):
     robot.close()
 
 
+def test_the_jaw_target_moves_at_the_finger_speed(twin, kin):
+    """The jaw's target moves towards closed by the simulator's finger speed a tick (2 cm of pad gap at 0.2 m/s and
+    10 Hz), not in one jump of LeRobot's gripper limit: the nets were trained with that speed."""
+    world, arm, cfg = twin
+    robot = tw.twin_robot(cfg, world, kinematics=kin, finger_speed=0.2)
+    robot.start_episode(0)
+    jaw0, goals = robot.jaw_cmd, []
+    for _ in range(4):
+        robot.send(np.array([0.0, 0.0, 0.0, 0.0, 1.0], np.float32))
+        goals.append(robot.to_jaw(robot.goal_pct))
+    steps = -np.diff([jaw0, *goals])
+    assert np.allclose(steps[:2], robot.jaw_step, atol=1e-6), steps
+    assert abs(kin.jaw_to_gap(jaw0) - kin.jaw_to_gap(goals[0]) - 0.02) < 0.004
+    robot.close()
+
+
+def test_the_pads_stay_off_the_table_while_the_jaw_opens_from_half_closed(twin, kin):
+    """Pressed down at the table with the jaw half closed, then opened: the IK keeps both pads off the table over
+    the jaw's measured travel (half closed, the moving pad hangs lower than open), so the jaw opens. Kept off only
+    for the open jaw, the pad pressed on the table pinned the jaw and the run ended on a gripper stall."""
+    world, arm, cfg = twin
+    robot = tw.twin_robot(cfg, world, kinematics=kin)
+    robot.start_episode(0)
+    world.place("cube", 0.09, 0.09, 0.0)  # nothing between the jaws
+    down = lambda grip: robot.send(np.array([0.0, 0.0, -0.1, 0.0, grip], np.float32))  # noqa: E731
+    for _ in range(10):
+        down(-1.0)
+    for _ in range(3):
+        down(1.0)
+    half = robot.pct
+    for _ in range(12):
+        down(-1.0)
+    assert half < robot.to_pct(robot.ik.open_jaw) - 10
+    assert abs(robot.pct - robot.to_pct(robot.ik.open_jaw)) < 3.0 and not robot.stalled
+    robot.close()
+
+
 def test_contact_sense_is_the_guarded_move_near_the_table(twin, kin):
     """Going down at full speed in the air gives no contact (the servos' lag is not a contact); near the table, the
     arm held back by it (or the fingertips at the table) does."""

@@ -448,10 +448,7 @@ class MujocoGraspEnv(ContactBackend):
                                 workspace=cfg.workspace, max_height=REACH_BAND_MAX_HEIGHT, open_gap=cfg.open_width)
                     for _ in range(num_envs)]
         # the jaw's servo target moves at finger_speed of pad gap per second: in jaw angle, through the table's slope
-        gaps = self.kin._jaw_gaps
-        slope = float(np.polyfit(self.kin._jaw_angles[(gaps > 0) & (gaps < 0.05)],
-                                 gaps[(gaps > 0) & (gaps < 0.05)], 1)[0])
-        self.jaw_step = cfg.finger_speed / slope * cfg.dt
+        self.jaw_step = self.kin.jaw_step(cfg.finger_speed, cfg.dt)
         self._rgb = np.zeros((num_envs, H, H, 3), np.uint8)
         self._mask = np.zeros((num_envs, H, H), bool)
         self._stale = np.ones(num_envs, bool)
