@@ -206,8 +206,12 @@ def calibrate_command(cfg: So101Config) -> str:
 class So101Robot(Robot):
     """The SO-101 on LeRobot's ``SO101Follower`` (see the module docstring). ``follower``: an already built
     LeRobot follower (tests); default one built from ``cfg``. ``period`` (s): one control period, the IK's time step.
-    ``max_speed`` (m/s per axis) and ``max_yaw_rate`` (rad/s): the nets' trained ranges. ``sleep``: waits between
-    the steps of the homing move (tests pass a no-op)."""
+    ``max_speed`` (m/s per axis) and ``max_yaw_rate`` (rad/s): the nets' trained ranges; ``max_wrist_yaw`` (rad): how
+    far the wrist may turn from its start either way, as in the simulator (whose nets keep asking to turn at its limit;
+    unlimited, the IK's yaw target would run past the wrist's reach); ``finger_speed`` (m/s of pad gap): how fast the
+    jaw's target moves towards closed or open, as in the simulator (LeRobot's gripper limit alone would let it jump
+    by ``max_gripper_step`` a tick, twice as fast as the nets were trained with). ``sleep``: waits between the steps
+    of the homing move (tests pass a no-op)."""
 
     name = "so101"
     wrist = True
@@ -215,7 +219,8 @@ class So101Robot(Robot):
     """The simulator embodiment a control net must have been trained for (deploy refuses others)."""
 
     def __init__(self, cfg: So101Config, *, period: float = 0.1, max_speed: float = 0.1, max_yaw_rate: float = 1.5,
-                 follower=None, kinematics=None, sleep=time.sleep):
+                 max_wrist_yaw: float = 1.6, finger_speed: float = 0.2, follower=None, kinematics=None,
+                 sleep=time.sleep):
         self.cfg = cfg
         self.period = float(period)
         if not (math.isfinite(self.period) and self.period > 0):
@@ -242,6 +247,15 @@ class So101Robot(Robot):
         self.ik = CartesianIK(self.kin, dt=self.period, max_speed=max_speed, max_yaw_rate=max_yaw_rate,
                               workspace=cfg.workspace, max_height=cfg.max_height)
         self.max_speed, self.max_yaw_rate = float(max_speed), float(max_yaw_rate)
+        self.max_wrist_yaw = float(max_wrist_yaw)
+        if not (math.isfinite(self.max_wrist_yaw) and self.max_wrist_yaw > 0):
+            raise ValueError(f"So101Robot: max_wrist_yaw must be a positive number of radians; got {max_wrist_yaw!r}")
+        if not (math.isfinite(finger_speed) and finger_speed > 0):
+            raise ValueError(f"So101Robot: finger_speed must be a positive number of m/s; got {finger_speed!r}")
+        self.jaw_step = self.kin.jaw_step(finger_speed, self.period)
+        """Largest change (rad) of the jaw's target per tick."""
+        self.jaw_cmd = self.ik.open_jaw
+        """The jaw's target (rad, model), ramped at ``jaw_step`` a tick."""
         self.open_gap = float(self.kin.jaw_to_gap(self.ik.open_jaw))
         cal = self.follower.calibration[GRIPPER]
         span = (cal.range_max - cal.range_min) * 360.0 / 4095.0
@@ -433,6 +447,7 @@ class So101Robot(Robot):
         if self.cfg.dry_run:
             self.q, self.pct = home.copy(), open_pct
         self.ik.reset(self.q, self.to_jaw(self.pct))
+        self.jaw_cmd = self.to_jaw(open_pct)
         _, self.yaw0 = self.kin.grasp_pose(self.q)
         self.closed = False
         self.lag[:] = 0
@@ -452,7 +467,8 @@ class So101Robot(Robot):
     def senses(self) -> Senses:
         q, pct = self._measured()
         pos, yaw = self.kin.grasp_pose(q)
-        gap = self.kin.jaw_to_gap(self.to_jaw(pct)) / self.open_gap
+        # the pads squeezed together read a negative gap on the jaw's table; the simulators report 0 (pads touching)
+        gap = max(0.0, self.kin.jaw_to_gap(self.to_jaw(pct))) / self.open_gap
         contact = self.contact(pos)
         dyaw = yaw - self.yaw0
         g = np.array([gap, float(self.closed), float(contact), math.sin(dyaw), math.cos(dyaw)], np.float32)
@@ -504,17 +520,28 @@ class So101Robot(Robot):
         s = self.cfg.speed
         v = np.clip(cmd[:3], -self.max_speed, self.max_speed) * s
         wz = float(np.clip(cmd[3], -self.max_yaw_rate, self.max_yaw_rate)) * s if len(cmd) == 5 else 0.0
+        lim = self.max_wrist_yaw  # the yaw target stays within +/- max_wrist_yaw of the start, as in the simulator
+        turn = float(np.clip(self.ik.yaw + wz * self.period - self.yaw0, -lim, lim))
+        wz = (self.yaw0 + turn - self.ik.yaw) / self.period if len(cmd) == 5 else 0.0
         close = bool(cmd[-1] > 0)
         q, pct = self._measured()
         self._check_following(q, pct)
         if close and not self.closed:
             self.gripper_moved = False
         self.closed = close
-        t = self.ik.step(np.array([*v, wz, 1.0 if close else -1.0]), q)
+        # the jaw's target moves at the nets' finger speed towards closed or open, as in the simulator
+        goal_jaw = self.ik.close_jaw if close else self.ik.open_jaw
+        self.jaw_cmd += float(np.clip(goal_jaw - self.jaw_cmd, -self.jaw_step, self.jaw_step))
+        # the pads stay off the table wherever the jaw passes this period, from where it is (measured) one step
+        # towards its target: the moving pad swings lower half-closed than open, and a pad pressed on the table pins
+        # the jaw (it would not open again: a gripper stall)
+        now = self.to_jaw(pct)
+        reach = float(np.clip(self.jaw_cmd, now - self.jaw_step, now + self.jaw_step))
+        t = self.ik.step(np.array([*v, wz, 1.0 if close else -1.0]), q, jaw_span=(now, reach))
         self.target_z = float(self.ik.target[2])
         step = math.radians(self.cfg.max_step_deg)
         goal = np.clip(t.q, q - step, q + step)
-        goal_pct = self.to_pct(t.jaw)
+        goal_pct = self.to_pct(self.jaw_cmd)
         self.goal_q, self.goal_pct = goal, goal_pct
         self._write(goal, goal_pct, "targets")
         sent = [*v, wz, 1.0 if close else -1.0] if len(cmd) == 5 else [*v, 1.0 if close else -1.0]

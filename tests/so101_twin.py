@@ -7,12 +7,17 @@ model numbers, firmware), the calibration check against the motors' registers, `
 conversions, sign-magnitude encoding, ``max_relative_target`` and the sync reads and writes. Each sync write of
 ``Goal_Position`` advances the physics by one control period (the servos then hold their targets).
 
+Two worlds can stand behind the bus: :class:`TwinWorld` (one fixed-size red target on a grey table, for the unit and
+fault tests) and :class:`BackendWorld` (the MuJoCo backend's own randomized scenes, ``MujocoGraspEnv(num_envs=1)``
+as ``deploy --robot mujoco`` runs it: the scene of each episode seed, its success rule and failure codes).
+
 Faults to inject (attributes of :class:`TwinArm`): ``fail_reads`` (a sync read that times out), ``refuse_writes``
 (the bus refuses a write), ``stuck`` (a servo whose output no longer moves: a joint name or ``gripper``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -181,6 +186,16 @@ class TwinWorld:
         for _ in range(self.substeps):
             mujoco.mj_step(self.model, self.data)
 
+    def present(self, i: int) -> float:
+        """Measured angle (rad) of motor ``i`` (:data:`MOTORS` order)."""
+        return float(self.data.qpos[self.qadr[i]])
+
+    def drive(self, goals: dict[int, float]) -> None:
+        """New servo targets ``{motor index: angle (rad)}`` (the others keep theirs), then one control period."""
+        for i, angle in goals.items():
+            self.data.ctrl[self.act[i]] = min(max(angle, self.lo[i]), self.hi[i])
+        self.step()
+
     def _render(self) -> np.ndarray:
         if self._renderer is None:
             self._renderer = mujoco.Renderer(self.model, self.image, self.image)
@@ -190,6 +205,9 @@ class TwinWorld:
     def render(self) -> np.ndarray:
         """64 x 64 RGB of the wrist camera (rendered in the one GL thread, whichever thread asks)."""
         return GL.call(self._render)
+
+    frame = render
+    """What the twin cameras show (H,W,3 uint8)."""
 
     def close(self) -> None:
         """Free the renderer in the thread whose GL context it uses."""
@@ -254,7 +272,7 @@ class TwinArm:
     def read(self, motor_id: int, addr: int) -> int:
         if addr == ADDR["Present_Position"]:
             i = motor_id - 1
-            return self._raw_of(i, float(self.world.data.qpos[self.world.qadr[i]]))
+            return self._raw_of(i, self.world.present(i))
         return self.regs[motor_id].get(addr, 0)
 
     def write(self, motor_id: int, addr: int, value: int) -> None:
@@ -262,14 +280,10 @@ class TwinArm:
 
     def goals(self, values: dict[int, int]) -> None:
         """A sync write of Goal_Position: new servo targets, then one control period of physics."""
-        w = self.world
-        for motor_id, raw in values.items():
-            i = motor_id - 1
-            if self.stuck == MOTORS[i]:
-                continue
-            w.data.ctrl[w.act[i]] = min(max(self._angle_of(i, raw), w.lo[i]), w.hi[i])
+        goals = {motor_id - 1: self._angle_of(motor_id - 1, raw) for motor_id, raw in values.items()
+                 if self.stuck != MOTORS[motor_id - 1]}
         self.writes += 1
-        w.step()
+        self.world.drive(goals)
 
 
 # -------------------------------------------------------------------------------- the fake Feetech SDK
@@ -392,14 +406,32 @@ class FakeSyncWrite:
         return COMM_SUCCESS
 
 
+FAKE_SDK = {"PortHandler": FakePortHandler, "PacketHandler": FakePacketHandler, "GroupSyncRead": FakeSyncRead,
+            "GroupSyncWrite": FakeSyncWrite}
+"""The Feetech SDK's classes the twin replaces (``scservo_sdk`` attribute -> the twin's)."""
+
+
 def patch_sdk(monkeypatch) -> None:
     """Replace the Feetech SDK's port, packet handler and group sync classes by the twin's (pytest monkeypatch)."""
     import scservo_sdk
 
-    monkeypatch.setattr(scservo_sdk, "PortHandler", FakePortHandler)
-    monkeypatch.setattr(scservo_sdk, "PacketHandler", FakePacketHandler)
-    monkeypatch.setattr(scservo_sdk, "GroupSyncRead", FakeSyncRead)
-    monkeypatch.setattr(scservo_sdk, "GroupSyncWrite", FakeSyncWrite)
+    for name, fake in FAKE_SDK.items():
+        monkeypatch.setattr(scservo_sdk, name, fake)
+
+
+@contextlib.contextmanager
+def patched_sdk():
+    """:func:`patch_sdk` outside pytest (benchmarks): the SDK's own classes come back on exit."""
+    import scservo_sdk
+
+    saved = {name: getattr(scservo_sdk, name) for name in FAKE_SDK}
+    try:
+        for name, fake in FAKE_SDK.items():
+            setattr(scservo_sdk, name, fake)
+        yield
+    finally:
+        for name, cls in saved.items():
+            setattr(scservo_sdk, name, cls)
 
 
 # -------------------------------------------------------------------------------- camera and controller
@@ -418,7 +450,7 @@ class TwinCamera(Camera):
         if self.unplug_after is not None and self.k >= self.unplug_after:
             raise CameraError(f"{self.name}: the camera was unplugged (no device)")
         self.k += 1
-        return Frame(self.world.render(), time.monotonic(), self.k - 1)
+        return Frame(self.world.frame(), time.monotonic(), self.k - 1)
 
 
 def lerobot_twin_camera(world: TwinWorld, unplug_after: int | None = None):
@@ -456,7 +488,7 @@ def lerobot_twin_camera(world: TwinWorld, unplug_after: int | None = None):
                 raise RuntimeError(f"{self} read thread is not running.")
             self.k += 1
             self.latest_timestamp = time.perf_counter()
-            return world.render()
+            return world.frame()
 
         def disconnect(self) -> None:
             self.connected = False
@@ -472,11 +504,9 @@ def wrap_quarter(a: float) -> float:
     return (a + math.pi / 4) % (math.pi / 2) - math.pi / 4
 
 
-class ScriptedNets:
-    """Stands in for the vision and control nets of :class:`graspsim.robot.controller.Controller`: the mask is a
-    colour test on the wrist frame, the action a scripted grasp that reads the twin's true cube pose and the arm's
-    grasp point (privileged, like the simulator's expert): centre over the cube and turn to its faces, go down, close,
-    lift. It sees the arm only through the world, never through the adapter."""
+class StandInNets:
+    """What :class:`graspsim.robot.controller.Controller` reads of its nets, for the scripted stand-ins below (a wrist
+    net at the simulator's limits, no fingertip senses)."""
 
     runtime = "scripted"
     image_size = 64
@@ -486,6 +516,13 @@ class ScriptedNets:
     fingertip = None
     precision = "fp32"
     mirror_tta = False
+
+
+class ScriptedNets(StandInNets):
+    """Stands in for the vision and control nets of :class:`graspsim.robot.controller.Controller`: the mask is a
+    colour test on the wrist frame, the action a scripted grasp that reads the twin's true cube pose and the arm's
+    grasp point (privileged, like the simulator's expert): centre over the cube and turn to its faces, go down, close,
+    lift. It sees the arm only through the world, never through the adapter."""
 
     def __init__(self, world: TwinWorld, kin, lift_to: float = 0.06):
         self.world, self.kin, self.lift_to = world, kin, lift_to
@@ -542,80 +579,238 @@ def twin_robot(cfg, world: TwinWorld, **kw):
     return TwinSo101(cfg, sleep=lambda s: None, **kw)
 
 
-class DirectSo101:
-    """The baseline: the same MuJoCo SO-101 driven straight through the IK layer, joint targets written into the
-    servos' set points without LeRobot, servo ticks or calibration (the MuJoCo backend alone). Same start pose, same
-    per-tick joint limit, same senses as :class:`graspsim.robot.so101.So101Robot`."""
+# -------------------------------------------------------------------------------- the MuJoCo backend's own scenes
+CLOSE_MARGIN = 0.05
+"""A jaw goal this far (rad) below the open jaw counts as closing (the grasp bookkeeping's close command): the bus
+sees joint goals, not the nets' grip command."""
 
-    name = "mujoco-direct"
-    wrist = True
 
-    def __init__(self, world: TwinWorld, kin, period: float = 0.1, start_height: float = 0.055,
-                 max_step_deg: float = 10.0, contact_dz: float = 0.004):
-        from graspsim.mujoco.ik import CartesianIK
+def _sim_world():
+    from graspsim.robot.robots import SimWorld
 
-        self.world, self.kin = world, kin
-        self.ik = CartesianIK(kin, dt=period, max_speed=0.1, max_yaw_rate=1.5, workspace=0.1, max_height=0.09)
-        self.home = kin.solve(np.array([0.0, 0.0, start_height]), 0.0, kin.home).q
-        self.step_rad, self.contact_dz = math.radians(max_step_deg), contact_dz
-        self.open_gap = kin.jaw_to_gap(self.ik.open_jaw)
-        self.tcp_drop = float(kin.geometry.tcp_below_grasp)
-        self.closed, self.yaw0, self.target_z = False, 0.0, math.nan
+    return SimWorld
 
-    def _q(self) -> tuple[np.ndarray, float]:
-        w = self.world
-        return w.data.qpos[w.qadr[:5]].copy(), float(w.data.qpos[w.qadr[5]])
 
-    def _set(self, q, jaw) -> None:
-        w = self.world
-        w.data.ctrl[w.act[:5]] = q
-        w.data.ctrl[w.act[5]] = jaw
-        w.step()
+class BackendWorld(_sim_world()):
+    """The world of ``deploy --camera mujoco --robot mujoco`` (a :class:`graspsim.robot.robots.SimWorld` on
+    ``MujocoGraspEnv(cfg, num_envs=1)``) driven through servo targets instead of Cartesian commands: ``reset(seed)``
+    builds the backend's scene of that episode seed (kind, size, pose, colour, table, light, lens, distractors) with
+    the arm at the backend's start pose; each Goal_Position write (:meth:`drive`) sets the servo targets and runs one
+    control period of the env's physics and bookkeeping (:meth:`graspsim.mujoco.MujocoGraspEnv.drive_joints`), so
+    success and the failure codes are the backend's own. :meth:`frame` is the env's wrist image (64 x 64, the
+    scene's blur and noise added) as the backend's camera shows it."""
 
-    def start_episode(self, seed: int) -> None:
-        self.world.reset(seed)
-        q, _ = self._q()
-        n = int(math.ceil(float(np.abs(self.home - q).max()) / self.step_rad))
-        for k in range(1, n + 1):
-            self._set(q + (self.home - q) * (k / n), self.ik.open_jaw)
-        for _ in range(20):
-            self._set(self.home, self.ik.open_jaw)
-            q, jaw = self._q()
-            if np.abs(q - self.home).max() < math.radians(2.0):
-                break
-        self.ik.reset(q, jaw)
-        _, self.yaw0 = self.kin.grasp_pose(q)
-        self.closed, self.target_z = False, math.nan
+    def __init__(self, cfg):
+        super().__init__("mujoco", cfg)
+        env = self.env
+        m = env.model
+        self.scene = env.scenes[0]
+        self.qadr = np.array([*self.scene.arm_q, self.scene.jaw_q])
+        jids = [m.joint(n).id for n in MOTORS]
+        self.lo, self.hi = m.jnt_range[jids, 0].copy(), m.jnt_range[jids, 1].copy()
+        self.image = cfg.image_size
+        self.open_jaw = float(env.iks[0].open_jaw)
+        self.goal = np.array([self.present(i) for i in range(len(MOTORS))])
+        self.start_q = self.goal[:5].copy()
+        self.failure = ""
+        self.unstable = False
+        """MuJoCo diverged in this episode (and reset its data: the arm jumped to the model's zero pose)."""
+        from graspsim.env import fingertip_fractions
 
-    def senses(self):
-        from graspsim.robot.robots import Senses
+        # the scene the env was built with, until the first reset (deploy checks the points before any episode)
+        self.fingertip = fingertip_fractions(env.state, cfg.image_size)[0].tolist()
+        self.episode = -1
+        self.history: list[str] = []
+        """The target kind of every scene so far."""
+        self.seeds: list[int] = []
 
-        q, jaw = self._q()
-        pos, yaw = self.kin.grasp_pose(q)
-        tip = pos[2] - self.tcp_drop  # the adapter's rule (So101Robot.contact) with its default thresholds
-        held = math.isfinite(self.target_z) and self.target_z < pos[2] - self.contact_dz
-        contact = tip <= 0.003 or (held and tip <= 0.015)
-        d = yaw - self.yaw0
-        g = [self.kin.jaw_to_gap(jaw) / self.open_gap, float(self.closed), float(contact), math.sin(d), math.cos(d)]
-        return Senses(np.array(g, np.float32), pos - np.array([0.0, 0.0, self.tcp_drop]))
+    def reset(self, seed: int) -> None:
+        from graspsim.state import KIND_NAMES
 
-    def send(self, command):
-        cmd = np.asarray(command, float)
-        q, _ = self._q()
-        self.closed = bool(cmd[-1] > 0)
-        t = self.ik.step(np.array([*cmd[:3], cmd[3] if len(cmd) == 5 else 0.0, cmd[-1]]), q)
-        self.target_z = float(self.ik.target[2])
-        self._set(np.clip(t.q, q - self.step_rad, q + self.step_rad), t.jaw)
-        return np.asarray(command, np.float32)
+        super().reset(seed)
+        self.unstable = False
+        self.goal = np.array([self.present(i) for i in range(len(MOTORS))])
+        self.start_q = self.goal[:5].copy()
+        self.failure = ""
+        self.episode += 1
+        self.history.append({"box": "cube"}.get(k := KIND_NAMES[int(self.env.state.target_kind[0])], k))
+        self.seeds.append(int(seed))
 
-    def stop(self) -> None:
-        pass
+    def present(self, i: int) -> float:
+        return float(self.scene.d.qpos[self.qadr[i]])
 
-    def outcome(self):
-        from graspsim.robot.robots import Outcome
+    def drive(self, goals: dict[int, float]) -> None:
+        """New servo targets ``{motor index: angle (rad)}`` (the others keep theirs), then one control period."""
+        from graspsim.physics import FAILURE_NAMES
 
-        up = self.world.lifted()
-        return Outcome(done=up, success=up, reason="success" if up else "")
+        for i, angle in goals.items():
+            self.goal[i] = min(max(angle, self.lo[i]), self.hi[i])
+        close = self.goal[5] < self.open_jaw - CLOSE_MARGIN
+        with self.env.rendering(False):
+            _, _, done, info = self.env.drive_joints(self.goal[None, :5], self.goal[5:], np.array([close]))
+        self.success = bool(info["success"][0])
+        self.failure = FAILURE_NAMES[int(info["failure"][0])]
+        self.unstable = self.scene.unstable
 
-    def workspace(self):
-        return np.array([-0.1, -0.1, 0.0]), np.array([0.1, 0.1, 0.09 - self.tcp_drop])
+    def frame(self) -> np.ndarray:
+        return self.render()[0]
+
+    def mask(self) -> np.ndarray:
+        return self.render()[1]
+
+
+def twin_config(sim, port, calibration_dir, **kw):
+    """:class:`graspsim.robot.so101.So101Config` for the twin arm with the workspace of ``sim`` (the square and the
+    height the nets were trained in, as a user would set --so101.workspace and --so101.max-height)."""
+    from graspsim.mujoco.model import so101_geometry
+    from graspsim.robot.so101 import So101Config
+
+    below = float(so101_geometry().tcp_below_grasp)
+    return So101Config(port=str(port), id="twin", calibration_dir=calibration_dir, workspace=float(sim.workspace),
+                       max_height=float(sim.max_height) + below, **kw)
+
+
+def backend_twin_robot(cfg, world: BackendWorld, **kw):
+    """A :class:`graspsim.robot.so101.So101Robot` on the twin over ``world``'s backend scenes. Each episode starts on
+    the backend's scene of its seed, from the backend's start pose (the adapter's homing move runs, with that pose as
+    its home); the fingertip points are the scene's (as the backend's simulated robot reports them); the episode ends
+    as the backend's does: success, or ``max_steps`` commands, with the backend's failure code; or as ``unstable``
+    when MuJoCo's physics diverged (the backend alone goes on with the reset data)."""
+    from graspsim.robot.robots import Outcome
+    from graspsim.robot.so101 import So101Robot
+
+    class BackendSo101(So101Robot):
+        name = "so101-twin"
+
+        def start_episode(self, seed: int) -> None:
+            world.reset(seed)
+            super().start_episode(seed)
+            self.sends = 0
+
+        def home_pose(self) -> np.ndarray:
+            return world.start_q.copy()
+
+        def fingertip(self):
+            return world.fingertip
+
+        def send(self, command):
+            sent = super().send(command)
+            self.sends += 1
+            return sent
+
+        def outcome(self) -> Outcome:
+            # a diverged simulation ends the episode as a failure before the jump of its reset reaches the adapter
+            # (which would stop the arm and end the run: a joint far from its target)
+            done = world.success or world.unstable or self.sends >= world.cfg.max_steps
+            reason = "success" if world.success else ("unstable" if world.unstable else world.failure)
+            return Outcome(done=done, success=world.success, reason=reason if done else "")
+
+    return BackendSo101(cfg, sleep=lambda s: None, **kw)
+
+
+class PrivilegedScript(StandInNets):
+    """Stands in for the nets on a :class:`BackendWorld` (or any SimWorld on the MuJoCo backend with ``episode``):
+    the mask is the scene's exact target mask, the action the backend's own scripted grasp
+    (:class:`graspsim.mujoco.scripted.ScriptedGrasp`) on the true state, restarted with every episode."""
+
+    def __init__(self, world):
+        from graspsim.mujoco.scripted import ScriptedGrasp
+
+        self.world = world
+        self.script = ScriptedGrasp.for_env(world.env)
+        self.episode = -1
+
+    def mask(self, rgb: np.ndarray) -> np.ndarray:
+        return self.world.render()[1][None]
+
+    def action(self, mask: np.ndarray, gripper: np.ndarray) -> np.ndarray:
+        if self.world.episode != self.episode:
+            self.episode = self.world.episode
+            self.script.reset()
+        return self.script(self.world.env.privileged()).numpy().astype(np.float32)
+
+
+def driver_vs_backend(sim, vision, policy, episodes: int, out, seed: int = 0, scripted: bool = False,
+                      log_progress=None) -> dict:
+    """Issue 54's comparison: ``episodes`` episodes of the full ``deploy`` loop (``hz=0``) through LeRobot's
+    ``SO101Follower`` on the simulated bus over :class:`BackendWorld`, then the same nets on the MuJoCo backend alone
+    (``deploy --camera mujoco --robot mujoco``), on the same episode seeds (the ``test`` stream of ``seed``).
+    ``scripted``: :class:`PrivilegedScript` in place of the nets (``vision`` and ``policy`` then only fill the config).
+    Returns ``{"driver": summary, "backend": summary, "kinds": {seed: kind}, "seconds": {...}}`` (the deploy
+    summaries; their ``per_episode`` lists have each episode's ``seed``, ``success`` and ``end``). A fault that ends
+    the driver's run (the arm stopped) leaves its summary's ``error`` set and fewer episodes in it. Needs LeRobot
+    0.4.4 and the MuJoCo backend; the Feetech SDK is patched only while the driver runs."""
+    import time
+    from pathlib import Path
+
+    from graspsim.mujoco.ik import So101Kinematics
+    from graspsim.robot.cameras import SimCamera
+    from graspsim.robot.controller import Controller
+    from graspsim.robot.deploy import DeployConfig, deploy
+    from graspsim.robot.lerobot_camera import LeRobotCamera
+    from graspsim.robot.loop import DeployError
+    from graspsim.robot.robots import SimRobot
+
+    out = Path(out)
+    common = dict(vision=vision, policy=policy, hz=0.0, episodes=episodes, seed=seed, sim=sim, overwrite=True,
+                  time_limit=sim.max_steps / sim.control_hz)
+    if log_progress is not None:
+        log_progress("through LeRobot's driver on the simulated bus ...")
+    t0 = time.perf_counter()
+    world = BackendWorld(sim)
+    port = out / "ttyTWIN0"
+    out.mkdir(parents=True, exist_ok=True)
+    port.write_text("")
+    robot = None
+    try:
+        with patched_sdk():
+            TwinArm(world, str(port), out / "calibration")
+            robot = backend_twin_robot(twin_config(sim, port, out / "calibration"), world,
+                                       kinematics=So101Kinematics(), max_speed=sim.max_speed,
+                                       max_yaw_rate=sim.max_yaw_rate, max_wrist_yaw=sim.max_wrist_yaw,
+                                       finger_speed=sim.finger_speed)
+            ctl = Controller(PrivilegedScript(world)) if scripted else None
+            try:
+                driver = deploy(DeployConfig(camera="lerobot:twin", robot="dry-run", out=out / "driver", **common),
+                                camera=LeRobotCamera(lerobot_twin_camera(world), name="lerobot:mujoco-wrist"),
+                                robot=robot, controller=ctl)
+            except DeployError:  # a fault stopped the arm and ended the run: its summary says where
+                driver = json.loads((out / "driver" / "summary.json").read_text())
+    finally:
+        if robot is not None:
+            robot.close()
+        TWINS.pop(str(port), None)
+        world.close()
+    kinds = dict(zip(world.seeds, world.history))
+    t1 = time.perf_counter()
+    if log_progress is not None:
+        log_progress("the MuJoCo backend alone ...")
+    backend_cfg = DeployConfig(camera="mujoco", robot="mujoco", out=out / "backend", **common)
+    if scripted:  # the script reads the true state: the backend's world is built here
+        alone = BackendWorld(sim)
+        try:
+            backend = deploy(backend_cfg, camera=SimCamera(alone), robot=SimRobot(alone),
+                             controller=Controller(PrivilegedScript(alone)))
+        finally:
+            alone.close()
+    else:
+        backend = deploy(backend_cfg)
+    t2 = time.perf_counter()
+    return {"driver": driver, "backend": backend, "kinds": kinds, "seconds": {"driver": t1 - t0, "backend": t2 - t1}}
+
+
+def tally(summary: dict, kinds: dict) -> dict:
+    """``{kind: (successes, episodes)}`` and ``{"all": ...}`` of a deploy summary, with failure ends counted:
+    ``{"per_kind": ..., "ends": {kind: {end: n}}}``."""
+    per_kind: dict[str, list[int]] = {}
+    ends: dict[str, dict[str, int]] = {}
+    for ep in summary["per_episode"]:
+        kind = kinds.get(ep["seed"], "?")
+        for k in (kind, "all"):
+            ok = per_kind.setdefault(k, [0, 0])
+            ok[0] += bool(ep["success"])
+            ok[1] += 1
+            if not ep["success"]:
+                e = ends.setdefault(k, {})
+                e[ep["end"]] = e.get(ep["end"], 0) + 1
+    return {"per_kind": {k: tuple(v) for k, v in per_kind.items()}, "ends": ends}

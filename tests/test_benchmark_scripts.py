@@ -30,6 +30,8 @@ BAD_FLAGS = {
     "so101_geometry_mujoco.py": (["--solves", "0"], "GeometryConfig.solves"),
     "so101_mujoco.py": (["--episodes", "0"], "So101MujocoConfig.episodes"),
     "so101_capture_region.py": (["--herds", "-1"], "--herds"),
+    "so101_driver_vs_backend.py": (["--vision", "v.pt", "--policy", "p.pt", "--episodes", "0"],
+                                   "DriverVsBackendConfig.episodes"),
 }
 
 

@@ -201,6 +201,25 @@ def test_env_scene_in_a_batch_equals_the_scene_alone(env):
         assert torch.equal(v[0], before[k]), k
 
 
+def test_drive_joints_is_step_with_the_ik_targets_given(env):
+    """``drive_joints`` (a servo bus's goal write: joint targets straight to the servos) with the joint targets that
+    ``step`` computed gives the same physics and bookkeeping as ``step``; non-finite targets are refused."""
+    from graspsim.mujoco.env import MujocoGraspEnv
+
+    action = torch.tensor([[0.03, -0.02, -0.05, 0.4, -1.0], [0.0, 0.02, -0.04, -0.3, 1.0]])
+    env.reset(seeds=[3, 4])
+    with MujocoGraspEnv(env.cfg, num_envs=2) as bus:
+        bus.reset(seeds=[3, 4])
+        for _ in range(4):
+            env.step(action)
+            q = np.stack([ik.q for ik in env.iks])
+            _, _, done, info = bus.drive_joints(q, env._jaw_cmd.copy(), env.state.close_cmd.numpy())
+            for k in ("tcp_pos", "sphere_pos", "finger_width", "wrist_yaw", "held", "success", "steps", "pushed"):
+                assert torch.equal(getattr(env.state, k), getattr(bus.state, k)), k
+        with pytest.raises(ValueError, match="finite"):
+            bus.drive_joints(np.full((2, 5), np.nan), np.zeros(2), np.zeros(2, bool))
+
+
 def test_env_same_seed_same_scene_as_torch_sim(env):
     from graspsim.env import GraspEnv
 

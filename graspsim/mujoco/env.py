@@ -448,10 +448,7 @@ class MujocoGraspEnv(ContactBackend):
                                 workspace=cfg.workspace, max_height=REACH_BAND_MAX_HEIGHT, open_gap=cfg.open_width)
                     for _ in range(num_envs)]
         # the jaw's servo target moves at finger_speed of pad gap per second: in jaw angle, through the table's slope
-        gaps = self.kin._jaw_gaps
-        slope = float(np.polyfit(self.kin._jaw_angles[(gaps > 0) & (gaps < 0.05)],
-                                 gaps[(gaps > 0) & (gaps < 0.05)], 1)[0])
-        self.jaw_step = cfg.finger_speed / slope * cfg.dt
+        self.jaw_step = self.kin.jaw_step(cfg.finger_speed, cfg.dt)
         self._rgb = np.zeros((num_envs, H, H, 3), np.uint8)
         self._mask = np.zeros((num_envs, H, H), bool)
         self._stale = np.ones(num_envs, bool)
@@ -531,7 +528,6 @@ class MujocoGraspEnv(ContactBackend):
         y_np = self._yaw.cpu().numpy().astype(np.float64)
         c_np = close.cpu().numpy()
         d_np = drift.cpu().numpy().astype(np.float64)
-        H = cfg.image_size
         meas = []
         clipped = np.zeros(self.num_envs, bool)
         for i, (sc, ik) in enumerate(zip(self.scenes, self.iks)):
@@ -544,16 +540,56 @@ class MujocoGraspEnv(ContactBackend):
             jt = ik.track(t_np[i], float(y_np[i]), bool(c_np[i]), jaw_span=(jaw_now, reach))
             clipped[i] = jt.clipped
             self._jaw_cmd[i] = jaw_to
-            moving = bool(np.any(d_np[i] != 0))
-            was = sc.unstable
-            sc.run(q_from, jt.q, jaw_from, jaw_to, d_np[i] if moving else None)
-            if sc.unstable and not was:
-                log.warning("MujocoGraspEnv: scene %d diverged (MuJoCo reset its data) at step %d", i,
-                            int(self.state.steps[i]) + 1)
-            mres = sc.measure(self.kin)
-            self._tips[i] = sc.fingertip_fractions(mres["tcp"], H)
-            meas.append(mres)
+            meas.append(self._run_scene(i, q_from, jt.q, jaw_from, jaw_to, d_np[i]))
         self.clipped = torch.from_numpy(clipped).to(self.device)
+        return self._finish_step(meas, action, close)
+
+    def drive_joints(self, q: np.ndarray, jaw: np.ndarray, close: np.ndarray
+                     ) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
+        """One control period with the servo targets given directly, as a servo bus's goal-position write gives them:
+        ``q`` B,5 arm joint targets (rad, the model's joints), ``jaw`` B jaw targets (rad), ``close`` B bool (whether
+        the gripper is being closed: the grasp bookkeeping's close command). The command layer and the IK are skipped;
+        the servos track the targets from the last ones, interpolated over the period, as in :meth:`step`, and the
+        episode bookkeeping (held, success, failures, steps) is the same. Returns what :meth:`step` returns. A later
+        :meth:`step` continues from these targets."""
+        q = np.asarray(q, np.float64).reshape(self.num_envs, len(ARM_JOINTS))
+        jaw = np.asarray(jaw, np.float64).reshape(self.num_envs)
+        close_np = np.asarray(close, bool).reshape(self.num_envs)
+        if not (np.isfinite(q).all() and np.isfinite(jaw).all()):
+            raise ValueError(f"MujocoGraspEnv.drive_joints: joint targets must be finite; got {q.tolist()}, "
+                             f"{jaw.tolist()}")
+        d_np = self._drift().cpu().numpy().astype(np.float64)
+        meas = []
+        for i, (sc, ik) in enumerate(zip(self.scenes, self.iks)):
+            meas.append(self._run_scene(i, ik.q.copy(), q[i], float(self._jaw_cmd[i]), float(jaw[i]), d_np[i]))
+            ik.reset(np.clip(q[i], self.kin.lower, self.kin.upper), float(jaw[i]))
+            self._jaw_cmd[i] = float(jaw[i])
+        self.clipped = torch.zeros(self.num_envs, dtype=torch.bool, device=self.device)
+        close_t = torch.from_numpy(close_np).to(self.device)
+        out = self._finish_step(meas, self.state.prev_action, close_t)
+        # the command layer continues from where the servos got (a later step())
+        self._target = self.state.tcp_pos.clone()
+        self._cmd_vel = torch.zeros_like(self._cmd_vel)
+        self._yaw, self._yaw_rate = self.state.wrist_yaw.clone(), torch.zeros_like(self._yaw_rate)
+        return out
+
+    def _run_scene(self, i: int, q_from: np.ndarray, q_to: np.ndarray, jaw_from: float, jaw_to: float,
+                   drift: np.ndarray) -> dict:
+        """Scene ``i``'s physics over one control period towards the servo targets; returns its measurements."""
+        sc = self.scenes[i]
+        moving = bool(np.any(drift != 0))
+        was = sc.unstable
+        sc.run(q_from, q_to, jaw_from, jaw_to, drift if moving else None)
+        if sc.unstable and not was:
+            log.warning("MujocoGraspEnv: scene %d diverged (MuJoCo reset its data) at step %d", i,
+                        int(self.state.steps[i]) + 1)
+        mres = sc.measure(self.kin)
+        self._tips[i] = sc.fingertip_fractions(mres["tcp"], self.cfg.image_size)
+        return mres
+
+    def _finish_step(self, meas: list[dict], action: Tensor, close: Tensor
+                     ) -> tuple[dict[str, Tensor], Tensor, Tensor, dict[str, Tensor]]:
+        """The bookkeeping and the return value of a control period whose measurements are ``meas``."""
         self._stale[:] = True
         self._update_state(meas, action, close)
         if self.render_obs:

@@ -257,6 +257,14 @@ class So101Kinematics:
         deepest = max(ends.max(), self._depths[inside].max() if inside.any() else -np.inf)
         return float(max(deepest, self.geometry.tcp_below_grasp))
 
+    def jaw_step(self, finger_speed: float, dt: float) -> float:
+        """Jaw angle (rad) a servo target moving at ``finger_speed`` (m/s of pad gap) covers in ``dt`` seconds,
+        through the slope of the jaw's gap table between closed and a 5 cm gap."""
+        gaps = self._jaw_gaps
+        near = (gaps > 0) & (gaps < 0.05)
+        slope = float(np.polyfit(self._jaw_angles[near], gaps[near], 1)[0])
+        return float(finger_speed) / slope * float(dt)
+
     def gap_to_jaw(self, gap_m: float) -> float:
         """Jaw angle (rad) that opens the pads to ``gap_m`` (the inverse of :meth:`jaw_to_gap`)."""
         return float(np.interp(float(gap_m), self._jaw_gaps, self._jaw_angles))
@@ -341,10 +349,11 @@ class CartesianIK:
         self.target, self.yaw = self.kin.grasp_pose(self.q)
         self.jaw = float(jaw)
 
-    def step(self, action, q_measured=None) -> JointTargets:
+    def step(self, action, q_measured=None, jaw_span: tuple[float, float] | None = None) -> JointTargets:
         """One control period of ``action`` (5,) = (vx, vy, vz m/s, wz rad/s, grip). ``q_measured`` (5,), when
-        given, is only checked (the solve starts from the last solution, which the servos track). Raises ValueError
-        on a wrong shape or a non-finite value."""
+        given, is only checked (the solve starts from the last solution, which the servos track). ``jaw_span``: the
+        jaw angles (rad) it may pass through this period, as :meth:`track` takes them (a real arm: from the measured
+        jaw to where it can get this period). Raises ValueError on a wrong shape or a non-finite value."""
         a = np.asarray(action, dtype=float).reshape(-1)
         if a.shape != (5,) or not np.isfinite(a).all():
             raise ValueError(f"action must be 5 finite numbers (vx, vy, vz, wz, grip); got {a!r}")
@@ -352,7 +361,7 @@ class CartesianIK:
             self.kin._check_q(q_measured)
         v = np.clip(a[:3], -self.max_speed, self.max_speed)
         wz = float(np.clip(a[3], -self.max_yaw_rate, self.max_yaw_rate))
-        return self.track(self.target + v * self.dt, self.yaw + wz * self.dt, a[4] > 0)
+        return self.track(self.target + v * self.dt, self.yaw + wz * self.dt, a[4] > 0, jaw_span)
 
     def track(self, pos, yaw: float, close: bool, jaw_span: tuple[float, float] | None = None) -> JointTargets:
         """Joint targets for the grasp-point target ``pos`` (3,) m and ``yaw`` (rad), the jaw closed when ``close``.
