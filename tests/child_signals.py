@@ -1,9 +1,11 @@
-"""``preexec_fn`` for the tests that signal a ``graspsim`` subprocess: the child starts with every stop signal at its
-default action. A test run started in the background or under ``nohup`` (as CI may be) passes SIGINT or SIGHUP on as
-ignored, and graspsim rightly leaves an ignored signal alone, so without this those tests would wait in vain."""
+"""Stop signals at their default action for the tests that send them: ``preexec_fn`` for a ``graspsim`` subprocess,
+and a context for a test that signals its own process. A test run started in the background of a shell without job
+control or under ``nohup`` (as CI may be) inherits SIGINT and SIGQUIT, or SIGHUP, as ignored, and graspsim rightly
+leaves an ignored signal alone, so without this those tests would wait in vain or see no fault."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 
 from graspsim.interrupts import stop_signals
@@ -18,3 +20,17 @@ def default_stop_signals() -> None:
             signal.signal(sig, signal.SIG_DFL)
         except (OSError, ValueError):
             pass
+
+
+@contextlib.contextmanager
+def stop_signals_at_default():
+    """In this process: each ignored stop signal at its default action for the block (then ignored again), so that
+    :func:`graspsim.interrupts.install` takes it as it would under a terminal."""
+    ignored = [sig for sig in _SIGNALS if signal.getsignal(sig) is signal.SIG_IGN]
+    for sig in ignored:
+        signal.signal(sig, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for sig in ignored:
+            signal.signal(sig, signal.SIG_IGN)

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 
 import deploy_fakes
+from child_signals import stop_signals_at_default
 from graspsim.robot.cameras import Frame
 from graspsim.robot.controller import Controller, SafetyConfig
 from graspsim.robot.deploy import DeployConfig, DeployError, deploy
@@ -220,25 +221,26 @@ def _soak(tmp_path: Path, make, min_ticks: int, run_ticks: tuple[int, int], seed
     plan = Plan()
     kw, camera, robot, controller, cleanup = make(plan)
     total, runs, seen, rss = 0, 0, set(), []
-    interrupts.install()  # stop signals raise in the main thread, as under the graspsim command
-    try:
-        order: list[str] = []
-        while total < min_ticks or not seen >= set(kinds):
-            if not order:
-                order = list(rng.permutation(kinds))
-            kind = str(order.pop())
-            total += _one_run(tmp_path / f"run{runs}", plan, kind, int(rng.integers(*run_ticks)), kw, camera, robot,
+    with stop_signals_at_default():  # a run started in the background inherits SIGQUIT ignored
+        interrupts.install()  # stop signals raise in the main thread, as under the graspsim command
+        try:
+            order: list[str] = []
+            while total < min_ticks or not seen >= set(kinds):
+                if not order:
+                    order = list(rng.permutation(kinds))
+                kind = str(order.pop())
+                total += _one_run(tmp_path / f"run{runs}", plan, kind, int(rng.integers(*run_ticks)), kw, camera, robot,
+                                  controller)
+                seen.add(kind)
+                runs += 1
+                if runs == 1:
+                    rss.append(_rss_mb())  # after the first run: the nets, the world and the caches are warm
+            total += _one_run(tmp_path / "last", plan, "sigterm", int(rng.integers(*run_ticks)), kw, camera, robot,
                               controller)
-            seen.add(kind)
-            runs += 1
-            if runs == 1:
-                rss.append(_rss_mb())  # after the first run: the nets, the world and the caches are warm
-        total += _one_run(tmp_path / "last", plan, "sigterm", int(rng.integers(*run_ticks)), kw, camera, robot,
-                          controller)
-        rss.append(_rss_mb())
-    finally:
-        interrupts.uninstall()
-        cleanup()
+            rss.append(_rss_mb())
+        finally:
+            interrupts.uninstall()
+            cleanup()
     return {"ticks": total, "runs": runs + 1, "rss_mb": rss}
 
 
