@@ -530,14 +530,11 @@ class So101Robot(Robot):
             self.gripper_moved = False
         self.closed = close
         # the jaw's target moves at the nets' finger speed towards closed or open, as in the simulator
-        goal_jaw = self.ik.close_jaw if close else self.ik.open_jaw
-        self.jaw_cmd += float(np.clip(goal_jaw - self.jaw_cmd, -self.jaw_step, self.jaw_step))
         # the pads stay off the table wherever the jaw passes this period, from where it is (measured) one step
         # towards its target: the moving pad swings lower half-closed than open, and a pad pressed on the table pins
         # the jaw (it would not open again: a gripper stall)
-        now = self.to_jaw(pct)
-        reach = float(np.clip(self.jaw_cmd, now - self.jaw_step, now + self.jaw_step))
-        t = self.ik.step(np.array([*v, wz, 1.0 if close else -1.0]), q, jaw_span=(now, reach))
+        self.jaw_cmd, span = self.ik.ramp_jaw(self.jaw_cmd, close, self.to_jaw(pct), self.jaw_step)
+        t = self.ik.step(np.array([*v, wz, 1.0 if close else -1.0]), q, jaw_span=span)
         self.target_z = float(self.ik.target[2])
         step = math.radians(self.cfg.max_step_deg)
         goal = np.clip(t.q, q - step, q + step)

@@ -532,12 +532,9 @@ class MujocoGraspEnv(ContactBackend):
         clipped = np.zeros(self.num_envs, bool)
         for i, (sc, ik) in enumerate(zip(self.scenes, self.iks)):
             q_from, jaw_from = ik.q.copy(), self._jaw_cmd[i]
-            jaw_goal = ik.close_jaw if c_np[i] else ik.open_jaw
-            jaw_to = jaw_from + float(np.clip(jaw_goal - jaw_from, -self.jaw_step, self.jaw_step))
             # keep the pads off the table over the jaw's travel this period (from where it is, one step further)
-            jaw_now = float(sc.d.qpos[sc.jaw_q])
-            reach = float(np.clip(jaw_to, jaw_now - self.jaw_step, jaw_now + self.jaw_step))
-            jt = ik.track(t_np[i], float(y_np[i]), bool(c_np[i]), jaw_span=(jaw_now, reach))
+            jaw_to, span = ik.ramp_jaw(jaw_from, bool(c_np[i]), float(sc.d.qpos[sc.jaw_q]), self.jaw_step)
+            jt = ik.track(t_np[i], float(y_np[i]), bool(c_np[i]), jaw_span=span)
             clipped[i] = jt.clipped
             self._jaw_cmd[i] = jaw_to
             meas.append(self._run_scene(i, q_from, jt.q, jaw_from, jaw_to, d_np[i]))

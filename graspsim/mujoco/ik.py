@@ -349,6 +349,14 @@ class CartesianIK:
         self.target, self.yaw = self.kin.grasp_pose(self.q)
         self.jaw = float(jaw)
 
+    def ramp_jaw(self, jaw_from: float, close: bool, jaw_now: float, step: float) -> tuple[float, tuple[float, float]]:
+        """One tick of a jaw target ramped at ``step`` (rad a tick, :meth:`So101Kinematics.jaw_step`) from ``jaw_from``
+        towards closed or open; returns (the new target, the ``jaw_span`` for :meth:`track`: from the measured
+        ``jaw_now`` one step towards that target, where the pads must stay off the table this period)."""
+        goal = self.close_jaw if close else self.open_jaw
+        to = float(jaw_from) + float(np.clip(goal - jaw_from, -step, step))
+        return to, (float(jaw_now), float(np.clip(to, jaw_now - step, jaw_now + step)))
+
     def step(self, action, q_measured=None, jaw_span: tuple[float, float] | None = None) -> JointTargets:
         """One control period of ``action`` (5,) = (vx, vy, vz m/s, wz rad/s, grip). ``q_measured`` (5,), when
         given, is only checked (the solve starts from the last solution, which the servos track). ``jaw_span``: the
