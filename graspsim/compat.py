@@ -163,6 +163,7 @@ ADDED_SETTINGS: dict[str, dict[str, Added]] = {
         "init": Added(None, FORMAT_HORIZON), "init_lr": Added(1e-3, FORMAT_HORIZON),
         "real": Added([], FORMAT_HORIZON), "real_fraction": Added(0.5, FORMAT_HORIZON),
         "model.recentre": Added(0, FORMAT_HORIZON),
+        "extra_backgrounds": Added([], FORMAT_HORIZON),  # issue 53: more training photo folders
     },
     "dagger": {
         # the wrist (spheres only before it: no wrist, so its rate limit never acted) and the fingertip senses

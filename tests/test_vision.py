@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import shutil
 from pathlib import Path
 
 import cv2
@@ -85,6 +86,37 @@ def test_bank_corrupt_file_named_and_skip_bad(tmp_path):
         BackgroundBank.from_folder(folder)
     bank = BackgroundBank.from_folder(folder, skip_bad=True)
     assert len(bank) == 4 and len(bank.skipped) == 1 and bank.skipped[0].endswith("broken.jpg")
+
+
+def test_bank_from_several_folders_keeps_their_order_and_names_an_empty_one(tmp_path):
+    a = _photos(tmp_path / "a", np.random.default_rng(1))
+    b = tmp_path / "b"
+    b.mkdir()
+    _write(b / "extra.png", np.random.default_rng(3).integers(0, 255, (40, 40, 3), dtype=np.uint8))
+    bank = BackgroundBank.from_folder([a, b], size=32)
+    assert bank.names == BackgroundBank.from_folder(a, size=32).names + ["extra.png"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="empty"):
+        BackgroundBank.from_folder([a, tmp_path / "empty"])
+    with pytest.raises(ValueError, match="at least one folder"):
+        BackgroundBank.from_folder([])
+
+
+def test_extra_training_photos_join_the_bank_and_may_not_be_validation_photos(tmp_path):
+    from graspsim.vision.train import build_composers
+    from graspsim.vision.train_config import TrainVisionConfig
+
+    extra = _photos(tmp_path / "extra", np.random.default_rng(4))
+    cfg = TrainVisionConfig(out=tmp_path / "run", extra_backgrounds=(extra,))
+    train, val = build_composers(cfg)
+    plain, plain_val = build_composers(TrainVisionConfig(out=tmp_path / "run"))
+    assert train.bank.names == plain.bank.names + sorted(p.name for p in extra.iterdir())
+    assert val.bank.names == plain_val.bank.names  # the validation photos are unchanged
+    leak = tmp_path / "leak"
+    leak.mkdir()
+    shutil.copy(next((DEFAULT_BACKGROUNDS / "val").glob("*.jpg")), leak / "renamed.jpg")
+    with pytest.raises(ValueError, match="share identical files"):
+        build_composers(TrainVisionConfig(out=tmp_path / "run", extra_backgrounds=(leak,)))
 
 
 def test_shipped_backgrounds_split_is_disjoint():

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.resources
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -133,17 +134,22 @@ class BackgroundBank:
         self._aug = _pipeline(size, hue_rotation_prob)
 
     @classmethod
-    def from_folder(cls, folder: str | os.PathLike, size: int = 64, skip_bad: bool = False, max_side: int = 320,
+    def from_folder(cls, folder: str | os.PathLike | Sequence[str | os.PathLike], size: int = 64,
+                    skip_bad: bool = False, max_side: int = 320,
                     hue_rotation_prob: float = 0.0, camouflage_prob: float = 0.0,
                     camouflage_hue: tuple[float, float] = (-0.04, 0.06)) -> "BackgroundBank":
-        """Load every PNG/JPEG directly inside ``folder``; images larger than ``max_side`` are downscaled.
+        """Load every PNG/JPEG directly inside ``folder`` (or inside each of several folders, in order); images
+        larger than ``max_side`` are downscaled.
 
         An unreadable file raises ValueError naming it, unless ``skip_bad`` (then it is logged and listed
-        in ``.skipped``). An empty folder (or one whose files are all bad) raises ValueError.
+        in ``.skipped``). An empty folder (or one whose files are all bad) raises ValueError naming it.
         """
         import cv2
 
-        files = list_images(folder)
+        folders = [folder] if isinstance(folder, (str, os.PathLike)) else list(folder)
+        if not folders:
+            raise ValueError("BackgroundBank.from_folder needs at least one folder")
+        files = [f for d in folders for f in list_images(d)]
         images, names, skipped = [], [], []
         for f in files:
             try:
@@ -162,7 +168,8 @@ class BackgroundBank:
         if skipped:
             log.warning("skipped %d unreadable background file(s): %s", len(skipped), ", ".join(skipped))
         if not images:
-            raise ValueError(f"background folder {folder}: no readable images (skipped {len(skipped)})")
+            where = ", ".join(str(d) for d in folders)
+            raise ValueError(f"background folder {where}: no readable images (skipped {len(skipped)})")
         return cls(images, names, size=size, skipped=skipped, hue_rotation_prob=hue_rotation_prob,
                    camouflage_prob=camouflage_prob, camouflage_hue=camouflage_hue)
 

@@ -111,13 +111,16 @@ def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
     the validation/test composer (held-out photos, real colours), on ``cfg.runtime.device``. Refuses photo folders that
     share an identical file."""
     train_dir, val_dir = resolve_split(cfg.backgrounds, cfg.val_backgrounds)
-    _check_disjoint(train_dir, val_dir)
+    train_dirs = [train_dir, *cfg.extra_backgrounds]
+    for d in train_dirs:
+        _check_disjoint(d, val_dir)
     size = cfg.sim.image_size
-    train_bank = BackgroundBank.from_folder(train_dir, size=size, skip_bad=cfg.skip_bad,
+    train_bank = BackgroundBank.from_folder(train_dirs, size=size, skip_bad=cfg.skip_bad,
                                             hue_rotation_prob=cfg.hue_rotation_prob, camouflage_prob=cfg.camouflage_prob,
                                             camouflage_hue=cfg.sim.randomization.target_hue)
     val_bank = BackgroundBank.from_folder(val_dir, size=size, skip_bad=cfg.skip_bad)
-    log.info("training backgrounds (%d) from %s: %s", len(train_bank), train_dir, ", ".join(train_bank.names))
+    log.info("training backgrounds (%d) from %s: %s", len(train_bank), ", ".join(map(str, train_dirs)),
+             ", ".join(train_bank.names))
     log.info("held-out validation backgrounds (%d) from %s: %s", len(val_bank), val_dir, ", ".join(val_bank.names))
     dev = torch.device(cfg.runtime.device)
     return (Composer(train_bank, cfg.sim, cfg.compose, dev, color_match_prob=cfg.color_match_prob, augment=cfg.augment),
