@@ -109,14 +109,19 @@ def resize_frame(rgb: np.ndarray, size: int) -> np.ndarray:
     return cv2.resize(rgb, (size, size), interpolation=interp)
 
 
-def mask_from_logits(logits: np.ndarray, threshold: float, peak_threshold: float) -> np.ndarray:
+def mask_from_logits(logits: np.ndarray, threshold: float, peak_threshold: float, one_region: bool = False) -> np.ndarray:
     """B,H,W float logits -> B,H,W bool, the rule of :meth:`graspsim.vision.infer.Segmenter.predict_mask`: prob >= threshold
-    in frames whose highest prob reaches ``peak_threshold`` (0 = no frame gate)."""
+    in frames whose highest prob reaches ``peak_threshold`` (0 = no frame gate); with ``one_region`` only the region of
+    those pixels around the frame's largest logit (:func:`graspsim.vision.metrics.top_region`)."""
     t = float(torch.logit(torch.tensor(threshold)).item())
     mask = logits >= t
     if peak_threshold > 0.0:
         peak = float(torch.logit(torch.tensor(peak_threshold)).item())
         mask &= (logits.reshape(len(logits), -1).max(1) >= peak)[:, None, None]
+    if one_region:
+        from graspsim.vision.metrics import top_region
+
+        mask = top_region(torch.from_numpy(mask), torch.from_numpy(np.ascontiguousarray(logits))).numpy()
     return mask
 
 
@@ -242,6 +247,7 @@ class OnnxNets:
         self.fingertip = c.get("fingertip")  # contracts from before the fingertip senses: none
         self.precision = "fp32"
         self.mirror_tta = bool(v["mirror_tta"])
+        self.one_region = bool(v.get("one_region", False))  # contracts from before the rule: off
 
     def logits(self, rgb: np.ndarray) -> np.ndarray:
         return self.vision.run(None, {"rgb": np.ascontiguousarray(rgb)})[0]
@@ -250,7 +256,7 @@ class OnnxNets:
         return self.control.run(None, {"mask": mask.astype(np.float32), "gripper": gripper.astype(np.float32)})[0]
 
     def mask(self, rgb: np.ndarray) -> np.ndarray:
-        return mask_from_logits(self.logits(rgb), self.threshold, self.peak_threshold)
+        return mask_from_logits(self.logits(rgb), self.threshold, self.peak_threshold, self.one_region)
 
     def action(self, mask: np.ndarray, gripper: np.ndarray) -> np.ndarray:
         return action_from_raw(self.raw(mask, gripper), self.max_speed, gripper,

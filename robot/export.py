@@ -139,7 +139,7 @@ def check_parity(folder: Path, seg, pol, frames: int = 256, seed: int = 0) -> di
         t_mask = seg.predict_mask(rgb).numpy()
         t_raw = pol.model(torch.from_numpy(t_mask), grip).numpy()
     o_logits = np.concatenate([nets.logits(rgb[i:i + 64].numpy()) for i in range(0, frames, 64)])
-    o_mask = mask_from_logits(o_logits, nets.threshold, nets.peak_threshold)
+    o_mask = mask_from_logits(o_logits, nets.threshold, nets.peak_threshold, nets.one_region)
     o_raw = nets.raw(t_mask.astype(np.float32), grip.numpy())  # same mask in both: compares the control net alone
     yaw = nets.max_yaw_rate if wrist else None
     t_act = action_from_raw(t_raw, nets.max_speed, grip.numpy(), yaw)
@@ -174,7 +174,7 @@ def export(cfg: ExportConfig) -> dict:
         contract = build_contract(opset=cfg.opset, vision_path=cfg.vision, policy_path=cfg.policy,
                                   policy_iteration=pol.iteration, image_size=S, threshold=seg.threshold,
                                   peak_threshold=seg.peak_threshold, mirror_tta=seg.mirror_tta,
-                                  max_speed=pol.cfg.max_speed,
+                                  max_speed=pol.cfg.max_speed, one_region=seg.one_region,
                                   max_yaw_rate=pol.cfg.max_yaw_rate if pol.cfg.wrist else None,
                                   fingertip=pol.fingertip)
         write_contract(stage, contract)

@@ -83,10 +83,10 @@ def sha256(path: str | os.PathLike) -> str:
 # ------------------------------------------------------------------------------------------ writing
 def build_contract(*, opset: int, vision_path: str | os.PathLike, policy_path: str | os.PathLike,
                    policy_iteration: int, image_size: int, threshold: float, peak_threshold: float, mirror_tta: bool,
-                   max_speed: float, max_yaw_rate: float | None = None,
+                   max_speed: float, one_region: bool = False, max_yaw_rate: float | None = None,
                    fingertip: dict | None = None) -> dict:
     """The contract of one export (format version :data:`CONTRACT_VERSION`). ``image_size`` S in px,
-    ``threshold``/``peak_threshold`` probabilities of the vision net's mask rule, ``max_speed`` m/s; ``max_yaw_rate``
+    ``threshold``/``peak_threshold`` probabilities and ``one_region`` of the vision net's mask rule, ``max_speed`` m/s; ``max_yaw_rate``
     rad/s for a control net that turns the wrist (None: a sphere-only net). The control section names the action
     layout (``action_names``): ``vx, vy, vz, grip``, or ``vx, vy, vz, wz, grip`` with the wrist. ``fingertip``
     (:func:`graspsim.env.fingertip_calibration`) for a wrist net that reads the 4 fingertip senses: the gripper input
@@ -125,9 +125,10 @@ def build_contract(*, opset: int, vision_path: str | os.PathLike, policy_path: s
             "outputs": [{"name": "logits", "shape": ["batch", S, S], "dtype": "float32",
                          "meaning": "target logit per pixel"}],
             "image_size": S, "threshold": threshold, "peak_threshold": peak_threshold,
-            "mirror_tta": bool(mirror_tta),
+            "mirror_tta": bool(mirror_tta), "one_region": bool(one_region),
             "mask_rule": "target = logit >= logit(threshold), in frames whose largest logit >= logit(peak_threshold) "
-                         "(peak_threshold 0: no frame gate)",
+                         "(peak_threshold 0: no frame gate); with one_region, only the 8-connected region of target "
+                         "pixels that holds the frame's largest logit",
         },
         "control": {
             "file": CONTROL_ONNX,
@@ -212,6 +213,8 @@ def check_constants(contract: dict, path: str | os.PathLike = CONTRACT_FILE) -> 
         value = _lookup(contract, key)
         if not ok(value):
             raise bad(key, value, what)
+    if not isinstance(contract["vision"].get("one_region", False), bool):  # absent before the rule: off
+        raise bad("vision.one_region", contract["vision"].get("one_region"), "true or false")
     control = contract["control"]
     if not isinstance(control.get("wrist", False), bool):
         raise bad("control.wrist", control.get("wrist"), "true or false")

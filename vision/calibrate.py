@@ -42,7 +42,7 @@ from graspsim.validate import boolean, positive_int
 from .checkpoint import load_checkpoint, save_checkpoint
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .labelled import LabelledFrames, load_labelled
-from .metrics import PEAKS, choose_thresholds_on, evaluate_set, gate_frames
+from .metrics import PEAKS, choose_thresholds_on, decide, evaluate_set
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,10 @@ class CalibrateConfig:
     """A target-free frame is a false-positive image when at least this many pixels are predicted."""
     frame_gate: bool = True
     """Choose a frame gate with the threshold (:func:`graspsim.vision.metrics.gate_frames`); off: the gate is 0 (none)."""
+    one_region: Optional[bool] = None
+    """The one-region rule (keep only the region of target pixels around a frame's most confident pixel;
+    :func:`graspsim.vision.metrics.top_region`): ``--one-region True`` chooses the operating point with it and stores it
+    in the output, ``False`` without it; default (None): as the input checkpoint has it."""
     overwrite: bool = False
     """Replace an existing --out file."""
     precision: str = "auto"
@@ -88,6 +92,8 @@ class CalibrateConfig:
         positive_int("CalibrateConfig", "min_pixels", self.min_pixels)
         for name in ("frame_gate", "overwrite"):
             boolean("CalibrateConfig", name, getattr(self, name))
+        if self.one_region is not None:
+            boolean("CalibrateConfig", "one_region", self.one_region)
         check_precision("CalibrateConfig", "precision", self.precision)
 
 
@@ -133,10 +139,11 @@ def probabilities(seg: Segmenter, rgb: Tensor, batch: int = 64) -> Tensor:
     return out
 
 
-def _summary(probs: Tensor, mask: Tensor, threshold: float, peak: float, min_pixels: int) -> dict:
-    s, _ = evaluate_set(gate_frames(probs, peak), mask, threshold, min_pixels)
+def _summary(probs: Tensor, mask: Tensor, threshold: float, peak: float, min_pixels: int, one_region: bool) -> dict:
+    s, _ = evaluate_set(decide(probs, peak, threshold, one_region), mask, threshold, min_pixels)
     out = {k: s[k] for k in REPORT_KEYS}
     out["peak_threshold"] = peak
+    out["one_region"] = one_region
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
 
 
@@ -173,10 +180,11 @@ def calibrate(cfg: CalibrateConfig) -> dict:
         check_enough(frames, cfg.min_precision, cfg.max_fp_images)
         probs = probabilities(seg, frames.rgb)
     mask = frames.mask
+    one_region = seg.one_region if cfg.one_region is None else cfg.one_region
     threshold, peak = choose_thresholds_on([(probs, mask)], cfg.max_fp_images, cfg.min_precision, cfg.min_pixels,
-                                           PEAKS if cfg.frame_gate else (0.0,))
-    before = _summary(probs, mask, seg.threshold, seg.peak_threshold, cfg.min_pixels)
-    after = _summary(probs, mask, threshold, peak, cfg.min_pixels)
+                                           PEAKS if cfg.frame_gate else (0.0,), one_region)
+    before = _summary(probs, mask, seg.threshold, seg.peak_threshold, cfg.min_pixels, seg.one_region)
+    after = _summary(probs, mask, threshold, peak, cfg.min_pixels, one_region)
     met = (after["false_positive_image_rate"] is not None and after["false_positive_image_rate"] <= cfg.max_fp_images
            and after["precision"] is not None and after["precision"] >= cfg.min_precision)
     record = {
@@ -190,12 +198,13 @@ def calibrate(cfg: CalibrateConfig) -> dict:
         "before": before, "after": after, "constraints_met": bool(met),
     }
     payload = {k: v for k, v in runs.deployable(ckpt).items() if k not in ("kind", "format_version")}
-    payload.update(threshold=threshold, peak_threshold=peak, calibration=record)
+    payload.update(threshold=threshold, peak_threshold=peak, one_region=one_region, calibration=record)
     save_checkpoint(out, payload)
     se = math.sqrt(cfg.max_fp_images * (1 - cfg.max_fp_images) / frames.n_target_free)
-    log.info("calibrated on %d frames (%d with the target, %d target-free) of %s: threshold %.2f, frame gate %s "
-             "(was %.2f, %s)", len(frames), frames.n_target, frames.n_target_free, cfg.images, threshold,
-             f"{peak:g}" if peak else "off", seg.threshold, f"{seg.peak_threshold:g}" if seg.peak_threshold else "off")
+    log.info("calibrated on %d frames (%d with the target, %d target-free) of %s: threshold %.2f, frame gate %s, "
+             "one region %s (was %.2f, %s, %s)", len(frames), frames.n_target, frames.n_target_free, cfg.images,
+             threshold, f"{peak:g}" if peak else "off", "on" if one_region else "off", seg.threshold,
+             f"{seg.peak_threshold:g}" if seg.peak_threshold else "off", "on" if seg.one_region else "off")
     for name, m in (("before", before), ("after", after)):
         log.info("  %s: precision %s recall %s iou %s fp-images %d of %d", name, _f(m["precision"]), _f(m["recall"]),
                  _f(m["iou"]), m["false_positive_images"], m["num_empty_images"])

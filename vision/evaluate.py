@@ -45,7 +45,7 @@ from .labelled import MAX_MEAN_TARGET, is_grey
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .image_set import (MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image, read_kinds,
                         write_png)
-from .metrics import (KIND_TARGETS, SegMetrics, bootstrap_intervals, frame_averaged, gate_frames, kind_groups,
+from .metrics import (KIND_TARGETS, SegMetrics, bootstrap_intervals, decide, frame_averaged, kind_groups,
                       meets_kind_targets, subset_metrics_from_counts)
 
 log = logging.getLogger(__name__)
@@ -317,7 +317,7 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
             return
         raw = frame_probabilities(seg, [img for _, img, _ in batch])
         peaks = raw.flatten(1).amax(1).tolist()  # before the frame gate, for the per-image table
-        probs = gate_frames(raw, seg.peak_threshold).numpy()
+        probs = decide(raw, seg.peak_threshold, threshold, seg.one_region).numpy()
         for (path, img, gt), p, peak in zip(batch, probs, peaks):
             h, w = img.shape[:2]
             prob = to_frame_size(p, h, w)
@@ -356,7 +356,7 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     _warn_inputs(grey, inverted, len(rows), cfg)
     base = {"num_images": len(rows), "num_skipped": len(skipped), "skipped": skipped, "threshold": threshold,
             "grey_images": len(grey), "masks_look_inverted": inverted,
-            "peak_threshold": seg.peak_threshold, "mirror_tta": seg.mirror_tta,
+            "peak_threshold": seg.peak_threshold, "mirror_tta": seg.mirror_tta, "one_region": seg.one_region,
             "checkpoint": str(cfg.vision), "images": str(cfg.images), "masks": str(cfg.masks) if cfg.masks else None,
             "inference_dtype": "bfloat16" if seg.bf16 else "float32", "model_input_size": S}
     pred_fields = ["file", "width", "height", "pred_pixels", "max_prob"]

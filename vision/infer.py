@@ -20,7 +20,7 @@ from torch import Tensor
 from graspsim.validate import boolean
 
 from .checkpoint import load_checkpoint
-from .metrics import gate_frames
+from .metrics import decide, top_region
 from .model import SegNet, SegNetConfig, cpu_has_fast_bf16, fold_batchnorm
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,8 @@ def check_precision(owner: str, name: str, precision: str) -> None:
 
 class Segmenter:
     """Wraps a :class:`SegNet` in eval mode with a stored probability ``threshold`` and frame-gate
-    ``peak_threshold`` (0 = no gate). With ``mirror_tta`` the logits are averaged with those of the left-right
+    ``peak_threshold`` (0 = no gate) and, with ``one_region``, the one-region rule (only the region of predicted pixels
+    around a frame's most confident pixel is kept; :func:`graspsim.vision.metrics.top_region`). With ``mirror_tta`` the logits are averaged with those of the left-right
     mirrored frame (:meth:`SegNet.mirror_averaged`, about 2x the cost); checkpoints store whether their thresholds
     were chosen that way, and :meth:`from_checkpoint` follows them.
 
@@ -54,7 +55,7 @@ class Segmenter:
 
     def __init__(self, model: SegNet, threshold: float = 0.5, image_size: int = 64, device: torch.device | str = "cpu",
                  precision: str = "auto", probe: Tensor | None = None, peak_threshold: float = 0.0,
-                 mirror_tta: bool = False):
+                 mirror_tta: bool = False, one_region: bool = False):
         check_precision("Segmenter", "precision", precision)
         if not 0.0 < float(threshold) < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
@@ -64,6 +65,8 @@ class Segmenter:
         if not 0.0 <= float(peak_threshold) < 1.0:
             raise ValueError(f"peak_threshold must be in [0, 1); got {peak_threshold!r}")
         boolean("", "mirror_tta", mirror_tta)
+        boolean("", "one_region", one_region)
+        self.one_region = one_region
         self.threshold = float(threshold)
         self.peak_threshold = float(peak_threshold)
         self.mirror_tta = mirror_tta
@@ -116,8 +119,8 @@ class Segmenter:
         try:
             return cls(model, threshold=ckpt["threshold"], image_size=ckpt["image_size"], device=device,
                        precision=precision, probe=ckpt.get("probe_rgb"), peak_threshold=ckpt.get("peak_threshold", 0.0),
-                       mirror_tta=ckpt.get("mirror_tta", False))
-        except ValueError as e:  # a stored threshold or mirror_tta flag out of range
+                       mirror_tta=ckpt.get("mirror_tta", False), one_region=ckpt.get("one_region", False))
+        except ValueError as e:  # a stored threshold, mirror_tta or one_region flag out of range
             raise ValueError(f"vision checkpoint {path}: {e}") from None
 
     def _check(self, rgb: Tensor) -> None:
@@ -147,12 +150,14 @@ class Segmenter:
 
     def __call__(self, rgb: Tensor) -> Tensor:
         """``rgb`` B,3,H,W uint8 -> target probability B,H,W float32, after the frame-level gate (frames whose
-        highest probability is below ``peak_threshold`` are all zero; :func:`graspsim.vision.metrics.gate_frames`)."""
-        return gate_frames(torch.sigmoid(self.logits(rgb)), self.peak_threshold)
+        highest probability is below ``peak_threshold`` are all zero; :func:`graspsim.vision.metrics.gate_frames`)
+        and, with ``one_region``, the one-region rule at ``threshold`` (pixels outside the region are zero)."""
+        return decide(torch.sigmoid(self.logits(rgb)), self.peak_threshold, self.threshold, self.one_region)
 
     def predict_mask(self, rgb: Tensor, threshold: float | None = None) -> Tensor:
         """``rgb`` B,3,H,W uint8 -> B,H,W bool: prob >= threshold (default: the checkpoint's threshold) in
-        frames that pass the gate (some pixel >= ``peak_threshold``)."""
+        frames that pass the gate (some pixel >= ``peak_threshold``); with ``one_region``, only the region of those
+        pixels around the frame's most confident one."""
         t = self.threshold if threshold is None else float(threshold)
         if not 0.0 < t < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
@@ -162,7 +167,7 @@ class Segmenter:
         if self.peak_threshold > 0.0:
             peak = torch.logit(torch.tensor(self.peak_threshold)).item()
             mask &= (logits.flatten(1).amax(1) >= peak)[:, None, None]
-        return mask
+        return top_region(mask, logits) if self.one_region else mask
 
 
 def frame_probabilities(seg: Segmenter, frames: list) -> Tensor:

@@ -16,6 +16,9 @@ Definitions (``thr`` = probability threshold; a pixel is predicted target iff ``
 * An optional frame-level gate (:func:`gate_frames`, the checkpoint's ``peak_threshold``) zeroes frames
   whose highest probability is below a peak threshold before the pixel threshold is applied; the metrics
   are then those of the gated masks, which are what the control module receives.
+* An optional one-region rule (:func:`top_region`, the checkpoint's ``one_region``): a scene holds one target, so
+  only the connected region of predicted pixels around the frame's most confident pixel is kept; confident
+  blobs elsewhere (a target-coloured saucer beside the target) are dropped.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from graspsim.stats import wilson
@@ -337,10 +341,88 @@ def gate_frames(prob: Tensor, peak: float) -> Tensor:
     return prob * keep[:, None, None].to(prob.dtype)
 
 
-def gated_curves(prob: Tensor, gt: Tensor, min_pixels: int = 1, peaks: tuple[float, ...] = PEAKS) -> dict[str, np.ndarray]:
+def top_region(mask: Tensor, score: Tensor) -> Tensor:
+    """The one-region rule: of ``mask`` B,H,W bool, only the 8-connected region holding each frame's highest
+    ``score`` (B,H,W, e.g. probabilities or logits) pixel; a frame whose highest pixel is not in ``mask`` comes back
+    empty. Vectorised over the batch: the region grows from that pixel by 3x3 max-pooling inside ``mask`` until it
+    stops changing (one pass per pixel of the region's extent from its peak; frames that stopped leave the loop)."""
+    if mask.shape != score.shape or mask.dim() != 3:
+        raise ValueError(f"top_region: mask and score must both be B,H,W; got {tuple(mask.shape)} and {tuple(score.shape)}")
+    b = mask.shape[0]
+    if b == 0:
+        return mask.clone()
+    top = score.reshape(b, -1).argmax(1)
+    inside = mask.reshape(b, 1, *mask.shape[1:]).to(torch.float32)
+    region = torch.zeros_like(inside).reshape(b, -1)
+    region[torch.arange(b, device=mask.device), top] = 1.0
+    region = region.view_as(inside) * inside
+    active = torch.arange(b, device=mask.device)  # frames whose region still grows
+    while active.numel():
+        r, m = region[active], inside[active]
+        grown = F.max_pool2d(r, 3, 1, 1) * m
+        region[active] = grown
+        active = active[(grown != r).flatten(1).any(1)]
+    return region[:, 0].bool()
+
+
+def keep_top_region(prob: Tensor, level: float) -> Tensor:
+    """``prob`` B,H,W with every pixel outside the :func:`top_region` of ``prob >= level`` set to 0: thresholding
+    the result at any ``t >= level`` gives the one-region rule's mask at ``level`` cut at ``t``."""
+    return prob * top_region(prob >= level, prob).to(prob.dtype)
+
+
+def decide(prob: Tensor, peak: float, level: float, one_region: bool) -> Tensor:
+    """The vision net's decision rules on probabilities ``prob`` B,H,W: the frame gate at ``peak``
+    (:func:`gate_frames`), then with ``one_region`` the one-region rule at the pixel threshold ``level``
+    (:func:`keep_top_region`)."""
+    prob = gate_frames(prob, peak)
+    return keep_top_region(prob, level) if one_region else prob
+
+
+def _region_curves(prob: Tensor, gt: Tensor, min_pixels: int, peaks: tuple[float, ...]) -> list[dict[str, np.ndarray]]:
+    """:func:`gated_curves`' per-peak curves under the one-region rule, by brute force over ``THRESHOLDS`` (the
+    region depends on the threshold, so no histogram shortcut)."""
+    n = prob.shape[0]
+    has = gt.flatten(1).any(1)
+    peak_of = prob.flatten(1).amax(1)
+    g = gt.flatten(1)
+    counts = []  # per threshold: per-frame TP, predicted pixels
+    for t in THRESHOLDS:
+        pred = top_region(prob >= float(t), prob).flatten(1)
+        counts.append(((pred & g).sum(1), pred.sum(1)))
+    tp = torch.stack([c[0] for c in counts]).double()  # T,N
+    pr = torch.stack([c[1] for c in counts]).double()
+    gts = g.sum(1).double()
+    curves = []
+    for peak in peaks:
+        keep = (peak_of >= peak if peak > 0.0 else torch.ones(n, dtype=torch.bool)).double()
+        k_tp = (tp * keep * has).sum(1).numpy()
+        k_fp = ((pr - tp) * keep * has).sum(1).numpy()
+        k_fn = (gts * has).sum().item() - k_tp
+        empty = ~has
+        fpr = ((pr[:, empty] >= min_pixels).double() * keep[empty]).mean(1).numpy() if bool(empty.any()) \
+            else np.full(len(THRESHOLDS), np.nan)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            c = {"threshold": THRESHOLDS.astype(float),
+                 "precision": np.where(k_tp + k_fp > 0, k_tp / (k_tp + k_fp), np.nan),
+                 "recall": np.where(k_tp + k_fn > 0, k_tp / (k_tp + k_fn), np.nan),
+                 "iou": np.where(k_tp + k_fp + k_fn > 0, k_tp / (k_tp + k_fp + k_fn), np.nan),
+                 "f1": np.where(2 * k_tp + k_fp + k_fn > 0, 2 * k_tp / (2 * k_tp + k_fp + k_fn), np.nan),
+                 "false_positive_image_rate": fpr}
+        c["peak"] = np.full_like(c["threshold"], float(peak))
+        curves.append(c)
+    return curves
+
+
+def gated_curves(prob: Tensor, gt: Tensor, min_pixels: int = 1, peaks: tuple[float, ...] = PEAKS,
+                 one_region: bool = False) -> dict[str, np.ndarray]:
     """The :meth:`SegMetrics.curve` of ``gate_frames(prob, peak)`` for every peak in ``peaks``, concatenated
-    (``len(peaks) * len(THRESHOLDS)`` entries, with a ``peak`` column). ``prob`` N,H,W, ``gt`` N,H,W bool."""
+    (``len(peaks) * len(THRESHOLDS)`` entries, with a ``peak`` column). ``prob`` N,H,W, ``gt`` N,H,W bool. With
+    ``one_region``, the masks are those of the one-region rule (:func:`decide`) at each threshold."""
     prob, gt = prob.float().cpu(), gt.bool().cpu()
+    if one_region:
+        curves = _region_curves(prob, gt, min_pixels, peaks)
+        return {k: np.concatenate([c[k] for c in curves]) for k in curves[0]}
     n = prob.shape[0]
     has = gt.flatten(1).any(1)
     peak_of = prob.flatten(1).amax(1)
@@ -367,19 +449,19 @@ def gated_curves(prob: Tensor, gt: Tensor, min_pixels: int = 1, peaks: tuple[flo
 
 def choose_thresholds(prob: Tensor, gt: Tensor, max_fp_image_rate: float | None = None,
                       min_precision: float | None = None, min_pixels: int = 1,
-                      peaks: tuple[float, ...] = PEAKS) -> tuple[float, float]:
+                      peaks: tuple[float, ...] = PEAKS, one_region: bool = False) -> tuple[float, float]:
     """(pixel threshold, peak threshold) for :func:`gate_frames`, chosen jointly on validation frames.
 
     ``prob`` N,H,W, ``gt`` N,H,W bool. Every pair of a peak in ``peaks`` (0 = no gate) and a pixel threshold in
     ``THRESHOLDS`` is scored (:func:`gated_curves`), and the pair with the best pooled F1 among those meeting
     the constraints wins (same constraint rules as :func:`best_threshold`; ties go to the weaker gate).
     """
-    return choose_thresholds_on([(prob, gt)], max_fp_image_rate, min_precision, min_pixels, peaks)
+    return choose_thresholds_on([(prob, gt)], max_fp_image_rate, min_precision, min_pixels, peaks, one_region)
 
 
 def choose_thresholds_on(sets: Sequence[tuple], max_fp_image_rate: float | None = None,
                          min_precision: float | None = None, min_pixels: int = 1,
-                         peaks: tuple[float, ...] = PEAKS) -> tuple[float, float]:
+                         peaks: tuple[float, ...] = PEAKS, one_region: bool = False) -> tuple[float, float]:
     """Like :func:`choose_thresholds`, on several validation sets at once, e.g. our composites and frames drawn by
     another renderer. ``sets``: ``(prob N,H,W, gt N,H,W bool)`` pairs, or ``(prob, gt, max_fp_image_rate,
     min_precision)`` with constraints of that set's own (None: the shared ``max_fp_image_rate`` /
@@ -391,7 +473,7 @@ def choose_thresholds_on(sets: Sequence[tuple], max_fp_image_rate: float | None 
     tables, fp_lim, prec_lim = [], [], []
     for s in sets:
         prob, gt = s[0], s[1]
-        tables.append(gated_curves(prob, gt, min_pixels, peaks))
+        tables.append(gated_curves(prob, gt, min_pixels, peaks, one_region))
         fp_lim.append(s[2] if len(s) > 2 and s[2] is not None else max_fp_image_rate)
         prec_lim.append(s[3] if len(s) > 3 and s[3] is not None else min_precision)
     table = dict(tables[0])
