@@ -50,6 +50,9 @@ MAX_SPEED = 1.0
 own limit is about 1 m/s."""
 MAX_YAW_RATE = 2 * math.pi
 """Largest ``control.max_yaw_rate`` (rad/s): a turn a second."""
+FINGERTIP_RANGE = (-1.0, 2.0)
+"""Allowed fractions of the frame for the fingertip points (0..1 is inside it). A point may project outside the view:
+the SO-101's camera sees its pad centre near the bottom edge, so its trained range reaches 1.16 down the frame."""
 RANGES = {
     "vision.image_size": ("an int from 16 to 1024 (px)", lambda v: _is_int(v) and 16 <= v <= 1024),
     "vision.threshold": ("a probability strictly between 0 and 1", lambda v: _is_num(v) and 0.0 < v < 1.0),
@@ -204,8 +207,8 @@ def read_contract(folder: str | os.PathLike) -> dict:
 
 def check_constants(contract: dict, path: str | os.PathLike = CONTRACT_FILE) -> None:
     """ValueError naming the key and its value when a constant of ``contract`` is outside :data:`RANGES` (or, for
-    a wrist net, ``control.max_yaw_rate`` outside (0, :data:`MAX_YAW_RATE`]; the fingertip points outside 0..1 or
-    not low <= nominal <= high)."""
+    a wrist net, ``control.max_yaw_rate`` outside (0, :data:`MAX_YAW_RATE`]; the fingertip points outside
+    :data:`FINGERTIP_RANGE` or not low <= nominal <= high)."""
     def bad(key: str, value, what: str) -> ValueError:
         return ValueError(f"{path}: {key} is {value!r}; it must be {what}; export again with 'graspsim export'")
 
@@ -227,11 +230,12 @@ def check_constants(contract: dict, path: str | os.PathLike = CONTRACT_FILE) -> 
         try:
             lo, mid, hi = ([float(x) for x in tip[k]] for k in ("low", "nominal", "high"))
             ok = all(len(v) == 4 for v in (lo, mid, hi)) and all(
-                0.0 <= a <= b <= c <= 1.0 for a, b, c in zip(lo, mid, hi))
+                FINGERTIP_RANGE[0] <= a <= b <= c <= FINGERTIP_RANGE[1] for a, b, c in zip(lo, mid, hi))
         except (TypeError, ValueError, KeyError):
             ok = False
         if not ok:
-            raise bad("control.fingertip", tip, "low <= nominal <= high, 4 fractions of the frame each (0..1)")
+            raise bad("control.fingertip", tip, "low <= nominal <= high, 4 fractions of the frame each (0..1 inside it; "
+                      f"{FINGERTIP_RANGE[0]:g}..{FINGERTIP_RANGE[1]:g} allowed)")
 
 
 def control_gripper_width(contract: dict) -> int | None:
@@ -266,7 +270,7 @@ def check_sources(folder: str | os.PathLike, contract: dict, vision: str | os.Pa
                              f"deploy without --onnx) or give {flag} the checkpoint the export came from")
 
 
-__all__ = ["CONTRACT_FILE", "CONTRACT_KIND", "CONTRACT_VERSION", "CONTROL_ONNX", "GRAPHS_KEY", "HASH_KEY",
+__all__ = ["CONTRACT_FILE", "CONTRACT_KIND", "CONTRACT_VERSION", "CONTROL_ONNX", "FINGERTIP_RANGE", "GRAPHS_KEY", "HASH_KEY",
            "MAX_SPEED", "MAX_YAW_RATE", "OUTPUTS", "RANGES", "REQUIRED_KEYS", "VISION_ONNX", "build_contract",
            "check_constants", "check_sources", "contract_digest", "control_gripper_width", "read_contract", "sha256",
            "write_contract"]

@@ -130,3 +130,22 @@ def test_the_shipped_so101_net_exports_its_rule_with_parity(tmp_path):
     assert contract["vision"]["one_region"] is True
     assert json.loads((tmp_path / "x" / "contract.json").read_text())["vision"]["one_region"] is True
     assert contract["parity"]["mask_pixels_differing"] == 0
+
+
+def test_the_contract_takes_fingertip_points_outside_the_frame_within_its_range():
+    """The SO-101's camera sees its pad centre near the bottom edge: its trained fingertip range reaches past 1 (the
+    export of the shipped so101 pair failed on a 0..1 rule)."""
+    from graspsim.robot.onnx_contract import FINGERTIP_RANGE, check_constants
+
+    def contract(high_y: float) -> dict:
+        tip = {"low": [0.6, 0.56, 0.66, 0.77], "nominal": [0.76, 0.7, 0.83, 0.94], "high": [0.92, 0.86, 1.02, high_y]}
+        return {"vision": {"image_size": 64, "threshold": 0.5, "peak_threshold": 0.0, "mirror_tta": True},
+                "control": {"max_speed": 0.1, "wrist": True, "max_yaw_rate": 1.5, "fingertip": tip}}
+
+    check_constants(contract(1.16))
+    with pytest.raises(ValueError, match=r"control.fingertip .*-1..2 allowed"):
+        check_constants(contract(FINGERTIP_RANGE[1] + 0.5))
+    bad = contract(1.16)
+    bad["vision"]["one_region"] = "yes"
+    with pytest.raises(ValueError, match="vision.one_region is 'yes'"):
+        check_constants(bad)
