@@ -267,14 +267,19 @@ def curve_from_histograms(hist_pos: np.ndarray, hist_neg: np.ndarray, empty_kth:
     tp = cpos[idx].astype(float)
     fp = cneg[idx].astype(float)
     fn = float(hist_pos.sum()) - tp
-    with np.errstate(invalid="ignore", divide="ignore"):
-        precision = np.where(tp + fp > 0, tp / (tp + fp), np.nan)
-        recall = np.where(tp + fn > 0, tp / (tp + fn), np.nan)
-        iou = np.where(tp + fp + fn > 0, tp / (tp + fp + fn), np.nan)
-        f1 = np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), np.nan)
     fpr = np.array([(empty_kth >= t).mean() if empty_kth.size else np.nan for t in thresholds])
-    return {"threshold": np.asarray(thresholds, dtype=float), "precision": precision, "recall": recall,
-            "iou": iou, "f1": f1, "false_positive_image_rate": fpr}
+    return _curve(thresholds, tp, fp, fn, fpr)
+
+
+def _curve(thresholds: np.ndarray, tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, fpr: np.ndarray) -> dict[str, np.ndarray]:
+    """A PR curve's columns from pooled pixel counts per threshold (NaN where a ratio is undefined)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"threshold": np.asarray(thresholds, dtype=float),
+                "precision": np.where(tp + fp > 0, tp / (tp + fp), np.nan),
+                "recall": np.where(tp + fn > 0, tp / (tp + fn), np.nan),
+                "iou": np.where(tp + fp + fn > 0, tp / (tp + fp + fn), np.nan),
+                "f1": np.where(2 * tp + fp + fn > 0, 2 * tp / (2 * tp + fp + fn), np.nan),
+                "false_positive_image_rate": fpr}
 
 
 def frame_averaged(tp: np.ndarray, fp: np.ndarray, fn: np.ndarray, gt_pixels: np.ndarray) -> dict:
@@ -402,13 +407,7 @@ def _region_curves(prob: Tensor, gt: Tensor, min_pixels: int, peaks: tuple[float
         empty = ~has
         fpr = ((pr[:, empty] >= min_pixels).double() * keep[empty]).mean(1).numpy() if bool(empty.any()) \
             else np.full(len(THRESHOLDS), np.nan)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            c = {"threshold": THRESHOLDS.astype(float),
-                 "precision": np.where(k_tp + k_fp > 0, k_tp / (k_tp + k_fp), np.nan),
-                 "recall": np.where(k_tp + k_fn > 0, k_tp / (k_tp + k_fn), np.nan),
-                 "iou": np.where(k_tp + k_fp + k_fn > 0, k_tp / (k_tp + k_fp + k_fn), np.nan),
-                 "f1": np.where(2 * k_tp + k_fp + k_fn > 0, 2 * k_tp / (2 * k_tp + k_fp + k_fn), np.nan),
-                 "false_positive_image_rate": fpr}
+        c = _curve(THRESHOLDS, k_tp, k_fp, k_fn, fpr)
         c["peak"] = np.full_like(c["threshold"], float(peak))
         curves.append(c)
     return curves
