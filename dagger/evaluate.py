@@ -4,7 +4,9 @@ The learner drives every scene alone (no expert); masks are the simulator's grou
 (``--masks gt``) or the vision module's predictions on the rendered RGB (``--masks predicted``, needs
 ``--vision``; the default when ``--vision`` is given). Scenes come from the ``test`` seed stream of
 ``--seed`` (:mod:`graspsim.seeds`), disjoint from every DAgger training scene (``train``
-stream) and from DAgger's per-iteration validation scenes (``heldout`` stream).
+stream) and from DAgger's per-iteration validation scenes (``heldout`` stream). ``--split heldout`` draws them
+from that validation stream instead: for choosing between policies, vision nets or settings (for example on the
+MuJoCo backend) without reading the test scenes you report.
 
 ``--moving-target`` sets ``RandomizationConfig.target_speed`` to ``moving_speed`` (default 0.005-0.02 m/s,
 uniform speed, uniform direction); training always uses a still target (0, 0), so these speeds are never
@@ -84,6 +86,9 @@ class EvalSimConfig:
     """Number of evaluation episodes (one per held-out scene)."""
     seed: int = 0
     """Seed of the test scenes (test stream; disjoint from training scenes) and of the dynamics noise."""
+    split: Literal["test", "heldout"] = "test"
+    """Seed stream of the scenes: test (report these) or heldout (DAgger's validation stream: choose on these, then
+    report the test stream once)."""
     num_envs: int = 128
     """Scenes simulated in parallel."""
     moving_target: bool = False
@@ -125,6 +130,8 @@ class EvalSimConfig:
             raise ValueError(f"EvalSimConfig.moving_speed must satisfy 0 <= low <= high <= 0.2 m/s; got {self.moving_speed!r}")
         if self.backend not in ("torch", "bullet", "mujoco"):
             raise ValueError(f"EvalSimConfig.backend must be 'torch', 'bullet' or 'mujoco'; got {self.backend!r}")
+        if self.split not in ("test", "heldout"):
+            raise ValueError(f"EvalSimConfig.split must be 'test' or 'heldout'; got {self.split!r}")
 
     @property
     def mask_source(self) -> str:
@@ -244,7 +251,7 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
     if policy.cfg.image_size != sim.image_size:
         raise ValueError(f"policy was trained at image_size {policy.cfg.image_size}, sim.image_size is {sim.image_size}")
     mask_fn = make_mask_fn(cfg.mask_source, cfg.vision, dev, cfg.precision)
-    seeds = episode_seeds(cfg.seed, "test", 0, cfg.episodes)
+    seeds = episode_seeds(cfg.seed, cfg.split, 0, cfg.episodes)
     bar = progress_bar("eval-sim", cfg.runtime.progress and ctx.is_main, remaining=False)
     with bar:
         task = bar.add_task("eval", total=cfg.episodes)
@@ -258,7 +265,7 @@ def _evaluate_sim(cfg: EvalSimConfig, ctx: distributed.Context) -> dict:
         "target_speed": list(sim.randomization.target_speed), "backend": cfg.backend,
         "policy": str(cfg.policy), "policy_iteration": policy.iteration,
         "vision": str(cfg.vision) if cfg.vision else None, "segmentation_precision": mask_precision(mask_fn),
-        "seed": cfg.seed, "seed_split": "test",
+        "seed": cfg.seed, "seed_split": cfg.split,
         "config": cfg.to_dict(), "world_size": ctx.world_size,
     })
     if not ctx.is_main:
@@ -290,7 +297,7 @@ def report_markdown(m: dict) -> str:
         f"- masks: {m['masks']}" + (f" (vision `{m['vision']}`, segmented in {m.get('segmentation_precision')})"
                                     if m["vision"] else ""),
         f"- backend: {m['backend']}; moving target: {m['moving_target']} (speed {m['target_speed']} m/s)",
-        f"- scenes: {m['num_episodes']} from the test seed stream of seed {m['seed']}", "",
+        f"- scenes: {m['num_episodes']} from the {m.get('seed_split', 'test')} seed stream of seed {m['seed']}", "",
         f"**Success: {100 * m['success_rate']:.1f}%** ({m['num_success']}/{m['num_episodes']}, "
         f"95% CI {100 * lo:.1f}-{100 * hi:.1f}%)", "",
         "| outcome | episodes | rate |", "|---|---|---|",

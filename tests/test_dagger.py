@@ -280,6 +280,24 @@ def test_eval_sim_writes_metrics_gifs_and_report(tmp_path):
     assert m["success_rate"] == saved["success_rate"]
 
 
+def test_eval_sim_split_heldout_runs_daggers_validation_scenes(tmp_path, monkeypatch):
+    import graspsim.dagger.evaluate as ev
+    from graspsim.seeds import episode_seeds
+    net = ControlNet(NET)
+    save_checkpoint(tmp_path / "p.pt", net, None, iteration=0)
+    run_seeds = []
+    real = ev.sharded_rollout
+    monkeypatch.setattr(ev, "sharded_rollout", lambda make, seeds, **kw: (run_seeds.append(list(seeds)), real(make, seeds, **kw))[1])
+    kw = dict(policy=tmp_path / "p.pt", episodes=3, num_envs=3, gifs=0, runtime=RuntimeConfig(progress=False), sim=SIM)
+    test = evaluate_sim(EvalSimConfig(out=tmp_path / "t", **kw))
+    held = evaluate_sim(EvalSimConfig(out=tmp_path / "h", split="heldout", **kw))
+    assert run_seeds == [episode_seeds(0, "test", 0, 3), episode_seeds(0, "heldout", 0, 3)]
+    assert (test["seed_split"], held["seed_split"]) == ("test", "heldout")
+    assert "from the heldout seed stream" in (tmp_path / "h" / "report.md").read_text()
+    with pytest.raises(ValueError, match="split"):
+        EvalSimConfig(out=tmp_path / "x", split="val", **kw)
+
+
 def test_eval_sim_moving_target_and_input_errors(tmp_path):
     net = ControlNet(NET)
     save_checkpoint(tmp_path / "p.pt", net, None, iteration=0)
