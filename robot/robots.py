@@ -121,12 +121,21 @@ class SimWorld:
         self.gripper = obs[GRIPPER][0, :self.senses_dim].numpy().astype(np.float32)
 
     def reset(self, seed: int) -> None:
-        from graspsim.env import fingertip_fractions
-
         with self.env.rendering(False):
             self._take(self.env.reset([0], [int(seed)]))
-        self.fingertip = fingertip_fractions(self.env.state, self.cfg.image_size)[0].tolist()
+        self.fingertip = self.scene_fingertip()
         self.done, self.success, self.reason = False, False, ""
+
+    def scene_fingertip(self) -> list[float]:
+        """The current scene's fingertip points (4 fractions of the image): measured in the backend's own camera where
+        it measures them (MuJoCo: :meth:`graspsim.mujoco.MujocoGraspEnv.measured_fingertip`, the values its policy
+        observations carry), else the simulator's camera model (:func:`graspsim.env.fingertip_fractions`)."""
+        measured = getattr(self.env, "measured_fingertip", None)
+        if measured is not None:
+            return measured()[0].tolist()
+        from graspsim.env import fingertip_fractions
+
+        return fingertip_fractions(self.env.state, self.cfg.image_size)[0].tolist()
 
     def step(self, action: np.ndarray) -> None:
         from graspsim import FAILURE_NAMES

@@ -615,10 +615,8 @@ class BackendWorld(_sim_world()):
         self.failure = ""
         self.unstable = False
         """MuJoCo diverged in this episode (and reset its data: the arm jumped to the model's zero pose)."""
-        from graspsim.env import fingertip_fractions
-
         # the scene the env was built with, until the first reset (deploy checks the points before any episode)
-        self.fingertip = fingertip_fractions(env.state, cfg.image_size)[0].tolist()
+        self.fingertip = self.scene_fingertip()
         self.episode = -1
         self.history: list[str] = []
         """The target kind of every scene so far."""

@@ -660,6 +660,13 @@ class MujocoGraspEnv(ContactBackend):
         rgb = (color * 255.0 + 0.5).to(torch.uint8)
         return {RGB: rgb, MASK: torch.from_numpy(self._mask.copy()).to(self.device), GRIPPER: self._gripper()}
 
+    def measured_fingertip(self) -> Tensor:
+        """B,4: where each scene's grasp point and the point ``FINGERTIP_RISE`` above it appear in its wrist image
+        (fractions, the convention of :func:`graspsim.env.fingertip_fractions`), measured with MuJoCo's own camera
+        after the last reset or step: what the policy's fingertip senses read here, and what a calibrated arm
+        reports (the simulator's camera model of the same scene differs by a few pixels)."""
+        return torch.as_tensor(self._tips.copy(), dtype=torch.float32, device=self.device)
+
     def privileged(self) -> dict[str, Tensor]:
         """True poses measured in MuJoCo, same keys as :func:`graspsim.privileged` (expert only)."""
         return privileged(self.state)
