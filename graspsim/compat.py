@@ -164,7 +164,6 @@ ADDED_SETTINGS: dict[str, dict[str, Added]] = {
         "real": Added([], FORMAT_HORIZON), "real_fraction": Added(0.5, FORMAT_HORIZON),
         "model.recentre": Added(0, FORMAT_HORIZON),
         "extra_backgrounds": Added([], FORMAT_HORIZON),  # issue 53: more training photo folders
-        "compose.arm_shadow_over_grasp": Added(0.0, FORMAT_HORIZON),  # issue 53: the arm's shade over the jaws
     },
     "dagger": {
         # the wrist (spheres only before it: no wrist, so its rate limit never acted) and the fingertip senses

@@ -231,31 +231,9 @@ def test_composites_get_the_arm_shadow_only_on_an_embodiment_with_an_arm_overhea
     assert float(on.rgb.float().mean()) < 0.9 * float(off.rgb.float().mean())
 
 
-def test_arm_shadow_over_grasp_centres_the_shadow_near_the_grasp_pixel_and_off_changes_nothing():
-    from graspsim.vision.compose import ComposeConfig, arm_shadow
-    grasp = torch.tensor([[40.0, 50.0]]).expand(300, 2)
-    cfg = ComposeConfig(arm_shadow_prob=1.0, arm_shadow_darkness=(0.7, 0.7))
-    anywhere = arm_shadow(300, 64, cfg, _gen(3), "cpu", grasp)
-    # off (the default share 0): the grasp pixel draws nothing, so the shadows are those drawn without it
-    assert torch.equal(anywhere, arm_shadow(300, 64, cfg, _gen(3), "cpu"))
-    over = arm_shadow(300, 64, dataclasses.replace(cfg, arm_shadow_over_grasp=1.0), _gen(3), "cpu", grasp)
-    # every ellipse centred within a fifth of the side of (40, 50): that pixel is shaded in most frames (a thin
-    # ellipse may pass beside it), against about one in five for shadows anywhere
-    assert float((over[:, 50, 40] < 0.5).float().mean()) > 0.8
-    assert float((anywhere[:, 50, 40] < 0.5).float().mean()) < 0.35
-    # a composite's grasp pixel is the TCP's projection: for the SO-101, near the bottom centre where it holds
-    from graspsim.config import TargetConfig
-    bank = BackgroundBank.from_folder(DEFAULT_BACKGROUNDS / "train", size=64)
-    so = SimConfig(embodiment="so101", target=TargetConfig(kinds=("sphere", "cube", "cylinder")))
-    lay = Composer(bank, so).render_layers(16, _gen(8))
-    assert lay.grasp_px.shape == (16, 2) and bool((lay.grasp_px[:, 1] > 32).all())
-
-
 def test_arm_shadow_settings_are_checked():
     from graspsim.vision.compose import ComposeConfig
     with pytest.raises(ValueError, match="arm_shadow_darkness"):
         ComposeConfig(arm_shadow_darkness=(0.5, 1.2))
     with pytest.raises(ValueError, match="arm_shadow_prob"):
         ComposeConfig(arm_shadow_prob=1.5)
-    with pytest.raises(ValueError, match="arm_shadow_over_grasp"):
-        ComposeConfig(arm_shadow_over_grasp=-0.1)

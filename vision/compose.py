@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from graspsim import SimConfig, render, sample_scenes
-from graspsim.render import postprocess, project
+from graspsim.render import postprocess
 from graspsim.state import KIND_BOX, target_half_height
 from graspsim.validate import probability
 
@@ -63,17 +63,12 @@ class ComposeConfig:
     objects alike, so the net sees targets in shade. Unused (no random draws) for the floating gripper."""
     arm_shadow_darkness: Range = (0.3, 0.85)
     """Fraction of light the arm's shadow removes (uniform; a lamp's shadow keeps the room's ambient light)."""
-    arm_shadow_over_grasp: float = 0.0
-    """Share of the arm's shadows centred near the grasp point's pixel (the TCP projected into the frame, jittered
-    by up to a fifth of the side) instead of anywhere: with a lamp above, the wrist and camera mount shade the jaws and
-    whatever they hold. 0 (the default) draws exactly the composites drawn before this setting existed."""
 
     def __post_init__(self) -> None:
         lo, hi = self.height
         if not (0.0 <= lo <= hi <= 0.35):
             raise ValueError(f"ComposeConfig.height must satisfy 0 <= low <= high <= 0.35; got {self.height!r}")
-        for n in ("view_margin", "empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob", "arm_shadow_prob",
-                  "arm_shadow_over_grasp"):
+        for n in ("view_margin", "empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob", "arm_shadow_prob"):
             probability("ComposeConfig", n, getattr(self, n))
         if self.empty_prob + self.held_prob > 1.0:
             raise ValueError("ComposeConfig.empty_prob + held_prob must be <= 1")
@@ -107,7 +102,7 @@ class Composite:
 class Layers:
     """Rendered object layers before compositing: ``color`` B,3,H,W float (whole frame for sim frames),
     ``alpha``/``mask`` B,H,W bool, ``kind`` and ``target_kind`` B int64 (as in :class:`Composite`),
-    ``blur``/``noise`` B, ``grasp_px`` B,2 the grasp point's pixel (x right, y down; may lie outside the frame)."""
+    ``blur``/``noise`` B."""
 
     color: Tensor
     alpha: Tensor
@@ -116,7 +111,6 @@ class Layers:
     blur: Tensor
     noise: Tensor
     target_kind: Tensor
-    grasp_px: Tensor | None = None
 
 
 def _u(lo: float, hi: float, shape, g: torch.Generator, device) -> Tensor:
@@ -194,20 +188,13 @@ def place_camera(state, cfg: SimConfig, ccfg: ComposeConfig, g: torch.Generator)
                          target_yaw=target_yaw), kind
 
 
-def arm_shadow(n: int, size: int, ccfg: ComposeConfig, g: torch.Generator, device,
-               grasp_px: Tensor | None = None) -> Tensor:
+def arm_shadow(n: int, size: int, ccfg: ComposeConfig, g: torch.Generator, device) -> Tensor:
     """Light left by the arm's shadow, n,size,size float in (0, 1]: 1 where no shadow falls. A share
     ``ccfg.arm_shadow_prob`` of the frames gets a rotated ellipse (centre anywhere in the frame or a quarter of it
     beyond, semi-axes 0.25-0.9 and 0.1-0.45 of the side) with an edge 0.5-3 px soft, inside which the light is cut
-    by a fraction drawn from ``ccfg.arm_shadow_darkness``. With ``grasp_px`` (n,2 pixels) and
-    ``ccfg.arm_shadow_over_grasp`` > 0, that share of the ellipses is centred within a fifth of the side of the
-    grasp point's pixel instead."""
+    by a fraction drawn from ``ccfg.arm_shadow_darkness``."""
     on = torch.rand((n,), generator=g, device=device) < ccfg.arm_shadow_prob
     centre = _u(-0.25, 1.25, (n, 2), g, device) * size
-    if grasp_px is not None and ccfg.arm_shadow_over_grasp > 0:  # no draws at 0: earlier composites unchanged
-        near = torch.rand((n,), generator=g, device=device) < ccfg.arm_shadow_over_grasp
-        jitter = _u(-0.2, 0.2, (n, 2), g, device) * size
-        centre = torch.where(near[:, None], grasp_px.to(centre.dtype) + jitter, centre)
     axes = torch.stack([_u(0.25, 0.9, (n,), g, device), _u(0.1, 0.45, (n,), g, device)], 1) * size
     angle = _u(0.0, math.pi, (n,), g, device)
     soft = _u(0.5, 3.0, (n,), g, device)
@@ -299,21 +286,17 @@ class Composer:
             mask[idx] = sim.mask
             alpha[idx] = sim.alpha
             kind = torch.where(use_sim, torch.full_like(kind, 3), kind)
-        grasp_px = project(state, state.tcp_pos[:, None], cfg.image_size)[0][:, 0]  # B,2
         return Layers(color=color, alpha=alpha, mask=mask, kind=kind, blur=state.blur, noise=state.image_noise,
-                      target_kind=state.target_kind, grasp_px=grasp_px)
+                      target_kind=state.target_kind)
 
     def composite(self, layers: Layers, generator: torch.Generator, hflip: bool = False) -> Composite:
         """Put rendered ``layers`` on fresh background crops with fresh photometric jitter and noise. With
         ``hflip``, each frame is mirrored left-right with probability 1/2 (used when layers are reused)."""
         ccfg, dev, g = self.cfg, self.device, generator
         n = layers.color.shape[0]
-        color, alpha, mask, grasp_px = layers.color, layers.alpha, layers.mask, layers.grasp_px
+        color, alpha, mask = layers.color, layers.alpha, layers.mask
         if hflip:
             flip = torch.rand((n,), generator=g, device=dev) < 0.5
-            if grasp_px is not None:
-                grasp_px = torch.where(flip[:, None], torch.stack([color.shape[-1] - grasp_px[:, 0], grasp_px[:, 1]], 1),
-                                       grasp_px)
             color = torch.where(flip[:, None, None, None], color.flip(-1), color)
             alpha = torch.where(flip[:, None, None], alpha.flip(-1), alpha)
             mask = torch.where(flip[:, None, None], mask.flip(-1), mask)
@@ -327,7 +310,7 @@ class Composer:
             a = (alpha | (layers.kind == 3)[:, None, None])[:, None].float()  # sim frames keep their own table
         color = color * a + bg * (1.0 - a)
         if self.sim_cfg.body.arm_overhead and ccfg.arm_shadow_prob > 0:
-            color = color * arm_shadow(n, color.shape[-1], ccfg, g, dev, grasp_px)[:, None]
+            color = color * arm_shadow(n, color.shape[-1], ccfg, g, dev)[:, None]
         gain = _u(*ccfg.gain, (n, 1, 1, 1), g, dev) * _u(*ccfg.channel_gain, (n, 3, 1, 1), g, dev)
         color = (color * gain).clamp(0.0, 1.0)
         if self.augment is not None:
