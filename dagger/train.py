@@ -294,7 +294,10 @@ def run_dagger(cfg: DaggerConfig, progress_fn: Callable[[dict], None] | None = N
     ``checkpoint``, ``samples``, ``seconds``...). ``progress_fn`` receives each finished iteration's row (on rank 0
     under torchrun, where every rank returns the same summary)."""
     with cfg.runtime.job("dagger") as ctx:
-        return _run_dagger(cfg, progress_fn, ctx)
+        try:
+            return _run_dagger(cfg, progress_fn, ctx)
+        finally:
+            runs.release_run_folder(cfg.out)
 
 
 def resumed_config(cfg: DaggerConfig) -> DaggerConfig:

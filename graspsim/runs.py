@@ -259,7 +259,19 @@ def claim_run_folder(run_dir: str | os.PathLike, resume: bool, flag: str = "--ou
         handle.close()
         raise FileExistsError(f"{flag} {run_dir} was written by another run that started at the same time; choose "
                               "another folder")
-    _CLAIMED[key] = handle  # kept open (and locked) for the life of the process
+    _CLAIMED[key] = handle  # kept open (and locked) until release_run_folder, or the end of the process
+
+
+def release_run_folder(run_dir: str | os.PathLike) -> None:
+    """Give up this process's claim on ``run_dir`` (:func:`claim_run_folder`): close its lock file, which releases the
+    lock. Nothing happens for a folder this process does not hold (never claimed, or released already)."""
+    try:
+        st = os.stat(Path(run_dir) / LOCK_NAME)
+    except OSError:
+        return
+    handle = _CLAIMED.pop((st.st_dev, st.st_ino), None)
+    if handle is not None:
+        handle.close()
 
 
 def read_config(run_dir: str | os.PathLike) -> dict | None:

@@ -168,9 +168,38 @@ def test_a_run_folder_has_one_writer(tmp_path):
     finally:
         holder.kill()
         holder.wait()
+        holder.stdout.close()
     # the lock dies with its process; a run that started at the same time and wrote first is still seen
     (out / runs.CONFIG_NAME).write_text("{}")
     with pytest.raises(FileExistsError, match="written by another run that started at the same time"):
         runs.claim_run_folder(out, False)
     runs.claim_run_folder(out, True)  # --resume of that folder is fine
+    runs.release_run_folder(out)
     time.sleep(0)
+
+
+def test_release_run_folder_lets_the_lock_go(tmp_path):
+    import fcntl
+
+    from graspsim import runs
+
+    out = tmp_path / "run"
+    runs.claim_run_folder(out, False)
+
+    def free() -> bool:  # another open file description can take the lock only when nobody holds it
+        with open(out / runs.LOCK_NAME, "a+") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return False
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+            return True
+
+    assert not free()
+    runs.release_run_folder(out)
+    assert free()
+    runs.release_run_folder(out)  # twice, or for a folder never claimed: nothing happens
+    runs.release_run_folder(tmp_path / "never")
+    runs.claim_run_folder(out, True)  # and this process may claim it again
+    assert not free()
+    runs.release_run_folder(out)

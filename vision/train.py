@@ -243,7 +243,10 @@ def train_vision(cfg: TrainVisionConfig) -> dict:
     docstring; under torchrun every rank returns rank 0's dict."""
     cfg = fine_tune_config(resumed_config(cfg))
     with cfg.runtime.job("train-vision") as ctx:
-        return _train_vision(cfg, ctx)
+        try:
+            return _train_vision(cfg, ctx)
+        finally:
+            runs.release_run_folder(cfg.out)
 
 
 def _train_vision(cfg: TrainVisionConfig, ctx: distributed.Context) -> dict:
