@@ -39,7 +39,13 @@ VISION_ONNX = "vision.onnx"
 CONTROL_ONNX = "control.onnx"
 CONTRACT_KIND = "graspsim-onnx-contract"
 CONTRACT_VERSION = 2
-"""Format version written, and the only one read (1: before the checksums; export again)."""
+"""Format version written for a vision net without the one-region rule (1: before the checksums; export again)."""
+ONE_REGION_VERSION = 3
+"""Format version written when the vision net's mask rule includes the one-region rule (``vision.one_region``): a
+graspsim that reads only version 2 would ignore that key and make other masks than the export's, so it refuses these
+contracts instead. Version 2 contracts stay readable by it."""
+READ_VERSIONS = (CONTRACT_VERSION, ONE_REGION_VERSION)
+"""Format versions :func:`read_contract` reads."""
 HASH_KEY = "contract_sha256"
 """Key of the contract's own checksum (sha256 of its canonical JSON without this key)."""
 GRAPHS_KEY = "graphs"
@@ -88,8 +94,9 @@ def build_contract(*, opset: int, vision_path: str | os.PathLike, policy_path: s
                    policy_iteration: int, image_size: int, threshold: float, peak_threshold: float, mirror_tta: bool,
                    max_speed: float, one_region: bool = False, max_yaw_rate: float | None = None,
                    fingertip: dict | None = None) -> dict:
-    """The contract of one export (format version :data:`CONTRACT_VERSION`). ``image_size`` S in px,
-    ``threshold``/``peak_threshold`` probabilities and ``one_region`` of the vision net's mask rule, ``max_speed`` m/s; ``max_yaw_rate``
+    """The contract of one export (format version :data:`CONTRACT_VERSION`; :data:`ONE_REGION_VERSION` with
+    ``one_region``). ``image_size`` S in px, ``threshold``/``peak_threshold`` probabilities and ``one_region`` of the
+    vision net's mask rule, ``max_speed`` m/s; ``max_yaw_rate``
     rad/s for a control net that turns the wrist (None: a sphere-only net). The control section names the action
     layout (``action_names``): ``vx, vy, vz, grip``, or ``vx, vy, vz, wz, grip`` with the wrist. ``fingertip``
     (:func:`graspsim.env.fingertip_calibration`) for a wrist net that reads the 4 fingertip senses: the gripper input
@@ -116,7 +123,7 @@ def build_contract(*, opset: int, vision_path: str | os.PathLike, policy_path: s
         extra["fingertip"] = {k: [float(v) for v in fingertip[k]] for k in ("nominal", "low", "high")}
     return {
         "kind": CONTRACT_KIND,
-        "format_version": CONTRACT_VERSION,
+        "format_version": ONE_REGION_VERSION if one_region else CONTRACT_VERSION,
         "opset": opset,
         "sources": {"vision": {"path": str(vision_path), "sha256": sha256(vision_path)},
                     "policy": {"path": str(policy_path), "sha256": sha256(policy_path),
@@ -177,10 +184,11 @@ def read_contract(folder: str | os.PathLike) -> dict:
     if not isinstance(contract, dict) or contract.get("kind") != CONTRACT_KIND:
         kind = contract.get("kind") if isinstance(contract, dict) else None
         raise ValueError(f"{path} is not a graspsim ONNX contract (kind {kind!r})")
-    if contract.get("format_version") != CONTRACT_VERSION:
-        older = " (written before contracts carried checksums)" if contract.get("format_version") == 1 else ""
-        raise ValueError(f"{path}: contract format_version {contract.get('format_version')!r}{older}; this version "
-                         f"reads {CONTRACT_VERSION}; export again with 'graspsim export'")
+    version = contract.get("format_version")
+    if version not in READ_VERSIONS:
+        older = " (written before contracts carried checksums)" if version == 1 else ""
+        raise ValueError(f"{path}: contract format_version {version!r}{older}; this version reads "
+                         f"{' and '.join(map(str, READ_VERSIONS))}; export again with 'graspsim export'")
     missing = [k for k in REQUIRED_KEYS if _lookup(contract, k) is None]
     if missing:
         raise ValueError(f"{path} lacks {', '.join(missing)}; export again with 'graspsim export'")

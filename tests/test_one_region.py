@@ -127,9 +127,36 @@ def test_the_shipped_so101_net_exports_its_rule_with_parity(tmp_path):
 
     contract = export(ExportConfig(vision=ROOT / "vision" / "assets" / "segnet_so101.pt",
                                    policy=ROOT / "dagger" / "assets" / "policy_so101.pt", out=tmp_path / "x", frames=128))
-    assert contract["vision"]["one_region"] is True
+    assert contract["vision"]["one_region"] is True and contract["format_version"] == 3
     assert json.loads((tmp_path / "x" / "contract.json").read_text())["vision"]["one_region"] is True
     assert contract["parity"]["mask_pixels_differing"] == 0
+
+
+def test_a_contract_with_the_rule_is_version_3_which_a_reader_of_version_2_refuses(tmp_path, monkeypatch):
+    """A graspsim that reads only version 2 contracts does not know ``vision.one_region``: it must refuse a contract
+    whose masks need the rule rather than make other masks. Contracts without the rule stay version 2."""
+    from graspsim.robot import onnx_contract as oc
+
+    def export_folder(name: str, one_region: bool) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        for graph in (oc.VISION_ONNX, oc.CONTROL_ONNX):
+            (folder / graph).write_bytes(b"not a real graph, only hashed here")
+        (tmp_path / "v.pt").write_bytes(b"v")
+        (tmp_path / "p.pt").write_bytes(b"p")
+        oc.write_contract(folder, oc.build_contract(
+            opset=17, vision_path=tmp_path / "v.pt", policy_path=tmp_path / "p.pt", policy_iteration=3, image_size=64,
+            threshold=0.5, peak_threshold=0.99, mirror_tta=True, max_speed=0.1, one_region=one_region))
+        return folder
+
+    plain, rule = export_folder("plain", False), export_folder("rule", True)
+    assert oc.read_contract(plain)["format_version"] == 2
+    got = oc.read_contract(rule)
+    assert got["format_version"] == 3 and got["vision"]["one_region"] is True
+    monkeypatch.setattr(oc, "READ_VERSIONS", (2,))  # a graspsim from before the rule
+    assert oc.read_contract(plain)["format_version"] == 2
+    with pytest.raises(ValueError, match="contract format_version 3; this version reads 2"):
+        oc.read_contract(rule)
 
 
 def test_the_contract_takes_fingertip_points_outside_the_frame_within_its_range():
