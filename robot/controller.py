@@ -110,19 +110,13 @@ def resize_frame(rgb: np.ndarray, size: int) -> np.ndarray:
 
 
 def mask_from_logits(logits: np.ndarray, threshold: float, peak_threshold: float, one_region: bool = False) -> np.ndarray:
-    """B,H,W float logits -> B,H,W bool, the rule of :meth:`graspsim.vision.infer.Segmenter.predict_mask`: prob >= threshold
-    in frames whose highest prob reaches ``peak_threshold`` (0 = no frame gate); with ``one_region`` only the region of
-    those pixels around the frame's largest logit (:func:`graspsim.vision.metrics.top_region`)."""
-    t = float(torch.logit(torch.tensor(threshold)).item())
-    mask = logits >= t
-    if peak_threshold > 0.0:
-        peak = float(torch.logit(torch.tensor(peak_threshold)).item())
-        mask &= (logits.reshape(len(logits), -1).max(1) >= peak)[:, None, None]
-    if one_region:
-        from graspsim.vision.metrics import top_region
+    """B,H,W float logits -> B,H,W bool, the rule of :meth:`graspsim.vision.infer.Segmenter.predict_mask`
+    (:func:`graspsim.vision.metrics.logit_mask`): prob >= threshold in frames whose highest prob reaches
+    ``peak_threshold`` (0 = no frame gate); with ``one_region`` only the region of those pixels around the frame's
+    largest logit."""
+    from graspsim.vision.metrics import logit_mask
 
-        mask = top_region(torch.from_numpy(mask), torch.from_numpy(np.ascontiguousarray(logits))).numpy()
-    return mask
+    return logit_mask(torch.from_numpy(np.ascontiguousarray(logits)), threshold, peak_threshold, one_region).numpy()
 
 
 def action_from_raw(raw: np.ndarray, max_speed: float, gripper: np.ndarray | None = None,

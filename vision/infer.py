@@ -20,7 +20,7 @@ from torch import Tensor
 from graspsim.validate import boolean
 
 from .checkpoint import load_checkpoint
-from .metrics import decide, top_region
+from .metrics import decide, logit_mask
 from .model import SegNet, SegNetConfig, cpu_has_fast_bf16, fold_batchnorm
 
 log = logging.getLogger(__name__)
@@ -161,13 +161,7 @@ class Segmenter:
         t = self.threshold if threshold is None else float(threshold)
         if not 0.0 < t < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
-        # prob >= t  <=>  logit >= log(t / (1 - t)); avoids the sigmoid pass
-        logits = self.logits(rgb)
-        mask = logits >= torch.logit(torch.tensor(t)).item()
-        if self.peak_threshold > 0.0:
-            peak = torch.logit(torch.tensor(self.peak_threshold)).item()
-            mask &= (logits.flatten(1).amax(1) >= peak)[:, None, None]
-        return top_region(mask, logits) if self.one_region else mask
+        return logit_mask(self.logits(rgb), t, self.peak_threshold, self.one_region)
 
 
 def frame_probabilities(seg: Segmenter, frames: list) -> Tensor:

@@ -384,6 +384,18 @@ def decide(prob: Tensor, peak: float, level: float, one_region: bool) -> Tensor:
     return keep_top_region(prob, level) if one_region else prob
 
 
+def logit_mask(logits: Tensor, threshold: float, peak_threshold: float, one_region: bool) -> Tensor:
+    """The same decision rules as :func:`decide`, on logits B,H,W -> B,H,W bool (no sigmoid pass): ``logit >=
+    logit(threshold)`` in frames whose largest logit reaches ``logit(peak_threshold)`` (0: no frame gate), and with
+    ``one_region`` only the :func:`top_region` of those pixels around the frame's largest logit. The one rule of
+    :meth:`graspsim.vision.infer.Segmenter.predict_mask` and of the ONNX controller."""
+    mask = logits >= torch.logit(torch.tensor(threshold)).item()
+    if peak_threshold > 0.0:
+        peak = torch.logit(torch.tensor(peak_threshold)).item()
+        mask &= (logits.flatten(1).amax(1) >= peak)[:, None, None]
+    return top_region(mask, logits) if one_region else mask
+
+
 def _region_curves(prob: Tensor, gt: Tensor, min_pixels: int, peaks: tuple[float, ...]) -> list[dict[str, np.ndarray]]:
     """:func:`gated_curves`' per-peak curves under the one-region rule, by brute force over ``THRESHOLDS`` (the
     region depends on the threshold, so no histogram shortcut)."""
