@@ -8,7 +8,8 @@ SIGUSR1, SIGUSR2, SIGALRM, ... and the real-time signals) runs :func:`_on_signal
    stop is never lost even when its exception is;
 2. raises :class:`Stopped` (a ``KeyboardInterrupt``) where the main thread is, as Ctrl-C would, unless the main
    thread is inside a :func:`shielded` block (stopping a robot, writing a summary): then the signal is held and a
-   warning says so, and the block runs to its end.
+   warning says so, and the block runs to its end. A block shielded with ``firm=False`` (a call into someone's
+   driver that could hang, such as sending a command) holds only the first signal: a second one interrupts it.
 
 Python discards an exception raised inside a weakref callback or a ``__del__`` ("Exception ignored in ...");
 the hook that reports those (:data:`sys.unraisablehook`) is wrapped so that a discarded :class:`Stopped` is
@@ -73,6 +74,8 @@ class _State:
         self.pending: int | None = None
         """The first stop signal not yet taken by a verb (:func:`taken`)."""
         self.shield = 0
+        self.firm = 0
+        """Of the :attr:`shield` blocks, those that hold every signal (the others hold only the first)."""
         self.shield_what = ""
         self.held: list[int] = []
         """Signals that arrived inside a shielded block."""
@@ -117,13 +120,17 @@ def drain_held() -> list[int]:
 
 
 @contextlib.contextmanager
-def shielded(what: str) -> Iterator[None]:
+def shielded(what: str, firm: bool = True) -> Iterator[None]:
     """Run the block to its end even when stop signals arrive meanwhile (``what``: e.g. "stopping the robot", named
     in the warning about each held signal). A signal held here stays :func:`requested`, so the next
-    :func:`check` raises it. Only the main thread's handlers are held (they run there); nesting is allowed."""
+    :func:`check` raises it. Only the main thread's handlers are held (they run there); nesting is allowed.
+
+    ``firm=False`` holds only the first signal: a second one raises :class:`Stopped` inside the block (unless a firm
+    block encloses it), so a call that hangs there can still be interrupted with a second Ctrl-C."""
     main = threading.current_thread() is threading.main_thread()
     if main:
         _STATE.shield += 1
+        _STATE.firm += int(firm)
         if _STATE.shield == 1:
             _STATE.shield_what = what
     try:
@@ -131,6 +138,7 @@ def shielded(what: str) -> Iterator[None]:
     finally:
         if main:
             _STATE.shield -= 1
+            _STATE.firm -= int(firm)
 
 
 def _on_signal(signum: int, frame) -> None:
@@ -142,6 +150,10 @@ def _on_signal(signum: int, frame) -> None:
             log.info("%s arrived while %s; it takes effect once that is done", signal_name(signum),
                      _STATE.shield_what)
             return
+        if _STATE.firm == 0:  # only blocks that hold the first signal: this one interrupts them
+            log.warning("%s arrived while %s, after %s: interrupting it", signal_name(signum), _STATE.shield_what,
+                        signal_name(_STATE.pending))
+            raise Stopped(_STATE.pending)
         _STATE.held.append(signum)
         log.warning("%s arrived while %s; finishing that first (a further signal is held too; SIGKILL would leave "
                     "it unfinished)", signal_name(signum), _STATE.shield_what)

@@ -386,8 +386,12 @@ def guard_workspace(d: Decision, tcp: np.ndarray | None, box, period: float) -> 
 
 def send(robot, guard: Callable, command: np.ndarray) -> np.ndarray:
     """Execute ``command`` (4 float32, 5 with the wrist); returns what the adapter says it sent (as wide; the command
-    if it says nothing; checked by :func:`check_sent`)."""
-    return check_sent(guard("send", robot.send, command), command, robot)
+    if it says nothing; checked by :func:`check_sent`). A first stop signal during the adapter's ``send()`` is held
+    until it returns, so a command that went out always gets its ``ticks.csv`` row; a second one interrupts it (an
+    adapter that hangs there)."""
+    with interrupts.shielded("a command was being sent", firm=False):
+        sent = guard("send", robot.send, command)
+    return check_sent(sent, command, robot)
 
 
 # ------------------------------------------------------------------------------------------ statistics and log

@@ -384,6 +384,41 @@ class SlowStopRobot(FileLogRobot):
         super().stop()
 
 
+class SignalInSendRobot(FileLogRobot):
+    """Its third send() logs the send, then sends its own process SIGTERM and returns 0.2 s later: a stop signal
+    that lands inside the adapter after the command went out (and, with ``hang=True``, a send that never returns
+    until a second signal)."""
+
+    name = "signal-in-send"
+    hang = False
+
+    def __init__(self):
+        super().__init__()
+        self.sends = 0
+
+    def send(self, command):
+        import os
+        import signal
+
+        sent = super().send(command)
+        self.sends += 1
+        if self.sends == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+            t0 = time.monotonic()
+            while self.hang or time.monotonic() - t0 < 0.2:  # the handler runs in here
+                time.sleep(0.01)
+                if self.hang and time.monotonic() - t0 > 60:
+                    break
+        return sent
+
+
+class HangingSendRobot(SignalInSendRobot):
+    """As :class:`SignalInSendRobot`, but its third send() then hangs (at most a minute)."""
+
+    name = "hanging-send"
+    hang = True
+
+
 class HangingCloseCamera(RedDotCamera):
     """Its close() never returns (until RELEASE, at most a minute)."""
 

@@ -661,6 +661,35 @@ def test_a_second_signal_during_a_slow_stop_does_not_cut_it_short(tmp_path):
     assert _hidden(tmp_path) == []
 
 
+def test_a_signal_inside_the_adapters_send_keeps_that_commands_row(tmp_path):
+    """CI failed now and then: a stop signal that landed inside the adapter's send(), after the command went out,
+    lost that tick's ticks.csv row (3 rows for 4 sends). Now the first signal is held until send() returns, and a
+    second one still interrupts a send() that hangs."""
+    import signal
+
+    cases = {name: _start(tmp_path, name, "deploy", "deploy_fakes:RedDotCamera", f"deploy_fakes:{name}")
+             for name in ("SignalInSendRobot", "HangingSendRobot")}
+    proc, log, _ = cases["HangingSendRobot"]
+    _wait_for(log, "send", 3, proc)
+    time.sleep(0.5)  # the first signal is held while send() hangs
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    for name, (proc, log, out) in cases.items():
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + signal.SIGTERM, err
+        assert err.strip().splitlines()[-1] == "graspsim deploy: interrupted (SIGTERM)", err
+        ev = _events(log)
+        assert ev.count("send") == 3 and _after_last_send(ev) == ["stop", "close"], ev
+        s = _summary(out)
+        assert s["ended"] == "interrupted" and s["signal"] == "SIGTERM"
+        if name == "SignalInSendRobot":  # the command went out and send() returned: its row is there
+            assert len(_rows(out / "ticks.csv")) == 3 == s["ticks"]
+        else:  # send() never returned: the second signal interrupted it, and its tick has no row
+            assert "SIGINT arrived while a command was being sent, after SIGTERM: interrupting it" in err, err
+            assert len(_rows(out / "ticks.csv")) == 2
+    assert _hidden(tmp_path) == []
+
+
 def test_a_full_disk_is_refused_up_front_and_a_failed_write_names_its_file(tmp_path, capsys, monkeypatch):
     """Clean but poor: a full disk passed the writability probe, and the failed write named no file."""
     import errno

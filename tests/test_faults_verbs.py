@@ -702,6 +702,33 @@ def test_a_stop_signal_python_discards_in_a_finalizer_is_delivered_again():
         interrupts.uninstall()
 
 
+def test_a_loose_shield_holds_the_first_signal_and_yields_to_the_second():
+    """``shielded(firm=False)`` (the deploy loop's send): the first signal waits for the block's end, a second one
+    interrupts it, unless a firm block encloses it."""
+    from graspsim import interrupts
+
+    def signal_and_wait(sig) -> None:
+        os.kill(os.getpid(), sig)
+        time.sleep(0.05)  # the handler runs here
+
+    assert interrupts.install()
+    try:
+        with pytest.raises(interrupts.Stopped) as e:
+            with interrupts.shielded("a test's send", firm=False):
+                signal_and_wait(signal.SIGTERM)
+                assert interrupts.requested() == signal.SIGTERM  # held: no exception yet
+                signal_and_wait(signal.SIGINT)
+                raise AssertionError("the second signal did not interrupt the block")
+        assert e.value.signum == signal.SIGTERM and interrupts.taken() == signal.SIGTERM
+        with interrupts.shielded("a test's stop"):
+            with interrupts.shielded("a test's send", firm=False):
+                signal_and_wait(signal.SIGTERM)
+                signal_and_wait(signal.SIGINT)  # held: the firm block outside decides
+        assert interrupts.drain_held() == [signal.SIGINT] and interrupts.taken() == signal.SIGTERM
+    finally:
+        interrupts.uninstall()
+
+
 def test_every_verb_loop_checks_the_stop_flag(tmp_path, capsys):
     """Item 3: a stop signal whose exception never reached the verb (held, or discarded) still ends eval-sim at its
     next step: the rollout driver checks the flag (as the training loops, record and deploy do)."""
