@@ -250,7 +250,8 @@ def open_robot(name: str, world: SimWorld | None = None, wrist: bool = False, pe
         from .so101 import So101Config, So101Robot
 
         kw = {} if sim is None else {"max_speed": float(sim.max_speed), "max_yaw_rate": float(sim.max_yaw_rate),
-                                     "max_wrist_yaw": float(sim.max_wrist_yaw), "finger_speed": float(sim.finger_speed)}
+                                     "max_wrist_yaw": float(sim.max_wrist_yaw), "finger_speed": float(sim.finger_speed),
+                                     "open_gap": float(sim.open_width)}
         return So101Robot(so101 if so101 is not None else So101Config(), period=period, **kw)
     if name in SIM_ROBOTS:
         if world is None or world.backend != name:

@@ -210,7 +210,9 @@ class So101Robot(Robot):
     far the wrist may turn from its start either way, as in the simulator (whose nets keep asking to turn at its limit;
     unlimited, the IK's yaw target would run past the wrist's reach); ``finger_speed`` (m/s of pad gap): how fast the
     jaw's target moves towards closed or open, as in the simulator (LeRobot's gripper limit alone would let it jump
-    by ``max_gripper_step`` a tick, twice as fast as the nets were trained with). ``sleep``: waits between the steps
+    by ``max_gripper_step`` a tick, twice as fast as the nets were trained with); ``open_gap`` (m): the pad gap of
+    the open jaw, the trained embodiment's ``open_width`` (5 cm for ``so101``; the gap senses are fractions of it, as
+    in the simulator). ``sleep``: waits between the steps
     of the homing move (tests pass a no-op)."""
 
     name = "so101"
@@ -219,7 +221,8 @@ class So101Robot(Robot):
     """The simulator embodiment a control net must have been trained for (deploy refuses others)."""
 
     def __init__(self, cfg: So101Config, *, period: float = 0.1, max_speed: float = 0.1, max_yaw_rate: float = 1.5,
-                 max_wrist_yaw: float = 1.6, finger_speed: float = 0.2, follower=None, kinematics=None,
+                 max_wrist_yaw: float = 1.6, finger_speed: float = 0.2, open_gap: float = 0.05, follower=None,
+                 kinematics=None,
                  sleep=time.sleep):
         self.cfg = cfg
         self.period = float(period)
@@ -245,7 +248,7 @@ class So101Robot(Robot):
 
         self.kin = kinematics if kinematics is not None else So101Kinematics()
         self.ik = CartesianIK(self.kin, dt=self.period, max_speed=max_speed, max_yaw_rate=max_yaw_rate,
-                              workspace=cfg.workspace, max_height=cfg.max_height)
+                              workspace=cfg.workspace, max_height=cfg.max_height, open_gap=open_gap)
         self.max_speed, self.max_yaw_rate = float(max_speed), float(max_yaw_rate)
         self.max_wrist_yaw = float(max_wrist_yaw)
         if not (math.isfinite(self.max_wrist_yaw) and self.max_wrist_yaw > 0):

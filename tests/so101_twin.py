@@ -766,7 +766,7 @@ def driver_vs_backend(sim, vision, policy, episodes: int, out, seed: int = 0, sc
             robot = backend_twin_robot(twin_config(sim, port, out / "calibration"), world,
                                        kinematics=So101Kinematics(), max_speed=sim.max_speed,
                                        max_yaw_rate=sim.max_yaw_rate, max_wrist_yaw=sim.max_wrist_yaw,
-                                       finger_speed=sim.finger_speed)
+                                       finger_speed=sim.finger_speed, open_gap=sim.open_width)
             ctl = Controller(PrivilegedScript(world)) if scripted else None
             try:
                 driver = deploy(DeployConfig(camera="lerobot:twin", robot="dry-run", out=out / "driver", **common),
