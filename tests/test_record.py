@@ -11,7 +11,8 @@ import torch
 
 from graspsim.runtime import RuntimeConfig
 from graspsim.vision.checkpoint import TRAINING_ONLY, load_checkpoint
-from graspsim.vision.record import ship
+from graspsim.vision.checkpoint import save_checkpoint
+from graspsim.vision.record import recalibrate, ship
 from graspsim.vision.train import TrainVisionConfig, train_vision
 
 from frame_sets import TINY
@@ -103,3 +104,50 @@ def test_ship_leaves_the_old_net_and_record_when_the_new_net_cannot_be_loaded(tm
         ship(net, s1, [{"run": s1, "command": "a"}], chosen_on={})
     assert net.read_bytes() == b"old net" and net.with_suffix(".json").read_text() == "{}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["net.json", "net.pt"]
+
+
+def test_recalibrate_ships_a_new_operating_point_and_adds_it_to_the_record(tmp_path, two_stages):
+    s1, _ = two_stages
+    net = tmp_path / "net.pt"
+    ship(net, s1, [{"run": s1, "command": "graspsim train-vision --steps 3"}], chosen_on={"rule": "first"})
+    old = json.loads(net.with_suffix(".json").read_text())
+    ck = load_checkpoint(net)
+    calibrated = tmp_path / "cal.pt"
+    save_checkpoint(calibrated, {**{k: v for k, v in ck.items() if k not in ("kind", "format_version")},
+                                 "threshold": 0.7, "peak_threshold": 0.99, "one_region": True,
+                                 "calibration": {"max_fp_images": 0.025, "after": {"iou": 0.5}}})
+    test = tmp_path / "metrics.json"
+    by_kind = {"sphere": {"iou": 0.6, "recall": 0.7, "ci95": {}, "meets_targets": False}}
+    test.write_text(json.dumps({"iou": 0.61, "recall": 0.71, "threshold": 0.7, "peak_threshold": 0.99,
+                                "one_region": True, "per_frame": [1, 2], "by_kind": by_kind}))
+
+    other = tmp_path / "other.pt"  # other weights: refused, nothing written
+    weights = {k: v + 1 if v.is_floating_point() else v for k, v in ck["model"].items()}
+    save_checkpoint(other, {**{k: v for k, v in ck.items() if k not in ("kind", "format_version")}, "model": weights,
+                            "calibration": {}})
+    wrong_point = tmp_path / "wrong.json"
+    wrong_point.write_text(json.dumps({"threshold": 0.5, "peak_threshold": 0.99, "one_region": True}))
+    kw = dict(command="graspsim calibrate --max-fp-images 0.025", chosen_on={"rule": "val IoU"},
+              test_command="graspsim eval-real ...")
+    for cal, metrics, match in [(other, test, "does not hold the weights"), (net, test, "has no calibration record"),
+                                (calibrated, wrong_point, r"measured at .*\(0\.5, 0\.99, True\)")]:
+        with pytest.raises(ValueError, match=match):
+            recalibrate(net, cal, test=metrics, **kw)
+        assert json.loads(net.with_suffix(".json").read_text()) == old and load_checkpoint(net)["threshold"] == ck["threshold"]
+
+    record = recalibrate(net, calibrated, test=test, **kw)
+    shipped = load_checkpoint(net)
+    assert (shipped["threshold"], shipped["peak_threshold"], shipped["one_region"]) == (0.7, 0.99, True)
+    assert shipped["metrics"]["transfer_test"] == record["transfer_test"] and shipped["metrics"]["threshold"] == 0.7
+    assert shipped["metrics"]["recalibrated_from"] == {"threshold": ck["threshold"], "peak_threshold": ck["peak_threshold"]}
+    assert json.loads(net.with_suffix(".json").read_text()) == json.loads(json.dumps(record, default=str))
+    assert [st["command"] for st in record["stages"]] == ["graspsim train-vision --steps 3", kw["command"]]
+    assert record["command"] == "graspsim train-vision --steps 3, then " + kw["command"]
+    assert (record["threshold"], record["peak_threshold"], record["chosen_on"]) == (0.7, 0.99, {"rule": "val IoU"})
+    assert record["transfer_test"] == {"iou": 0.61, "recall": 0.71, "threshold": 0.7}
+    assert record["transfer_test_by_kind"] == {"sphere": {"iou": 0.6, "recall": 0.7, "meets_targets": False}}
+    assert record["transfer_val"] == {"iou": 0.5} and record["operating_point"]["calibration"]["max_fp_images"] == 0.025
+    assert record["replaced"]["command"] == old["command"] and record["replaced"]["threshold"] == old["threshold"]
+    assert "test" not in record and record["replaced"]["test"]["iou"] == old["test"]["iou"]  # the old point's numbers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.pt", "metrics.json", "net.json", "net.pt", "other.pt",
+                                                          "wrong.json"]

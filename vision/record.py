@@ -6,7 +6,8 @@ A net trained in stages (``train-vision``, then ``train-vision --init`` from tha
 order; each stage that has a run folder on this machine reads its seed, steps, seconds and init learning rate from
 that folder, and a stage whose folder is gone (an earlier session's) is given as the dict an older record stored.
 The last stage's run folder is the net shipped. A maintainer's tool, used from Python when a net is shipped
-(``vision/assets/README.md``).
+(``vision/assets/README.md``). :func:`recalibrate` ships a new operating point for the same weights (the output of
+``graspsim calibrate``) and adds that step to the record.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import subprocess
 from pathlib import Path
 from typing import Any, Sequence
 
+import torch
+
 from graspsim.fileio import atomic_write_text, check_in_file
 
-from .checkpoint import deployable_payload, save_checkpoint
+from .checkpoint import deployable_payload, load_checkpoint, save_checkpoint
 from .infer import Segmenter, vision_mflop_per_frame
 
 METRIC_KEYS = ("iou", "precision", "recall", "false_positive_image_rate")
@@ -147,3 +150,75 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
     }
     atomic_write_text(old_record, json.dumps(record, indent=2, default=str) + "\n")
     return record
+
+
+def recalibrate(net: str | os.PathLike, calibrated: str | os.PathLike, *, command: str, chosen_on: dict,
+                test: str | os.PathLike, test_command: str) -> dict:
+    """Ship ``calibrated`` (``graspsim calibrate``'s output for the shipped ``net``: the same weights, a new pixel
+    threshold and frame gate) over ``net`` and update its record: ``command`` becomes a stage of its own, the
+    operating point is the calibration's, the transfer-test numbers are those of ``test`` (the ``metrics.json`` of
+    ``eval-real`` on the transfer test set, run as ``test_command`` with the calibrated net), ``chosen_on`` replaces
+    the rule, and the record before becomes ``replaced`` (the numbers measured only at the old point, such as the
+    composite test, are kept there and not carried over). Returns the record.
+
+    ValueError when ``calibrated`` is not ``net`` recalibrated (other weights or configuration, no calibration) or
+    ``test`` was measured on another checkpoint or at another operating point. Everything is checked before anything
+    is written; the net goes through a temporary file and the record is written last."""
+    net, calibrated, test = Path(net), Path(calibrated), Path(test)
+    record_path = net.with_suffix(".json")
+    old = json.loads(check_in_file(record_path, "recalibrate: net", what="record").read_text())
+    shipped, new = load_checkpoint(net), load_checkpoint(calibrated)
+    if "calibration" not in new:
+        raise ValueError(f"recalibrate: {calibrated} has no calibration record; give the file graspsim calibrate wrote")
+    same = (shipped["model"].keys() == new["model"].keys() and shipped["config"] == new["config"]
+            and all(torch.equal(shipped["model"][k], new["model"][k]) for k in shipped["model"]))
+    if not same:
+        raise ValueError(f"recalibrate: {calibrated} does not hold the weights and training config of {net}")
+    metrics = json.loads(check_in_file(test, "recalibrate: test", what="eval-real metrics file").read_text())
+    point = (new["threshold"], new.get("peak_threshold", 0.0), bool(new.get("one_region", False)))
+    measured = (metrics.get("threshold"), metrics.get("peak_threshold"), bool(metrics.get("one_region", False)))
+    if measured != point:
+        raise ValueError(f"recalibrate: {test} was measured at threshold, frame gate, one region {measured}, but "
+                         f"{calibrated} has {point}")
+    test_set = {k: v for k, v in metrics.items() if k in _SET_KEYS}
+    by_kind = {kind: {k: v for k, v in m.items() if k in _KIND_KEYS} for kind, m in (metrics.get("by_kind") or {}).items()}
+    payload = {k: v for k, v in new.items() if k not in ("kind", "format_version")}
+    # the checkpoint's own metrics describe its operating point: the new one's numbers replace the old ones', and what
+    # was measured only at the old point (the test breakdown, validation per kind) is dropped
+    kept = {k: v for k, v in (payload.get("metrics") or {}).items()
+            if k not in ("transfer_test_breakdown", "transfer_val_by_kind")}
+    payload["metrics"] = {**kept, "threshold": point[0], "peak_threshold": point[1], "one_region": point[2],
+                          "transfer_test": test_set, "transfer_test_by_kind": by_kind,
+                          "transfer_val": new["calibration"].get("after"),
+                          "recalibrated_from": {"threshold": shipped["threshold"],
+                                                "peak_threshold": shipped.get("peak_threshold", 0.0)}}
+    tmp = net.with_name(net.name + ".shipping")
+    try:
+        save_checkpoint(tmp, payload)
+        os.replace(tmp, net)
+    finally:
+        tmp.unlink(missing_ok=True)
+    stages = [*old.get("stages", [{"command": old.get("command", "")}]),
+              {"command": command, "threshold": point[0], "peak_threshold": point[1],
+               "note": "a new operating point for the same weights, chosen on validation"}]
+    stale = ("test", "transfer_test_breakdown")  # measured at the old point only; ``replaced`` keeps their summary
+    record = {**{k: v for k, v in old.items() if k not in stale}, "command": ", then ".join(st["command"] for st in stages), "stages": stages,
+              "git_commit": _git_commit(), "threshold": point[0], "peak_threshold": point[1], "one_region": point[2],
+              "chosen_on": chosen_on,
+              "operating_point": {"chosen_on": ["transfer val (graspsim calibrate)"],
+                                  "calibration": new["calibration"]},
+              "transfer_val": new["calibration"].get("after"),
+              "transfer_test": test_set, "transfer_test_by_kind": by_kind,
+              "transfer_test_command": test_command,
+              "replaced": _summary(old)}
+    atomic_write_text(record_path, json.dumps(record, indent=2, default=str) + "\n")
+    return record
+
+
+_SET_KEYS = ("precision", "recall", "iou", "f1", "false_positive_image_rate", "num_images", "num_target_images",
+             "num_empty_images", "false_positive_images", "tp_pixels", "fp_pixels", "fn_pixels", "threshold",
+             "min_pixels")
+"""The keys of a set's summary that a record keeps (as train-vision's ``metrics.json`` has them)."""
+_KIND_KEYS = ("iou", "precision", "recall", "false_positive_image_rate", "num_target_images", "num_empty_images",
+              "meets_targets")
+"""The keys of a target kind's row that a record keeps."""
