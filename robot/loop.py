@@ -386,12 +386,8 @@ def guard_workspace(d: Decision, tcp: np.ndarray | None, box, period: float) -> 
 
 def send(robot, guard: Callable, command: np.ndarray) -> np.ndarray:
     """Execute ``command`` (4 float32, 5 with the wrist); returns what the adapter says it sent (as wide; the command
-    if it says nothing; checked by :func:`check_sent`). A first stop signal during the adapter's ``send()`` is held
-    until it returns, so a command that went out always gets its ``ticks.csv`` row; a second one interrupts it (an
-    adapter that hangs there)."""
-    with interrupts.shielded("a command was being sent", firm=False):
-        sent = guard("send", robot.send, command)
-    return check_sent(sent, command, robot)
+    if it says nothing; checked by :func:`check_sent`)."""
+    return check_sent(guard("send", robot.send, command), command, robot)
 
 
 # ------------------------------------------------------------------------------------------ statistics and log
@@ -598,18 +594,22 @@ class TickHooks(Hooks):
         self._frozen(d, age)
         command, stop = guard_workspace(d, getattr(senses, "tcp", None), self.box, self.horizon)
         t2 = self.clock()
-        sent = send(self.robot, self.guard, command)
-        t3 = None
-        try:
-            t3 = self.clock()
-            self.stats.add(self._ms(t0, t1, t2, t3, d), stop, self.ep_stops, t3 - t0,
-                           f"tick {self.tick} of episode {self.episode}")
-        finally:  # the command went out: its ticks.csv row is written even when a stop signal lands meanwhile
-            with interrupts.shielded("writing the row of the command just sent"):
-                t3 = self.clock() if t3 is None else t3
-                image = self.log.record_frame(frame, self.episode, self.tick)
-                self.log.add(tick_row(self.episode, self.tick, image, age, gripper, d, command, sent, stop,
-                                      self._ms(t0, t1, t2, t3, d)))
+        # A first stop signal from here on waits until the command's ticks.csv row is written (it ends the run at
+        # the next tick's check): one that landed inside the adapter's send(), after the command went out, used to
+        # lose the row. A second signal still interrupts a send() that hangs.
+        with interrupts.shielded("a command was being sent", firm=False):
+            sent = send(self.robot, self.guard, command)
+            t3 = None
+            try:
+                t3 = self.clock()
+                self.stats.add(self._ms(t0, t1, t2, t3, d), stop, self.ep_stops, t3 - t0,
+                               f"tick {self.tick} of episode {self.episode}")
+            finally:  # the command went out: its row is written even when a second signal lands meanwhile
+                with interrupts.shielded("writing the row of the command just sent"):
+                    t3 = self.clock() if t3 is None else t3
+                    image = self.log.record_frame(frame, self.episode, self.tick)
+                    self.log.add(tick_row(self.episode, self.tick, image, age, gripper, d, command, sent, stop,
+                                          self._ms(t0, t1, t2, t3, d)))
         self.tick += 1
         return torch.from_numpy(sent[None].astype(np.float32))
 
