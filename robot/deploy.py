@@ -524,12 +524,14 @@ def _run(cfg: DeployConfig, out: Path, camera, robot, ctl: Controller, tick_log:
 
 def _run_episodes(env: RobotEnv, seeds: list[int], hooks: TickHooks, robot) -> tuple[str, BaseException | None]:
     """The episodes through the rollout driver; returns how the run ended early ("" = it did not: camera_ended,
-    interrupted, error) and the error to raise once the outputs are written. Every early end stops the robot first."""
+    interrupted, error) and the error to raise once the outputs are written. Every early end stops the robot first.
+    An episode that ends early counts the ticks whose command went out and was logged (``hooks.tick``: its
+    ``ticks.csv`` rows), not the driver's steps, which a signal could interrupt between the two."""
     try:
         run_episodes(env, seeds, hooks)
     except EndOfStream as e:
         note = stop_first(robot)
-        hooks.close_episode("camera_ended", False, env.ticks)
+        hooks.close_episode("camera_ended", False, hooks.tick)
         if not hooks.stats.times["tick"]:  # not a single tick: the run did nothing, which is no success
             return "error", DeployError(f"{hooks.reader.who} gave no frame: its source ended before the first tick "
                                         f"({e}); {note}")
@@ -539,20 +541,20 @@ def _run_episodes(env: RobotEnv, seeds: list[int], hooks: TickHooks, robot) -> t
         note = stop_first(robot)  # shielded: a second signal does not cut it short
         signum = interrupts.taken()
         log.warning("interrupted%s: %s", f" ({interrupts.signal_name(signum)})" if signum else "", note)
-        hooks.close_episode("interrupted", False, env.ticks)
+        hooks.close_episode("interrupted", False, hooks.tick)
         hooks.signal = interrupts.signal_name(signum) if signum else "SIGINT"
         return "interrupted", e
     except DeployError as e:
         note = stop_first(robot)
-        hooks.close_episode("error", False, env.ticks)
+        hooks.close_episode("error", False, hooks.tick)
         return "error", DeployError(f"{e}; {note}")
     except (ValueError, OSError) as e:  # e.g. a controller's refusal: reported like an adapter fault
         note = stop_first(robot)
-        hooks.close_episode("error", False, env.ticks)
+        hooks.close_episode("error", False, hooks.tick)
         return "error", DeployError(f"{e}; {note}")
     except Exception as e:  # our own bug: stop the arm first, keep the summary, then let it surface (traceback)
         log.error("%s: %s; %s", type(e).__name__, e, stop_first(robot))
-        hooks.close_episode("error", False, env.ticks)
+        hooks.close_episode("error", False, hooks.tick)
         return "error", e
     except BaseException:
         stop_first(robot)
