@@ -594,9 +594,10 @@ class TickHooks(Hooks):
         self._frozen(d, age)
         command, stop = guard_workspace(d, getattr(senses, "tcp", None), self.box, self.horizon)
         t2 = self.clock()
-        # A first stop signal from here on waits until the command's ticks.csv row is written (it ends the run at
-        # the next tick's check): one that landed inside the adapter's send(), after the command went out, used to
-        # lose the row. A second signal still interrupts a send() that hangs.
+        # A first stop signal from here on waits until the command's ticks.csv row is written (then it ends the
+        # run): one that landed inside the adapter's send() used to cut the call short wherever it was (after the
+        # command went out, the row was lost; inside a driver's transaction, the bus could be left mid-exchange).
+        # A second signal still interrupts a send() that hangs.
         with interrupts.shielded("a command was being sent", firm=False):
             sent = send(self.robot, self.guard, command)
             t3 = None
@@ -611,6 +612,7 @@ class TickHooks(Hooks):
                     self.log.add(tick_row(self.episode, self.tick, image, age, gripper, d, command, sent, stop,
                                           self._ms(t0, t1, t2, t3, d)))
         self.tick += 1
+        interrupts.check()  # a signal held since send() ends the run now, before the adapter is asked anything else
         return torch.from_numpy(sent[None].astype(np.float32))
 
     @staticmethod

@@ -189,6 +189,9 @@ def _check_run(out: Path, plan: Plan, kind: str, raised: BaseException) -> int:
         raise AssertionError(f"{kind}: the run ended before its fault: {raised}; capture ms "
                              f"{s['latency_ms']['capture']}, load average {s['load_average']}, events {ev[-10:]}")
     after = ev[ev.index("fault") + 1:]
+    if kind in SIGNAL_FAULTS:  # a signal inside send(): the command under way goes out (and gets its row), then
+        assert after[:1] == ["send"], (kind, ev[-10:])  # the stop, before anything else
+        after = after[1:]
     assert after and after[0] == "stop", (kind, ev[-10:])  # stop() before anything else
     assert "send" not in after  # and no command after the fault
     s = json.loads((out / "summary.json").read_text())
