@@ -123,13 +123,10 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
         for d in places:
             d["init"] = init_as
 
-    tmp = net.with_name(net.name + ".shipping")
-    try:
-        save_checkpoint(tmp, payload)
-        mflop = vision_mflop_per_frame(Segmenter.from_checkpoint(tmp, precision="fp32"), payload["image_size"])
-        os.replace(tmp, net)
-    finally:
-        tmp.unlink(missing_ok=True)
+    def cost(tmp: Path) -> float:  # loading the written file back is the check that it can be used
+        return vision_mflop_per_frame(Segmenter.from_checkpoint(tmp, precision="fp32"), payload["image_size"])
+
+    mflop = _write_net(net, payload, cost)
     record = {
         "command": ", then ".join(s["command"] for s in filled),
         "stages": filled,
@@ -152,6 +149,20 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
     return record
 
 
+def _write_net(net: Path, payload: dict, check=None):
+    """Write ``payload`` as the vision checkpoint ``net`` through a temporary file beside it, which ``check`` (a
+    callable of its path, or None) reads first; the file is moved over ``net`` only when ``check`` returns. Returns
+    what ``check`` returned."""
+    tmp = net.with_name(net.name + ".shipping")
+    try:
+        save_checkpoint(tmp, payload)
+        out = check(tmp) if check is not None else None
+        os.replace(tmp, net)
+        return out
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def recalibrate(net: str | os.PathLike, calibrated: str | os.PathLike, *, command: str, chosen_on: dict,
                 test: str | os.PathLike, test_command: str) -> dict:
     """Ship ``calibrated`` (``graspsim calibrate``'s output for the shipped ``net``: the same weights, a new pixel
@@ -167,7 +178,7 @@ def recalibrate(net: str | os.PathLike, calibrated: str | os.PathLike, *, comman
     net, calibrated, test = Path(net), Path(calibrated), Path(test)
     record_path = net.with_suffix(".json")
     old = json.loads(check_in_file(record_path, "recalibrate: net", what="record").read_text())
-    shipped, new = load_checkpoint(net), load_checkpoint(calibrated)
+    shipped, new = load_checkpoint(net), deployable_payload(calibrated)
     if "calibration" not in new:
         raise ValueError(f"recalibrate: {calibrated} has no calibration record; give the file graspsim calibrate wrote")
     same = (shipped["model"].keys() == new["model"].keys() and shipped["config"] == new["config"]
@@ -181,29 +192,25 @@ def recalibrate(net: str | os.PathLike, calibrated: str | os.PathLike, *, comman
         raise ValueError(f"recalibrate: {test} was measured at threshold, frame gate, one region {measured}, but "
                          f"{calibrated} has {point}")
     test_set = {k: v for k, v in metrics.items() if k in _SET_KEYS}
-    by_kind = {kind: {k: v for k, v in m.items() if k in _KIND_KEYS} for kind, m in (metrics.get("by_kind") or {}).items()}
-    payload = {k: v for k, v in new.items() if k not in ("kind", "format_version")}
+    by_kind = {kind: {k: v for k, v in m.items() if k in _KIND_KEYS}
+               for kind, m in (metrics.get("by_kind") or {}).items()}
     # the checkpoint's own metrics describe its operating point: the new one's numbers replace the old ones', and what
     # was measured only at the old point (the test breakdown, validation per kind) is dropped
-    kept = {k: v for k, v in (payload.get("metrics") or {}).items()
+    kept = {k: v for k, v in (new.get("metrics") or {}).items()
             if k not in ("transfer_test_breakdown", "transfer_val_by_kind")}
-    payload["metrics"] = {**kept, "threshold": point[0], "peak_threshold": point[1], "one_region": point[2],
-                          "transfer_test": test_set, "transfer_test_by_kind": by_kind,
-                          "transfer_val": new["calibration"].get("after"),
-                          "recalibrated_from": {"threshold": shipped["threshold"],
-                                                "peak_threshold": shipped.get("peak_threshold", 0.0)}}
-    tmp = net.with_name(net.name + ".shipping")
-    try:
-        save_checkpoint(tmp, payload)
-        os.replace(tmp, net)
-    finally:
-        tmp.unlink(missing_ok=True)
+    new["metrics"] = {**kept, "threshold": point[0], "peak_threshold": point[1], "one_region": point[2],
+                      "transfer_test": test_set, "transfer_test_by_kind": by_kind,
+                      "transfer_val": new["calibration"].get("after"),
+                      "recalibrated_from": {"threshold": shipped["threshold"],
+                                            "peak_threshold": shipped.get("peak_threshold", 0.0)}}
+    _write_net(net, new)
     stages = [*old.get("stages", [{"command": old.get("command", "")}]),
               {"command": command, "threshold": point[0], "peak_threshold": point[1],
                "note": "a new operating point for the same weights, chosen on validation"}]
     stale = ("test", "transfer_test_breakdown")  # measured at the old point only; ``replaced`` keeps their summary
-    record = {**{k: v for k, v in old.items() if k not in stale}, "command": ", then ".join(st["command"] for st in stages), "stages": stages,
-              "git_commit": _git_commit(), "threshold": point[0], "peak_threshold": point[1], "one_region": point[2],
+    record = {**{k: v for k, v in old.items() if k not in stale},
+              "command": ", then ".join(st["command"] for st in stages), "stages": stages, "git_commit": _git_commit(),
+              "threshold": point[0], "peak_threshold": point[1], "one_region": point[2],
               "chosen_on": chosen_on,
               "operating_point": {"chosen_on": ["transfer val (graspsim calibrate)"],
                                   "calibration": new["calibration"]},
