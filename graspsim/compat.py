@@ -164,6 +164,7 @@ ADDED_SETTINGS: dict[str, dict[str, Added]] = {
         "real": Added([], FORMAT_HORIZON), "real_fraction": Added(0.5, FORMAT_HORIZON),
         "model.recentre": Added(0, FORMAT_HORIZON),
         "extra_backgrounds": Added([], FORMAT_HORIZON),  # issue 53: more training photo folders
+        "ema_decay": Added(0.0, FORMAT_HORIZON),  # issue 53: the weight average
     },
     "dagger": {
         # the wrist (spheres only before it: no wrist, so its rate limit never acted) and the fingertip senses

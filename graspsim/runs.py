@@ -54,7 +54,7 @@ METRICS_NAME = "metrics.json"
 METRICS_CSV_NAME = "metrics.csv"
 CHECKPOINTS_DIR = "checkpoints"
 """Folder of an iterating run's resumable per-iteration checkpoints (:func:`iteration_checkpoint`)."""
-TRAINING_ONLY = ("optimizer", "scheduler", "generator_state", "generator_states")
+TRAINING_ONLY = ("optimizer", "scheduler", "generator_state", "generator_states", "raw_model", "ema_updates")
 """Checkpoint entries that only resuming training needs; deployable checkpoints leave them out."""
 
 

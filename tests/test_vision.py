@@ -885,6 +885,47 @@ def test_short_training_improves_val_loss_and_resumes(tmp_path):
     assert seg.threshold == m["threshold"] and seg.mirror_tta and m["mirror_tta"]  # the default is on
 
 
+def test_the_weight_average_is_what_a_run_validates_saves_and_resumes(tmp_path):
+    """--ema-decay: the checkpoint's ``model`` is the moving average (d * average + (1 - d) * weights after every step,
+    the first step copied), the optimizer's weights are ``raw_model`` for --resume only, and a resumed run ends where
+    an uninterrupted one does."""
+    from graspsim.vision.checkpoint import deployable_payload
+    from graspsim.vision.train import _Training, train_vision
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    d = 0.75  # the average's rule, on a net whose weights are set by hand
+    net = SegNet(TINY)
+    run = _Training(net, None, None, False, 0, 0.0, None, [],
+                    AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(d), use_buffers=True))
+    w = net.head.weight if hasattr(net, "head") else next(net.parameters())
+    expected = None
+    for value in (1.0, 3.0, -2.0):
+        with torch.no_grad():
+            w.fill_(value)
+        run.update_average()
+        expected = value if expected is None else d * expected + (1 - d) * value
+    averaged = dict(run.net.named_parameters())[[k for k, p in net.named_parameters() if p is w][0]]
+    assert torch.allclose(averaged, torch.full_like(w, expected)) and run.net is not net
+
+    kw = dict(batch_size=4, val_every=2, ckpt_every=2, n_val=8, n_test=8, lr=1e-2, model=TINY, transfer=None,
+              operating_point="composite", sim=SimConfig(image_size=32), ema_decay=0.5,
+              runtime=RuntimeConfig(threads=1, progress=False))
+    train_vision(TrainVisionConfig(out=tmp_path / "a", steps=4, **kw))
+    ckpt = load_checkpoint(tmp_path / "a" / "checkpoint.pt")
+    assert ckpt["ema_updates"] == 4 and ckpt["raw_model"].keys() == ckpt["model"].keys()
+    assert any(not torch.equal(ckpt["model"][k], ckpt["raw_model"][k]) for k in ckpt["model"])
+    assert "raw_model" not in deployable_payload(tmp_path / "a" / "checkpoint.pt")
+    train_vision(TrainVisionConfig(out=tmp_path / "b", steps=2, **kw))
+    train_vision(TrainVisionConfig(out=tmp_path / "b", steps=4, resume=True, **kw))
+    resumed = load_checkpoint(tmp_path / "b" / "checkpoint.pt")
+    assert resumed["ema_updates"] == 4
+    for key in ("model", "raw_model"):
+        for k, v in ckpt[key].items():
+            assert torch.allclose(resumed[key][k].float(), v.float(), atol=1e-5), (key, k)
+    with pytest.raises(ValueError, match="ema_decay"):
+        TrainVisionConfig(out=tmp_path / "c", ema_decay=1.0)
+
+
 def test_a_run_folder_of_the_old_default_net_resumes_as_that_net(tmp_path):
     """A train-vision folder written when the U-Net was the default (before issue 40) resumes as the U-Net when the
     request holds today's default net; another net is refused by the one resume rule."""

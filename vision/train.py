@@ -11,6 +11,11 @@ and on the transfer ``test/`` set, so the reported numbers are not tuned on them
 Run folder ``out/``: ``checkpoint.pt`` (model + optimizer + config, every ``ckpt_every`` steps, atomic),
 ``config.json``, ``metrics.json`` (final), ``tb/`` (TensorBoard scalars ``loss/*``, ``val/*``, ``charts/*``).
 
+With ``--ema-decay`` (e.g. 0.999) the run keeps an exponential moving average of the weights and BatchNorm statistics
+(``torch.optim.swa_utils.AveragedModel``), updated after every optimizer step. The average is what is validated,
+calibrated, tested and saved as the checkpoint's ``model``; the optimizer's own weights are saved as ``raw_model``
+(with ``ema_updates``) for ``--resume`` only, and deployable copies drop them.
+
 Under ``torchrun`` (:mod:`graspsim.distributed`) the net trains data-parallel (DDP): every process draws its own
 ``batch_size`` composites from its own data stream (rank 0 from ``seed``, rank r > 0 from
 :func:`graspsim.distributed.rank_seed`), gradients are averaged over the processes, so every rank takes the same optimizer step and
@@ -33,6 +38,7 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from graspsim import compat, distributed, interrupts, runs
 from graspsim.fileio import atomic_write_bytes, check_out_dir
@@ -336,6 +342,18 @@ class _Training:
     """The ``fine_tune`` record (``--init`` / ``--real``), or None."""
     history: list[dict]
     """Validation rows (step, loss, iou, precision, recall) so far."""
+    ema: AveragedModel | None = None
+    """The moving average of the weights (``--ema-decay``), or None."""
+
+    @property
+    def net(self) -> SegNet:
+        """The weights the run validates, tests and saves as ``model``: the moving average's, or the optimizer's."""
+        return self.ema.module if self.ema is not None else self.model
+
+    def update_average(self) -> None:
+        """Fold the optimizer's weights into the moving average (after every step; no-op without one)."""
+        if self.ema is not None:
+            self.ema.update_parameters(self.model)
 
 
 def _start_training(cfg: TrainVisionConfig, real: RealFrames | None, ckpt_path: Path, dev: torch.device,
@@ -347,6 +365,8 @@ def _start_training(cfg: TrainVisionConfig, real: RealFrames | None, ckpt_path: 
     fine_tune = None if cfg.resume else _start_from_init(model, cfg, real)
     gen.manual_seed(distributed.rank_seed(data_seed(cfg.seed), ctx.rank))
     run = _Training(model, opt, gen, bf16, start=0, train_seconds=0.0, fine_tune=fine_tune, history=[])
+    if cfg.ema_decay > 0:  # a copy of the (initial) weights, averaged from the first step on
+        run.ema = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(cfg.ema_decay), use_buffers=True)
     if not cfg.resume:
         return run
     ckpt = load_checkpoint(ckpt_path, map_location=dev)
@@ -360,7 +380,12 @@ def _start_training(cfg: TrainVisionConfig, real: RealFrames | None, ckpt_path: 
         raise ValueError(f"--resume: {ckpt_path} was written by {stored_world} process(es), this run has "
                          f"{ctx.world_size}; each process continues its own data stream, so resume with "
                          f"--nproc-per-node {stored_world} (or start a new run folder)")
-    model.load_state_dict(ckpt["model"])
+    if run.ema is not None:  # "model" holds the average; the optimizer's weights are "raw_model"
+        model.load_state_dict(ckpt["raw_model"])
+        run.ema.module.load_state_dict(ckpt["model"])
+        run.ema.n_averaged.fill_(int(ckpt["ema_updates"]))
+    else:
+        model.load_state_dict(ckpt["model"])
     run.fine_tune = ckpt.get("fine_tune")
     opt.load_state_dict(ckpt["optimizer"])
     gen.set_state(ckpt.get("generator_states", [ckpt["generator_state"]])[ctx.rank])
@@ -442,7 +467,7 @@ def _train_loop(cfg: TrainVisionConfig, run: _Training, net: torch.nn.Module, in
     val_summary: dict = {}
     threshold = 0.5
     if run.start == 0 and validator is not None:
-        run.history.append(_history_row(0, validator(run.model, 0, run.bf16)))
+        run.history.append(_history_row(0, validator(run.net, 0, run.bf16)))
     run.model.train()
     layers = None
     t_start = time.perf_counter()
@@ -461,7 +486,7 @@ def _train_loop(cfg: TrainVisionConfig, run: _Training, net: torch.nn.Module, in
                 validator.writer.add_scalar("loss/train", float(loss), done)
                 validator.writer.add_scalar("charts/lr", run.opt.param_groups[0]["lr"], done)
             if done % cfg.val_every == 0 or done == cfg.steps:
-                val_summary = validator(run.model, done, run.bf16)
+                val_summary = validator(run.net, done, run.bf16)
                 threshold = val_summary["best_threshold"]
                 run.history.append(_history_row(done, val_summary))
                 bar.update(task, info=f"loss {float(loss):.3f} val iou@0.5 {val_summary['iou']:.3f}")
@@ -490,6 +515,7 @@ def _step(cfg: TrainVisionConfig, run: _Training, net: torch.nn.Module, inputs: 
                                       with_frames=bool(cfg.model.crop))
     soft = inputs.teacher(x, run.bf16) if inputs.teacher is not None else None
     loss = train_step(net, run.opt, x, mask, cfg, run.bf16, step, soft, tuple(frames) or None)
+    run.update_average()
     return loss, layers
 
 
@@ -514,8 +540,10 @@ def _save(path: Path, cfg: TrainVisionConfig, run: _Training, probe: Tensor, ste
     if not ctx.is_main:
         return
     extra = {"world_size": ctx.world_size, "generator_states": states} if ctx.distributed else {}
+    if run.ema is not None:
+        extra.update(raw_model=run.model.state_dict(), ema_updates=int(run.ema.n_averaged))
     save_checkpoint(path, {**extra,
-        "model": run.model.state_dict(), "optimizer": run.opt.state_dict(), "model_config": dataclasses.asdict(cfg.model),
+        "model": run.net.state_dict(), "optimizer": run.opt.state_dict(), "model_config": dataclasses.asdict(cfg.model),
         "config": cfg.to_dict(), "step": step, "threshold": threshold, "peak_threshold": peak,
         "image_size": cfg.sim.image_size, "mirror_tta": cfg.mirror_tta,
         **({"fine_tune": run.fine_tune} if run.fine_tune else {}),
@@ -531,7 +559,7 @@ def _final_evaluation(cfg: TrainVisionConfig, run: _Training, inputs: _Inputs, v
     ``cfg.test_seed``) and the transfer ``test/`` set. Returns (the first part of the metrics dict: ``test``, ``val``,
     ``threshold``, ``peak_threshold``, ``operating_point``, transfer results, ``mirror_tta``, ``steps``; the test
     metrics per background photo); closes the TensorBoard writer."""
-    model, bf16, transfer, writer = run.model, run.bf16, inputs.transfer, validator.writer
+    model, bf16, transfer, writer = run.net, run.bf16, inputs.transfer, validator.writer
     if not val_summary or "composite" not in validator.last_probs:
         val_summary = validator(model, steps_done, bf16)
     chooser = {"composite": ["composite"], "transfer": ["transfer"], "both": ["composite", "transfer"]}[cfg.operating_point]

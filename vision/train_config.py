@@ -68,6 +68,11 @@ class TrainVisionConfig:
     """Peak learning rate (AdamW; linear warm-up over 3% of steps, then cosine decay to 5%)."""
     weight_decay: float = 1e-4
     """AdamW weight decay."""
+    ema_decay: float = 0.0
+    """Keep an exponential moving average of the weights (and BatchNorm statistics) with this decay per step, e.g.
+    0.999 (an average over about the last 1,000 steps; ``torch.optim.swa_utils.AveragedModel``). Validation, the
+    operating point, the tests and the checkpoint's ``model`` are then the average's; the optimizer's own weights are
+    kept in the checkpoint only for --resume. 0 turns it off."""
     dice_weight: float = 1.0
     """Weight of the soft-Dice (Tversky) term added to the pixel BCE loss."""
     pos_weight: float = 1.0
@@ -216,6 +221,9 @@ class TrainVisionConfig:
             hint = f" (e.g. --patch {(self.patch // m + 1) * m})" if isinstance(self.patch, int) and self.patch > 0 else ""
             raise ValueError(f"TrainVisionConfig.patch must be 0 or a positive multiple of the net's stride {m} "
                              f"(model.multiple); got {self.patch!r}{hint}")
+        if not (isinstance(self.ema_decay, (int, float)) and 0.0 <= self.ema_decay < 1.0):
+            raise ValueError(f"TrainVisionConfig.ema_decay must be in [0, 1) (0 = no weight average, e.g. 0.999); "
+                             f"got {self.ema_decay!r}")
         for name in ("tversky_beta", "patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
                      "min_precision", "max_fp_image_rate", "transfer_min_precision", "transfer_max_fp_image_rate"):
             probability(owner, name, getattr(self, name))
