@@ -116,3 +116,50 @@ def test_calibrate_bad_input_errors(tmp_path, capsys):
         with pytest.raises(ValueError, match=next(iter(bad))):
             CalibrateConfig(images=root / "images", **{**kw, **bad})
     assert not (tmp_path / "o.pt").exists()
+
+
+def test_calibrate_on_several_folders_holds_the_limits_on_each(tmp_path, capsys):
+    """--images A B: each folder is a set that must meet the limits; the record keeps each folder's counts and
+    metrics, which eval-real on that folder reproduces at the written point."""
+    from graspsim.cli import main
+
+    ck = _checkpoint(tmp_path / "net.pt")
+    a = _frames(tmp_path / "a", n_target=12, n_free=6, seed=1)
+    b = _frames(tmp_path / "b", n_target=14, n_free=5, seed=2)
+    out = tmp_path / "cal.pt"
+    code = main(["calibrate", "--vision", str(ck), "--images", str(a / "images"), str(b / "images"), "--out", str(out),
+                 "--min-precision", "0.5", "--max-fp-images", "0.2", "--precision", "fp32"])
+    assert code == 0, capsys.readouterr().err
+    c = load_checkpoint(out)
+    rec = c["calibration"]
+    assert rec["folder"] == [str((a / "images").resolve()), str((b / "images").resolve())]
+    assert rec["masks"] == [str((a / "masks").resolve()), str((b / "masks").resolve())]
+    assert (rec["n_frames"], rec["n_target"], rec["n_target_free"]) == (37, 26, 11)
+    assert [p["n_frames"] for p in rec["by_folder"]] == [18, 19]
+    assert rec["after"]["num_empty_images"] == 11 and rec["after"]["threshold"] == c["threshold"]
+    for root, part in zip((a, b), rec["by_folder"]):
+        m = evaluate_real(EvalRealConfig(images=root / "images", masks=root / "masks", vision=out,
+                                         out=tmp_path / f"ev_{root.name}", precision="fp32"))
+        for k in ("precision", "recall", "iou", "false_positive_images"):
+            want = part["after"][k]
+            assert (m[k] != m[k]) if want is None else m[k] == pytest.approx(want, abs=1e-9)
+        fp, precision = part["after"]["false_positive_image_rate"], part["after"]["precision"]
+        held = fp is not None and fp <= 0.2 and precision is not None and precision >= 0.5
+        assert part["constraints_met"] is held
+    assert rec["constraints_met"] is all(p["constraints_met"] for p in rec["by_folder"])
+    # the same folder alone gives the single-folder record (strings, no by_folder)
+    one = calibrate(CalibrateConfig(vision=ck, images=(a / "images",), out=tmp_path / "one.pt", min_precision=0.5,
+                                    max_fp_images=0.2, precision="fp32"))
+    assert one["folder"] == str((a / "images").resolve()) and "by_folder" not in one
+    # errors name the folder, and nothing is written
+    small = _frames(tmp_path / "small", n_target=12, n_free=2)
+    with pytest.raises(ValueError, match=r"small.*2 target-free frames and needs at least 5"):
+        calibrate(CalibrateConfig(vision=ck, images=(a / "images", small / "images"), out=tmp_path / "o.pt",
+                                  min_precision=0.5, max_fp_images=0.2))
+    with pytest.raises(ValueError, match=r"1 mask folder\(s\) for 2 --images"):
+        CalibrateConfig(vision=ck, images=(a / "images", b / "images"), masks=(a / "masks",), out=tmp_path / "o.pt")
+    big = _frames(tmp_path / "big", n_target=12, n_free=6, size=40)
+    with pytest.raises(ValueError, match="different sizes"):
+        calibrate(CalibrateConfig(vision=ck, images=(a / "images", big / "images"), out=tmp_path / "o.pt",
+                                  min_precision=0.5, max_fp_images=0.2))
+    assert not (tmp_path / "o.pt").exists()

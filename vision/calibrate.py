@@ -18,6 +18,13 @@ The output checkpoint is the input's deployable part (no optimizer state) with t
 ``n_target_free``, ``min_precision``, ``max_fp_images``, ``min_pixels``, ``chosen_at`` (UTC time), ``source``
 (the input checkpoint), ``before`` / ``after`` (the metrics on these frames at the old and the new point) and
 ``constraints_met``. Score frames you did **not** calibrate on with ``eval-real`` before you trust the numbers.
+
+**Several folders** (``--images A B ...``, e.g. one recording session per table): every folder is a set of its own
+that must meet both limits (the worst folder decides), and among the pairs that do, the best mean F1 over the folders
+wins (:func:`graspsim.vision.metrics.choose_thresholds_on`). So a folder of easy tables cannot buy false positives on a
+folder of hard ones, as pooling their frames would. Each folder must be large enough on its own. The record then
+holds lists in ``folder`` and ``masks``, the totals in ``n_*``, the pooled ``before`` / ``after``, and ``by_folder``
+(each folder's counts and ``before`` / ``after``); ``constraints_met`` asks every folder.
 """
 
 from __future__ import annotations
@@ -58,12 +65,14 @@ class CalibrateConfig:
 
     vision: Path
     """Vision checkpoint to calibrate (written by train-vision, or the shipped vision/assets/segnet.pt)."""
-    images: Path
-    """Folder of your labelled tuning frames (PNG/JPEG, one size). Keep the frames you report on out of it."""
+    images: tuple[Path, ...]
+    """Folder(s) of your labelled tuning frames (PNG/JPEG, one size). Keep the frames you report on out of them.
+    Several folders: the limits must hold on each (module docstring)."""
     out: Path
     """Where to write the calibrated checkpoint (a file). An existing file is refused unless --overwrite is given."""
-    masks: Optional[Path] = None
-    """Folder of binary masks with the images' stems (all-zero = target-free frame); default: masks/ beside --images."""
+    masks: tuple[Path, ...] = ()
+    """Folder(s) of binary masks with the images' stems (all-zero = target-free frame), one per --images folder in
+    the same order; default: masks/ beside each --images folder."""
     min_precision: float = 0.93
     """The chosen pair must reach at least this pooled pixel precision on the frames (dropped when no pair does)."""
     max_fp_images: float = 0.03
@@ -85,6 +94,15 @@ class CalibrateConfig:
     on one process and draws no bar)."""
 
     def __post_init__(self) -> None:
+        for name in ("images", "masks"):  # one folder may be given as a path (Python callers, older configs)
+            v = getattr(self, name)
+            object.__setattr__(self, name, () if v is None else (Path(v),) if isinstance(v, (str, os.PathLike))
+                               else tuple(Path(x) for x in v))
+        if not self.images:
+            raise ValueError("CalibrateConfig.images: give at least one folder of labelled frames")
+        if self.masks and len(self.masks) != len(self.images):
+            raise ValueError(f"CalibrateConfig.masks: {len(self.masks)} mask folder(s) for {len(self.images)} --images "
+                             "folder(s); give one per images folder, in the same order, or none (masks/ beside each)")
         for name in ("min_precision", "max_fp_images"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v < 1.0:
@@ -174,49 +192,84 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     ``calibration`` record stored in it (module docstring). Every input is checked before anything is written."""
     out = _check_out(cfg)
     ckpt = load_checkpoint(cfg.vision)  # refuses missing, corrupt and control checkpoints
+    masks = cfg.masks or (None,) * len(cfg.images)
     with cfg.runtime.job("calibrate"):  # sets --threads; one process does the whole set
         seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.runtime.device, precision=cfg.precision)
-        frames = load_labelled(cfg.images, cfg.masks)
-        check_enough(frames, cfg.min_precision, cfg.max_fp_images)
-        probs = probabilities(seg, frames.rgb)
-    mask = frames.mask
+        sets = [load_labelled(images, m) for images, m in zip(cfg.images, masks)]
+        for frames in sets:  # every folder is checked before any is scored
+            check_enough(frames, cfg.min_precision, cfg.max_fp_images)
+        if len({tuple(f.rgb.shape[-2:]) for f in sets}) > 1:
+            raise ValueError("the --images folders hold frames of different sizes ("
+                             + ", ".join(f"{f.folder}: {f.rgb.shape[-1]}x{f.rgb.shape[-2]}" for f in sets)
+                             + "); calibrate on one camera resolution at a time")
+        probs = [probabilities(seg, f.rgb) for f in sets]
     one_region = seg.one_region if cfg.one_region is None else cfg.one_region
-    threshold, peak = choose_thresholds_on([(probs, mask)], cfg.max_fp_images, cfg.min_precision, cfg.min_pixels,
-                                           PEAKS if cfg.frame_gate else (0.0,), one_region)
-    before = _summary(probs, mask, seg.threshold, seg.peak_threshold, cfg.min_pixels, seg.one_region)
-    after = _summary(probs, mask, threshold, peak, cfg.min_pixels, one_region)
-    met = (after["false_positive_image_rate"] is not None and after["false_positive_image_rate"] <= cfg.max_fp_images
-           and after["precision"] is not None and after["precision"] >= cfg.min_precision)
-    record = {
-        "folder": str(Path(cfg.images).resolve()),
-        "masks": str(Path(cfg.masks).resolve()) if cfg.masks is not None else str(Path(cfg.images).resolve().parent / "masks"),
-        "n_frames": len(frames), "n_target": frames.n_target, "n_target_free": frames.n_target_free,
-        "frame_size": list(frames.rgb.shape[-2:]),
+    threshold, peak = choose_thresholds_on([(p, f.mask) for p, f in zip(probs, sets)], cfg.max_fp_images,
+                                           cfg.min_precision, cfg.min_pixels, PEAKS if cfg.frame_gate else (0.0,),
+                                           one_region)
+    parts = [_folder_record(p, f, m, seg, threshold, peak, one_region, cfg) for p, f, m in zip(probs, sets, masks)]
+    record = parts[0] if len(parts) == 1 else {
+        "folder": [r["folder"] for r in parts], "masks": [r["masks"] for r in parts],
+        **{k: sum(r[k] for r in parts) for k in ("n_frames", "n_target", "n_target_free")},
+        "frame_size": parts[0]["frame_size"],
+        "before": _summary(torch.cat(probs), torch.cat([f.mask for f in sets]), seg.threshold, seg.peak_threshold,
+                           cfg.min_pixels, seg.one_region),
+        "after": _summary(torch.cat(probs), torch.cat([f.mask for f in sets]), threshold, peak, cfg.min_pixels,
+                          one_region),
+        "constraints_met": all(r["constraints_met"] for r in parts),
+        "by_folder": [{k: r[k] for k in ("folder", "n_frames", "n_target", "n_target_free", "before", "after",
+                                         "constraints_met")} for r in parts],
+    }
+    record.update({
         "min_precision": cfg.min_precision, "max_fp_images": cfg.max_fp_images, "min_pixels": cfg.min_pixels,
         "chosen_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "source": str(Path(cfg.vision).resolve()), "inference_dtype": "bfloat16" if seg.bf16 else "float32",
-        "before": before, "after": after, "constraints_met": bool(met),
-    }
+    })
+    before, after, met = record["before"], record["after"], record["constraints_met"]
     payload = {k: v for k, v in runs.deployable(ckpt).items() if k not in ("kind", "format_version")}
     payload.update(threshold=threshold, peak_threshold=peak, one_region=one_region, calibration=record)
     save_checkpoint(out, payload)
-    se = math.sqrt(cfg.max_fp_images * (1 - cfg.max_fp_images) / frames.n_target_free)
+    fewest_free = min(f.n_target_free for f in sets)
+    se = math.sqrt(cfg.max_fp_images * (1 - cfg.max_fp_images) / fewest_free)
     log.info("calibrated on %d frames (%d with the target, %d target-free) of %s: threshold %.2f, frame gate %s, "
-             "one region %s (was %.2f, %s, %s)", len(frames), frames.n_target, frames.n_target_free, cfg.images,
-             threshold, f"{peak:g}" if peak else "off", "on" if one_region else "off", seg.threshold,
-             f"{seg.peak_threshold:g}" if seg.peak_threshold else "off", "on" if seg.one_region else "off")
+             "one region %s (was %.2f, %s, %s)", record["n_frames"], record["n_target"], record["n_target_free"],
+             ", ".join(str(i) for i in cfg.images), threshold, f"{peak:g}" if peak else "off",
+             "on" if one_region else "off", seg.threshold, f"{seg.peak_threshold:g}" if seg.peak_threshold else "off",
+             "on" if seg.one_region else "off")
     for name, m in (("before", before), ("after", after)):
         log.info("  %s: precision %s recall %s iou %s fp-images %d of %d", name, _f(m["precision"]), _f(m["recall"]),
                  _f(m["iou"]), m["false_positive_images"], m["num_empty_images"])
+    if len(parts) > 1:
+        for r in parts:
+            m = r["after"]
+            log.info("  after, %s: precision %s recall %s iou %s fp-images %d of %d", r["folder"], _f(m["precision"]),
+                     _f(m["recall"]), _f(m["iou"]), m["false_positive_images"], m["num_empty_images"])
     log.info("a false-positive image rate of %.0f%% measured on %d target-free frames is uncertain by about +-%.1f "
              "points (one standard error); check on frames you did not calibrate on (eval-real)",
-             100 * cfg.max_fp_images, frames.n_target_free, 100 * se)
+             100 * cfg.max_fp_images, fewest_free, 100 * se)
     if not met:
         log.warning("no operating point meets precision >= %g and false-positive images <= %g on these frames; the "
                     "closest was written (constraints_met: false). Consider fine-tuning on your frames "
                     "(train-vision --init %s --real ...)", cfg.min_precision, cfg.max_fp_images, cfg.vision)
     log.info("wrote %s", out)
     return record
+
+
+def _folder_record(probs: Tensor, frames: LabelledFrames, masks: Path | None, seg: Segmenter, threshold: float,
+                   peak: float, one_region: bool, cfg: CalibrateConfig) -> dict:
+    """One folder's part of the ``calibration`` record: where its frames are, their counts, and the metrics at the
+    input's point (``before``) and at the chosen one (``after``), with whether both limits hold there."""
+    after = _summary(probs, frames.mask, threshold, peak, cfg.min_pixels, one_region)
+    met = (after["false_positive_image_rate"] is not None and after["false_positive_image_rate"] <= cfg.max_fp_images
+           and after["precision"] is not None and after["precision"] >= cfg.min_precision)
+    images = Path(frames.folder).resolve()
+    return {
+        "folder": str(images), "masks": str(Path(masks).resolve()) if masks is not None else str(images.parent / "masks"),
+        "n_frames": len(frames), "n_target": frames.n_target, "n_target_free": frames.n_target_free,
+        "frame_size": list(frames.rgb.shape[-2:]),
+        "before": _summary(probs, frames.mask, seg.threshold, seg.peak_threshold, cfg.min_pixels, seg.one_region),
+        "after": after, "constraints_met": bool(met),
+    }
 
 
 def _f(v) -> str:
