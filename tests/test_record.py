@@ -127,10 +127,14 @@ def test_recalibrate_ships_a_new_operating_point_and_adds_it_to_the_record(tmp_p
                             "calibration": {}})
     wrong_point = tmp_path / "wrong.json"
     wrong_point.write_text(json.dumps({"threshold": 0.5, "peak_threshold": 0.99, "one_region": True}))
+    corrupt = tmp_path / "corrupt.json"  # cut off while written
+    corrupt.write_text('{"iou": 0.61, "thre')
     kw = dict(command="graspsim calibrate --max-fp-images 0.025", chosen_on={"rule": "val IoU"},
               test_command="graspsim eval-real ...")
     for cal, metrics, match in [(other, test, "does not hold the weights"), (net, test, "has no calibration record"),
-                                (calibrated, wrong_point, r"measured at .*\(0\.5, 0\.99, True\)")]:
+                                (calibrated, wrong_point, r"measured at .*\(0\.5, 0\.99, True\)"),
+                                (calibrated, corrupt, r"recalibrate: test: .*corrupt\.json is not a readable "
+                                                      r"eval-real metrics file")]:
         with pytest.raises(ValueError, match=match):
             recalibrate(net, cal, test=metrics, **kw)
         assert json.loads(net.with_suffix(".json").read_text()) == old and load_checkpoint(net)["threshold"] == ck["threshold"]
@@ -149,5 +153,5 @@ def test_recalibrate_ships_a_new_operating_point_and_adds_it_to_the_record(tmp_p
     assert record["transfer_val"] == {"iou": 0.5} and record["operating_point"]["calibration"]["max_fp_images"] == 0.025
     assert record["replaced"]["command"] == old["command"] and record["replaced"]["threshold"] == old["threshold"]
     assert "test" not in record and record["replaced"]["test"]["iou"] == old["test"]["iou"]  # the old point's numbers
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.pt", "metrics.json", "net.json", "net.pt", "other.pt",
-                                                          "wrong.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.pt", "corrupt.json", "metrics.json", "net.json", "net.pt",
+                                                          "other.pt", "wrong.json"]

@@ -33,13 +33,26 @@ FROM_METRICS = ("test", "transfer_test", "transfer_val", "transfer_test_by_kind"
 """Keys copied from the last stage's ``metrics.json`` when the run wrote them."""
 
 
+def _read_json(path: Path, label: str, what: str) -> dict:
+    """The JSON object in ``path``: FileNotFoundError when missing, ValueError naming the file when it is not a
+    readable JSON object (a half-written or hand-edited file)."""
+    path = check_in_file(path, label, what=what)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{label}: {path} is not a readable {what} ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{label}: {path} is not a {what} (a JSON object)")
+    return data
+
+
 def stage_from_run(run: str | os.PathLike, command: str, **notes: Any) -> dict:
     """One stage of a record from its run folder ``run``: the ``command`` given, and the run's seed, steps, training
     seconds, operating point (threshold, frame gate) and (for a ``--init`` run) init learning rate; ``notes`` are added
     as they are."""
     run = Path(run)
-    config = json.loads(check_in_file(run / "config.json", f"stage {command!r}", what="run config").read_text())
-    metrics = json.loads(check_in_file(run / "metrics.json", f"stage {command!r}", what="run metrics file").read_text())
+    config = _read_json(run / "config.json", f"stage {command!r}", "run config")
+    metrics = _read_json(run / "metrics.json", f"stage {command!r}", "run metrics file")
     stage = {"command": command, "seed": config.get("seed"), "steps": config.get("init_steps") if config.get("init")
              else config.get("steps"), "train_seconds": metrics.get("train_seconds"),
              "threshold": metrics.get("threshold"), "peak_threshold": metrics.get("peak_threshold")}
@@ -109,10 +122,10 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
         raise ValueError(f"ship: the net to write must be a .pt path; got {net}")
     _check_stages(stages, run)
     check_in_file(run / "checkpoint.pt", "ship: run", what="checkpoint")
-    metrics = json.loads(check_in_file(run / "metrics.json", "ship: run", what="run metrics file").read_text())
+    metrics = _read_json(run / "metrics.json", "ship: run", "run metrics file")
     filled = [stage_from_run(**s) if "run" in s else dict(s) for s in stages]
     old_record = net.with_suffix(".json")
-    replaced = _summary(json.loads(old_record.read_text())) if old_record.exists() else None
+    replaced = _summary(_read_json(old_record, "ship: the net's", "record")) if old_record.exists() else None
     payload = deployable_payload(run / "checkpoint.pt")
     if init_as is not None:
         places = [d for d in (payload.get("config"), payload.get("fine_tune"), (payload.get("metrics") or {}).get("fine_tune"))
@@ -177,7 +190,7 @@ def recalibrate(net: str | os.PathLike, calibrated: str | os.PathLike, *, comman
     is written; the net goes through a temporary file and the record is written last."""
     net, calibrated, test = Path(net), Path(calibrated), Path(test)
     record_path = net.with_suffix(".json")
-    old = json.loads(check_in_file(record_path, "recalibrate: net", what="record").read_text())
+    old = _read_json(record_path, "recalibrate: net", "record")
     shipped, new = load_checkpoint(net), deployable_payload(calibrated)
     if "calibration" not in new:
         raise ValueError(f"recalibrate: {calibrated} has no calibration record; give the file graspsim calibrate wrote")
@@ -185,7 +198,7 @@ def recalibrate(net: str | os.PathLike, calibrated: str | os.PathLike, *, comman
             and all(torch.equal(shipped["model"][k], new["model"][k]) for k in shipped["model"]))
     if not same:
         raise ValueError(f"recalibrate: {calibrated} does not hold the weights and training config of {net}")
-    metrics = json.loads(check_in_file(test, "recalibrate: test", what="eval-real metrics file").read_text())
+    metrics = _read_json(test, "recalibrate: test", "eval-real metrics file")
     point = (new["threshold"], new.get("peak_threshold", 0.0), bool(new.get("one_region", False)))
     measured = (metrics.get("threshold"), metrics.get("peak_threshold"), bool(metrics.get("one_region", False)))
     if measured != point:
