@@ -179,6 +179,9 @@ def test_test_photos_are_new():
     test = digests("test")
     assert 8 <= len(test) <= 12
     assert not set(test) & (set(digests("train")) | set(digests("val")))
+    # the SO-101 nets' second validation folder (data/transfer_so101/val_extra): photos of no other split
+    extra = digests("val_extra")
+    assert len(extra) == 31 and not set(extra) & (set(test) | set(digests("train")) | set(digests("val")))
 
 
 @pytest.mark.parametrize("split,seed", [("val", 11), ("test", 23)])
