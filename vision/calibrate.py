@@ -208,18 +208,8 @@ def calibrate(cfg: CalibrateConfig) -> dict:
                                            cfg.min_precision, cfg.min_pixels, PEAKS if cfg.frame_gate else (0.0,),
                                            one_region)
     parts = [_folder_record(p, f, m, seg, threshold, peak, one_region, cfg) for p, f, m in zip(probs, sets, masks)]
-    record = parts[0] if len(parts) == 1 else {
-        "folder": [r["folder"] for r in parts], "masks": [r["masks"] for r in parts],
-        **{k: sum(r[k] for r in parts) for k in ("n_frames", "n_target", "n_target_free")},
-        "frame_size": parts[0]["frame_size"],
-        "before": _summary(torch.cat(probs), torch.cat([f.mask for f in sets]), seg.threshold, seg.peak_threshold,
-                           cfg.min_pixels, seg.one_region),
-        "after": _summary(torch.cat(probs), torch.cat([f.mask for f in sets]), threshold, peak, cfg.min_pixels,
-                          one_region),
-        "constraints_met": all(r["constraints_met"] for r in parts),
-        "by_folder": [{k: r[k] for k in ("folder", "n_frames", "n_target", "n_target_free", "before", "after",
-                                         "constraints_met")} for r in parts],
-    }
+    record = parts[0] if len(parts) == 1 else _pooled_record(parts, torch.cat(probs), torch.cat([f.mask for f in sets]),
+                                                             seg, threshold, peak, one_region, cfg)
     record.update({
         "min_precision": cfg.min_precision, "max_fp_images": cfg.max_fp_images, "min_pixels": cfg.min_pixels,
         "chosen_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -269,6 +259,22 @@ def _folder_record(probs: Tensor, frames: LabelledFrames, masks: Path | None, se
         "frame_size": list(frames.rgb.shape[-2:]),
         "before": _summary(probs, frames.mask, seg.threshold, seg.peak_threshold, cfg.min_pixels, seg.one_region),
         "after": after, "constraints_met": bool(met),
+    }
+
+
+def _pooled_record(parts: list[dict], probs: Tensor, mask: Tensor, seg: Segmenter, threshold: float, peak: float,
+                   one_region: bool, cfg: CalibrateConfig) -> dict:
+    """The ``calibration`` record of several folders: their places and summed counts, the metrics of all their frames
+    together (``probs`` / ``mask`` concatenated) before and after, and each folder's own part (``by_folder``)."""
+    return {
+        "folder": [r["folder"] for r in parts], "masks": [r["masks"] for r in parts],
+        **{k: sum(r[k] for r in parts) for k in ("n_frames", "n_target", "n_target_free")},
+        "frame_size": parts[0]["frame_size"],
+        "before": _summary(probs, mask, seg.threshold, seg.peak_threshold, cfg.min_pixels, seg.one_region),
+        "after": _summary(probs, mask, threshold, peak, cfg.min_pixels, one_region),
+        "constraints_met": all(r["constraints_met"] for r in parts),
+        "by_folder": [{k: r[k] for k in ("folder", "n_frames", "n_target", "n_target_free", "before", "after",
+                                         "constraints_met")} for r in parts],
     }
 
 
