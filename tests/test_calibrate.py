@@ -156,6 +156,8 @@ def test_calibrate_on_several_folders_holds_the_limits_on_each(tmp_path, capsys)
     with pytest.raises(ValueError, match=r"small.*2 target-free frames and needs at least 5"):
         calibrate(CalibrateConfig(vision=ck, images=(a / "images", small / "images"), out=tmp_path / "o.pt",
                                   min_precision=0.5, max_fp_images=0.2))
+    with pytest.raises(ValueError, match=r"images/? is given twice"):
+        CalibrateConfig(vision=ck, images=(a / "images", a / "images" / "."), out=tmp_path / "o.pt")
     with pytest.raises(ValueError, match=r"1 mask folder\(s\) for 2 --images"):
         CalibrateConfig(vision=ck, images=(a / "images", b / "images"), masks=(a / "masks",), out=tmp_path / "o.pt")
     big = _frames(tmp_path / "big", n_target=12, n_free=6, size=40)

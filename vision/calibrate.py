@@ -100,6 +100,13 @@ class CalibrateConfig:
                                else tuple(Path(x) for x in v))
         if not self.images:
             raise ValueError("CalibrateConfig.images: give at least one folder of labelled frames")
+        seen: dict[Path, Path] = {}
+        for folder in self.images:  # a folder named twice would count its frames twice
+            if folder.resolve() in seen:
+                first = seen[folder.resolve()]
+                also = "" if first == folder else f" (as {first} too)"
+                raise ValueError(f"CalibrateConfig.images: {folder} is given twice{also}; name each folder once")
+            seen[folder.resolve()] = folder
         if self.masks and len(self.masks) != len(self.images):
             raise ValueError(f"CalibrateConfig.masks: {len(self.masks)} mask folder(s) for {len(self.images)} --images "
                              "folder(s); give one per images folder, in the same order, or none (masks/ beside each)")
