@@ -165,6 +165,7 @@ ADDED_SETTINGS: dict[str, dict[str, Added]] = {
         "model.recentre": Added(0, FORMAT_HORIZON),
         "extra_backgrounds": Added([], FORMAT_HORIZON),  # issue 53: more training photo folders
         "ema_decay": Added(0.0, FORMAT_HORIZON),  # issue 53: the weight average
+        "compose.supersample": Added(1, FORMAT_HORIZON),  # issue 53: anti-aliased composites
     },
     "dagger": {
         # the wrist (spheres only before it: no wrist, so its rate limit never acted) and the fingertip senses

@@ -15,11 +15,13 @@ cube is turned square to the pads. With spheres alone the composites are exactly
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from graspsim import SimConfig, render, sample_scenes
@@ -63,6 +65,12 @@ class ComposeConfig:
     objects alike, so the net sees targets in shade. Unused (no random draws) for the floating gripper."""
     arm_shadow_darkness: Range = (0.3, 0.85)
     """Fraction of light the arm's shadow removes (uniform; a lamp's shadow keeps the room's ambient light)."""
+    supersample: int = 1
+    """Render the layers at this many times the image size and average each ``s x s`` block down: an object's edge
+    pixels blend its colour with the photo by their covered area (as a camera's pixels integrate light, and as
+    multi-sample renderers such as MuJoCo's transfer sets draw them), and a pixel is in the mask when the target
+    covers at least half of it. 1 (the default) draws one sample per pixel, the mask by the pixel centre, with the
+    same random draws. Costs about ``s^2`` times the render time."""
 
     def __post_init__(self) -> None:
         lo, hi = self.height
@@ -70,6 +78,8 @@ class ComposeConfig:
             raise ValueError(f"ComposeConfig.height must satisfy 0 <= low <= high <= 0.35; got {self.height!r}")
         for n in ("view_margin", "empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob", "arm_shadow_prob"):
             probability("ComposeConfig", n, getattr(self, n))
+        if not (isinstance(self.supersample, int) and 1 <= self.supersample <= 4):
+            raise ValueError(f"ComposeConfig.supersample must be an integer in 1..4; got {self.supersample!r}")
         if self.empty_prob + self.held_prob > 1.0:
             raise ValueError("ComposeConfig.empty_prob + held_prob must be <= 1")
         for n in ("gain", "channel_gain"):
@@ -102,7 +112,8 @@ class Composite:
 class Layers:
     """Rendered object layers before compositing: ``color`` B,3,H,W float (whole frame for sim frames),
     ``alpha``/``mask`` B,H,W bool, ``kind`` and ``target_kind`` B int64 (as in :class:`Composite`),
-    ``blur``/``noise`` B."""
+    ``blur``/``noise`` B; ``coverage`` B,H,W float in [0, 1], the share of each pixel the objects cover, when the
+    layer was supersampled (:attr:`ComposeConfig.supersample`), else None (``alpha``'s hard edges)."""
 
     color: Tensor
     alpha: Tensor
@@ -111,6 +122,7 @@ class Layers:
     blur: Tensor
     noise: Tensor
     target_kind: Tensor
+    coverage: Tensor | None = None
 
 
 def _u(lo: float, hi: float, shape, g: torch.Generator, device) -> Tensor:
@@ -210,6 +222,26 @@ def arm_shadow(n: int, size: int, ccfg: ComposeConfig, g: torch.Generator, devic
     return 1.0 - (on.float() * dark)[:, None, None] * inside
 
 
+def _render_down(state, cfg: SimConfig, s: int, *, table: bool, shadows: bool | None):
+    """Render ``state`` (B scenes) with ``render(post=False)`` at ``s`` times ``cfg.image_size`` and average each
+    ``s x s`` block down. Returns (color B,3,H,W float, mask B,H,W bool, alpha B,H,W bool, coverage B,H,W float or
+    None). With ``table=False`` the colour is the objects' own (their covered samples' mean) and ``coverage`` the
+    share of the pixel they cover; a fully rendered frame (``table=True``) averages every sample. The mask is the
+    target covering at least half of the pixel, ``alpha`` any object in it. ``s == 1``: the renderer's own pixels
+    and no coverage."""
+    if s == 1:
+        out = render(state, cfg, table=table, post=False, shadows=shadows)
+        return out.color, out.mask, out.alpha, None
+    big = render(state.replace(focal=state.focal * s), dataclasses.replace(cfg, image_size=cfg.image_size * s),
+                 table=table, post=False, shadows=shadows)
+    color = F.avg_pool2d(big.color, s)  # background samples are black without a table
+    cover = F.avg_pool2d(big.alpha[:, None].float(), s)[:, 0]
+    mask = F.avg_pool2d(big.mask[:, None].float(), s)[:, 0] >= 0.5
+    if not table:
+        color = color / cover[:, None].clamp_min(1.0 / (s * s))
+    return color, mask, cover > 0, cover  # with a table, coverage is still the objects' share (sim frames ignore it)
+
+
 def match_target_color(bg: Tensor, color: Tensor, mask: Tensor, kind: Tensor, prob: float,
                        g: torch.Generator) -> Tensor:
     """Colour-matched camouflage (a training augmentation). ``bg`` n,3,H,W background crops in [0, 1]; ``color``
@@ -276,18 +308,21 @@ class Composer:
         layer_state = state.replace(tcp_pos=torch.where(use_fingers[:, None], state.tcp_pos, far),
                                     cam_offset=torch.where(use_fingers[:, None], state.cam_offset,
                                                            state.tcp_pos + state.cam_offset - far))
-        layer = render(layer_state, cfg, table=False, post=False, shadows=ccfg.shadows)
-        color, mask, alpha = layer.color, layer.mask, layer.alpha
+        ss = ccfg.supersample
+        color, mask, alpha, cover = _render_down(layer_state, cfg, ss, table=False, shadows=ccfg.shadows)
         if bool(use_sim.any()):
             idx = torch.nonzero(use_sim).flatten()
-            sim = render(state.index(idx), cfg, table=True, post=False)
+            s_color, s_mask, s_alpha, s_cover = _render_down(state.index(idx), cfg, ss, table=True, shadows=None)
             color, mask, alpha = color.clone(), mask.clone(), alpha.clone()
-            color[idx] = sim.color
-            mask[idx] = sim.mask
-            alpha[idx] = sim.alpha
+            color[idx] = s_color
+            mask[idx] = s_mask
+            alpha[idx] = s_alpha
+            if cover is not None:
+                cover = cover.clone()
+                cover[idx] = s_cover
             kind = torch.where(use_sim, torch.full_like(kind, 3), kind)
         return Layers(color=color, alpha=alpha, mask=mask, kind=kind, blur=state.blur, noise=state.image_noise,
-                      target_kind=state.target_kind)
+                      target_kind=state.target_kind, coverage=cover)
 
     def composite(self, layers: Layers, generator: torch.Generator, hflip: bool = False) -> Composite:
         """Put rendered ``layers`` on fresh background crops with fresh photometric jitter and noise. With
@@ -295,19 +330,21 @@ class Composer:
         ccfg, dev, g = self.cfg, self.device, generator
         n = layers.color.shape[0]
         color, alpha, mask = layers.color, layers.alpha, layers.mask
+        cover = alpha.float() if layers.coverage is None else layers.coverage  # n,H,W object coverage
         if hflip:
             flip = torch.rand((n,), generator=g, device=dev) < 0.5
             color = torch.where(flip[:, None, None, None], color.flip(-1), color)
             alpha = torch.where(flip[:, None, None], alpha.flip(-1), alpha)
             mask = torch.where(flip[:, None, None], mask.flip(-1), mask)
+            cover = torch.where(flip[:, None, None], cover.flip(-1), cover)
         bg, bg_index = self.bank.sample_tensor_indexed(n, g, dev)
         if self.color_match_prob > 0:
             bg = match_target_color(bg, color, mask, layers.kind, self.color_match_prob, g)
         bg_index = torch.where(layers.kind == 3, torch.full_like(bg_index, -1), bg_index)
         if self.augment is not None:
-            color, a, bg = augment_layer(color, alpha, mask, bg, layers.kind, self.augment, g)
+            color, a, bg = augment_layer(color, cover, mask, bg, layers.kind, self.augment, g)
         else:
-            a = (alpha | (layers.kind == 3)[:, None, None])[:, None].float()  # sim frames keep their own table
+            a = torch.where((layers.kind == 3)[:, None, None], 1.0, cover)[:, None]  # sim frames keep their own table
         color = color * a + bg * (1.0 - a)
         if self.sim_cfg.body.arm_overhead and ccfg.arm_shadow_prob > 0:
             color = color * arm_shadow(n, color.shape[-1], ccfg, g, dev)[:, None]
