@@ -11,7 +11,8 @@ wrist yaw rate ``wz`` in rad/s. Such a net trained with ``SimConfig.fingertip_pi
 where the fingertips appear in the frame: constants of the camera mount, given once (``fingertip=``, measured as
 docs/deploy.md shows; default the nominal mount) and appended to the robot's 5 senses by :meth:`Controller.decide`.
 
-One decision is: resize the frame to the nets' input size (INTER_AREA when shrinking, as ``eval-real`` does),
+One decision is: resize the frame to the nets' input size (INTER_AREA when shrinking, as ``eval-real`` does; with
+``frame_crop="square"`` its centred square first, for a camera whose training image is a square crop of its sensor),
 segment it (the vision net and its stored threshold and frame gate), run the control net on the mask and the
 gripper senses, then the safety rules that belong to the controller itself:
 
@@ -93,6 +94,22 @@ class Decision:
     stop: str = ""
     times_ms: dict = field(default_factory=dict)
     """``vision`` and ``control`` wall times of this decision (ms)."""
+
+
+FRAME_CROPS = ("stretch", "square")
+"""How :meth:`Controller.decide` fits a camera frame to the nets' square input: ``stretch`` resizes the whole frame
+(as ``eval-real`` does), ``square`` first keeps its centred square (an embodiment whose wrist image is the square
+crop of a wider sensor: the SO-101)."""
+
+
+def square_crop(rgb: np.ndarray) -> np.ndarray:
+    """The centred square of ``rgb`` H,W,C (side ``min(H, W)``; a square frame is returned as it is)."""
+    h, w = rgb.shape[:2]
+    if h == w:
+        return rgb
+    s = min(h, w)
+    y, x = (h - s) // 2, (w - s) // 2
+    return rgb[y:y + s, x:x + s]
 
 
 def resize_frame(rgb: np.ndarray, size: int) -> np.ndarray:
@@ -263,8 +280,12 @@ class Controller:
     (gripper hysteresis, lost-target count): call :meth:`reset` at every episode start."""
 
     def __init__(self, nets, safety: SafetyConfig | None = None, clock: Callable[[], float] = time.perf_counter,
-                 fingertip: Sequence[float] | None = None):
+                 fingertip: Sequence[float] | None = None, frame_crop: str = "stretch"):
         self.nets = nets
+        if frame_crop not in FRAME_CROPS:
+            raise ValueError(f"controller: frame_crop must be one of {', '.join(FRAME_CROPS)}; got {frame_crop!r}")
+        self.frame_crop = frame_crop
+        """How a frame is fitted to the nets' square input (:data:`FRAME_CROPS`); set it before the first decision."""
         self.safety = safety or SafetyConfig()
         self.image_size = int(nets.image_size)
         self.max_speed = float(nets.max_speed)
@@ -348,6 +369,10 @@ class Controller:
             raise ValueError(f"controller: gripper senses must be {self.gripper_dim} finite numbers"
                              + (" (the 3 senses, then sin and cos of the wrist angle)" if self.wrist else "")
                              + f"; got {gripper.tolist()}")
+        if self.frame_crop not in FRAME_CROPS:
+            raise ValueError(f"controller: frame_crop must be one of {', '.join(FRAME_CROPS)}; got {self.frame_crop!r}")
+        if self.frame_crop == "square" and isinstance(rgb, np.ndarray) and rgb.ndim == 3:
+            rgb = square_crop(rgb)
         x = resize_frame(rgb, self.image_size)
         t0 = self._clock()
         mask = self.nets.mask(np.ascontiguousarray(x.transpose(2, 0, 1)[None]))  # 1,S,S bool
@@ -386,5 +411,5 @@ class Controller:
         return Decision(command=command, action=action, mask=mask, visible=visible, stop=stop, times_ms=times)
 
 
-__all__ = ["Controller", "Decision", "OnnxNets", "STOP_REASONS", "SafetyConfig",
-           "TorchNets", "action_from_raw", "check_image_sizes", "load_nets", "mask_from_logits", "resize_frame"]
+__all__ = ["Controller", "Decision", "FRAME_CROPS", "OnnxNets", "STOP_REASONS", "SafetyConfig", "TorchNets",
+           "action_from_raw", "check_image_sizes", "load_nets", "mask_from_logits", "resize_frame", "square_crop"]

@@ -151,9 +151,15 @@ class DeployConfig:
     """The controller's safety rules (gripper hysteresis, lost-target stop)."""
     fingertip: Optional[Tuple[float, float, float, float]] = None
     """For a wrist net with fingertip senses (trained on cubes or cylinders): where the fingertip centre and a point
-    2 cm above it appear in your camera's frame, x0 y0 x1 y1 as fractions of its width and height (docs/deploy.md,
+    2 cm above it appear in your camera's frame (its centred square with --frame-crop square), x0 y0 x1 y1 as
+    fractions of its width and height (docs/deploy.md,
     "Measuring the fingertip points"). None: the adapter's fingertip() if it has one (the simulated robots report their
     scene's), else the nominal mount of the training scenes. Other nets ignore it."""
+    frame_crop: Literal["auto", "stretch", "square"] = "auto"
+    """How a camera frame becomes the nets' square input: 'square' keeps its centred square (for an embodiment whose
+    wrist image is the square crop of a wider sensor, as the SO-101's is), 'stretch' resizes the whole frame; 'auto'
+    takes the embodiment the policy was trained for ('square' for so101, 'stretch' for floating). The fingertip points
+    are fractions of the image after this step."""
     runtime: Runtime = field(default_factory=_deploy_runtime)
     """Device of torch inference (--inference onnx runs on the CPU), torch and onnxruntime intra-op threads (one by
     default: see benchmarks/bench_latency.py), and --progress (one log line per finished episode)."""
@@ -163,7 +169,7 @@ class DeployConfig:
     """Simulator configuration of the sim/bullet world (and the control rate used at --hz 0)."""
     so101: So101Config = field(default_factory=So101Config)
     """The real SO-101 of --robot so101 (LeRobot's driver): --so101.port, --so101.id, --so101.dry-run, --so101.speed
-    (docs/so101.md). Other robots ignore it."""
+    (docs/so101_real_arm.md). Other robots ignore it."""
     threads: tyro.conf.Suppress[Optional[int]] = None
     """Older spelling of runtime.threads (no flag): given, it replaces runtime.threads."""
     progress: tyro.conf.Suppress[Optional[bool]] = None
@@ -376,6 +382,7 @@ def _open_and_run(cfg: DeployConfig, stage: Path, parts: _Parts, controller, rec
     ctl = controller
     if ctl is None:
         ctl = build_controller(cfg, stage)  # checkpoints first: a wrong kind is an error before any hardware moves
+        ctl.frame_crop = frame_crop(cfg)
     check_net_kinds(cfg)
     cam_name, rob_name = str(cfg.camera).strip(), str(cfg.robot).strip()
     if parts.own_robot and rob_name in SIM_ROBOTS:
@@ -402,6 +409,22 @@ def _open_and_run(cfg: DeployConfig, stage: Path, parts: _Parts, controller, rec
         return _run(cfg, stage, parts.camera, robot, ctl, TickLog(wrist=ctl.wrist), parts.reader, ending)
     with recording:  # the recording replaces an earlier one as a whole (--overwrite), also when the run ends early
         return _run(cfg, stage, parts.camera, robot, ctl, TickLog(recording, ctl.wrist), parts.reader, ending)
+
+
+def frame_crop(cfg: DeployConfig) -> str:
+    """``cfg.frame_crop``, with 'auto' resolved from the embodiment the control checkpoint was trained for: 'square'
+    when its wrist image is the square crop of a wider sensor (``Embodiment.sensor_aspect`` != 1), else 'stretch'."""
+    if cfg.frame_crop != "auto":
+        return cfg.frame_crop
+    from graspsim import runs
+    from graspsim.dagger.policy import load_checkpoint as load_control
+    from graspsim.embodiment import get_embodiment
+
+    trained = runs.trained_embodiment(load_control(cfg.policy).get("config"))
+    crop = "square" if get_embodiment(trained).sensor_aspect != 1.0 else "stretch"
+    log.info("deploy: camera frames are fitted to the nets' input by %s (--frame-crop auto, the %s embodiment)",
+             "their centred square" if crop == "square" else "stretching", trained)
+    return crop
 
 
 def check_net_kinds(cfg: DeployConfig) -> None:
@@ -592,6 +615,7 @@ def _summary(cfg: DeployConfig, hooks: TickHooks, ctl: Controller, camera, robot
         "inference": ctl.runtime,
         "vision_precision": getattr(ctl.nets, "precision", None),
         "mirror_tta": getattr(ctl.nets, "mirror_tta", None),
+        "frame_crop": getattr(ctl, "frame_crop", None),
         "fingertip": None if ctl.fingertip is None else {
             "points": None if hooks.adapter_fingertip else list(ctl.fingertip),  # else in per_episode
             "source": ctl.fingertip_source},

@@ -189,6 +189,51 @@ def test_gripper_hysteresis_and_velocity_clip():
     assert out[-1].stop == "non_finite" and np.all(out[-1].command[:3] == 0)
 
 
+class _RecordingNets(_FakeNets):
+    """Fake nets that keep the frames they are given."""
+
+    def __init__(self):
+        super().__init__([0.0] * 4)
+        self.seen = []
+
+    def mask(self, rgb):
+        self.seen.append(rgb[0].transpose(1, 2, 0).copy())
+        return super().mask(rgb)
+
+
+def test_frame_crop_square_keeps_the_centred_square():
+    """A 4:3 frame whose centred square is red and whose side bands are blue: with ``frame_crop="square"`` the nets
+    see only red (the crop of an embodiment whose image is a square crop of its sensor); stretched, the bands stay."""
+    frame = np.zeros((48, 64, 3), np.uint8)
+    frame[:, :, 2] = 255
+    frame[:, 8:56] = (255, 0, 0)
+    senses = np.array([1, 0, 0], np.float32)
+    square, stretch = _RecordingNets(), _RecordingNets()
+    Controller(square, frame_crop="square").decide(frame, senses)
+    Controller(stretch).decide(frame, senses)
+    assert square.seen[0].shape == stretch.seen[0].shape == (8, 8, 3)
+    assert np.all(square.seen[0] == (255, 0, 0))
+    assert np.all(stretch.seen[0][:, 0] == (0, 0, 255)) and np.all(stretch.seen[0][:, -1] == (0, 0, 255))
+    tall = Controller(_RecordingNets(), frame_crop="square")
+    tall.decide(frame.transpose(1, 0, 2).copy(), senses)  # portrait: the rows are cropped instead
+    assert np.all(tall.nets.seen[0] == (255, 0, 0))
+    with pytest.raises(ValueError, match="frame_crop"):
+        Controller(_FakeNets([0.0]), frame_crop="centre")
+
+
+def test_deploy_frame_crop_auto_follows_the_policy_embodiment(tmp_path):
+    """--frame-crop auto: the SO-101's nets (a square crop of a 16:9 sensor) crop, the floating gripper's stretch;
+    an explicit choice wins. The run's summary records it."""
+    from graspsim.robot.deploy import frame_crop
+
+    so101 = ROOT / "dagger" / "assets" / "policy_so101.pt"
+    assert frame_crop(_cfg(tmp_path)) == "stretch"
+    assert frame_crop(_cfg(tmp_path, policy=so101, vision=ROOT / "vision" / "assets" / "segnet_so101.pt")) == "square"
+    assert frame_crop(_cfg(tmp_path, policy=so101, frame_crop="stretch")) == "stretch"
+    s = deploy(_cfg(tmp_path, episodes=1, time_limit=0.3))
+    assert s["frame_crop"] == "stretch"
+
+
 def test_workspace_guard():
     box = (np.array([-0.2, -0.2, 0.0]), np.array([0.2, 0.2, 0.3]))
     v, cut = workspace_guard(np.array([0.1, -0.1, -0.1], np.float32), np.array([0.195, 0.0, 0.0]), box, 0.1)
