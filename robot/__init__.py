@@ -10,7 +10,9 @@ Write your own adapters against the two interfaces re-exported here::
 * the fixed-rate tick with its value checks and safety stops (:mod:`.loop`), the ``deploy`` run (:mod:`.deploy`);
 * the deployable controller, RGB and gripper senses in, a command out (:class:`Controller`, :mod:`.controller`);
 * ONNX export (:mod:`.export`) and its contract, which one module writes and reads (:mod:`.onnx_contract`);
-* capture of frames into an eval-real image folder, the ``record`` verb (:mod:`.capture`).
+* capture of frames into an eval-real image folder, the ``record`` verb (:mod:`.capture`);
+* the IK layer for joint-space arms (:mod:`.ik`: the SO-101's, shared with the MuJoCo backend) and the real SO-101 on
+  LeRobot's driver (:mod:`.so101`).
 
 The names below are imported on first use, so ``import graspsim.robot`` costs nothing until one is touched. The
 verbs stay in their modules (``graspsim.robot.deploy.deploy``, ``graspsim.robot.export.export``): a package attribute
@@ -31,6 +33,7 @@ _LAZY = {
     "DeployError": "loop",
     "ExportConfig": "export",
     "RecordConfig": "capture", "record": "capture",
+    "CartesianIK": "ik", "So101Kinematics": "ik",
 }
 """Public name -> the submodule that defines it."""
 

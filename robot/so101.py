@@ -7,7 +7,7 @@ The arm is driven by LeRobot's ``SO101Follower`` (``lerobot.robots.so_follower``
 ours: LeRobot reads and writes the Feetech servos and converts their ticks with the user's calibration file into
 degrees from the calibrated middle (arm joints) and 0-100 of the calibrated range (gripper). This adapter turns each
 command of the nets, ``(vx, vy, vz[, wz], grip)`` in the simulator's world frame, into joint targets through the
-shared IK layer (:class:`graspsim.mujoco.ik.CartesianIK`: straight-down gripper, yaw about the grasp point, targets
+shared IK layer (:class:`graspsim.robot.ik.CartesianIK`: straight-down gripper, yaw about the grasp point, targets
 kept in the workspace square and the reachable band), limits each joint's change per tick, and sends them with
 ``send_action``. The senses come back from the joints it reads: the finger gap from the gripper position, the wrist
 yaw from the forward kinematics, and table contact from the guarded move (the arm was commanded lower than it got).
@@ -50,7 +50,7 @@ TESTED_LEROBOT = ("0.4.4",)
 """LeRobot versions this adapter was tested with (``lerobot.robots.so_follower`` against a mocked Feetech bus driving
 the MuJoCo SO-101). 0.4.4 is the newest for Python 3.10-3.11; 0.5 and later need Python >= 3.12."""
 INSTALL_HINT = ("pip install 'graspsim[so101]' (LeRobot 0.4.4 and the small packages its SO-101 driver imports; "
-                "docs/so101.md)")
+                "docs/so101_real_arm.md)")
 ARM_JOINTS = ("shoulder_pan", "shoulder_lift", "elbow_flex", "wrist_flex", "wrist_roll")
 """LeRobot's motor names of the five arm joints, in the order of every ``q`` (the same names as the model's)."""
 GRIPPER = "gripper"
@@ -116,7 +116,7 @@ class JointMap:
 
 @dataclass(frozen=True)
 class So101Config:
-    """The SO-101 on LeRobot's driver (``--robot so101``); docs/so101.md walks through a first run."""
+    """The SO-101 on LeRobot's driver (``--robot so101``); docs/so101_real_arm.md walks through a first run."""
 
     port: str = ""
     """Serial port of the arm's servo bus, e.g. /dev/ttyACM0 (lerobot-find-port names it)."""
@@ -244,7 +244,7 @@ class So101Robot(Robot):
             require_lerobot(cfg.untested_lerobot)
         self.follower = follower
         self._check_calibration_file()
-        from graspsim.mujoco.ik import CartesianIK, So101Kinematics
+        from .ik import CartesianIK, So101Kinematics
 
         self.kin = kinematics if kinematics is not None else So101Kinematics()
         self.ik = CartesianIK(self.kin, dt=self.period, max_speed=max_speed, max_yaw_rate=max_yaw_rate,
