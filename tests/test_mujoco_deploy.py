@@ -1,7 +1,7 @@
 """``graspsim deploy --camera mujoco --robot mujoco``: the SO-101 in MuJoCo behind the robot loop (issue 53).
 
 Plumbing only: the nets here are the shipped floating ones relabelled as trained for ``so101`` (no accuracy is read);
-how well nets trained for the arm grasp there is measured by ``eval-sim --backend mujoco`` (docs/so101.md).
+how well nets trained for the arm grasp there is measured by ``eval-sim --backend mujoco`` (docs/so101.md, docs/so101_mujoco.md).
 """
 
 from __future__ import annotations
