@@ -123,6 +123,16 @@ def describe_value(x) -> str:
     return f"a {type(x).__name__}"
 
 
+def square_crop(rgb: np.ndarray) -> np.ndarray:
+    """The centred square of ``rgb`` H,W,C (side ``min(H, W)``; a square frame is returned as it is)."""
+    h, w = rgb.shape[:2]
+    if h == w:
+        return rgb
+    s = min(h, w)
+    y, x = (h - s) // 2, (w - s) // 2
+    return rgb[y:y + s, x:x + s]
+
+
 def check_frame(frame, who: str) -> Frame:
     """``frame`` if it is a usable frame (``rgb`` H,W,3 uint8 with H, W >= 1; ``t`` a finite capture time in
     ``time.monotonic()`` seconds, not ahead of now by more than :data:`FUTURE_TOLERANCE`); else CameraError naming
@@ -476,4 +486,4 @@ def open_camera(src: str, world=None) -> Camera:
 __all__ = ["Camera", "CameraError", "CameraHung", "CameraReader", "CameraTimeout", "CLOSE_TIMEOUT", "DeviceCamera", "EndOfStream",
            "Frame", "ImageFolderCamera", "MAX_DEVICE_INDEX", "SimCamera", "VideoCamera", "WATCHDOG_GRACE",
            "MAX_ASPECT", "MIN_FRAME_SIDE", "check_frame", "check_source", "close_camera", "close_within", "describe_sources", "describe_value", "device_index", "load_class",
-           "open_camera", "part_name"]
+           "open_camera", "part_name", "square_crop"]

@@ -25,7 +25,7 @@ from graspsim.distributed import single_process
 from graspsim.validate import finite_non_negative, finite_positive, int_in
 
 from .cameras import (SIM_CAMERAS, CameraError, CameraReader, EndOfStream, check_source, close_camera, device_index,
-                      open_camera)
+                      open_camera, square_crop)
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,9 @@ class RecordConfig:
     """Capture rate (Hz); 0 = as fast as the camera gives frames."""
     frame_timeout: float = 2.0
     """Seconds to wait for a frame before giving up with an error."""
+    square: bool = False
+    """Keep each frame's centred square (what deploy gives nets trained for the SO-101, whose wrist image is the square
+    crop of a wider sensor), so that the labelled set shows what those nets see; off: the whole frame."""
     overwrite: bool = False
     """Write into a non-empty --out."""
 
@@ -131,7 +134,7 @@ def _capture(reader: CameraReader, cfg: RecordConfig, writer) -> tuple[str, Base
             t_first = f.t if t_first is None else t_first
             name = frame_stem(len(writer)) + PNG  # the writer's own name for this frame
             with interrupts.shielded("a frame was being written"):  # a frame and its row are written whole
-                writer.add(f.rgb, meta={"image": name, "t_s": f"{f.t - t_first:.4f}",
+                writer.add(square_crop(f.rgb) if cfg.square else f.rgb, meta={"image": name, "t_s": f"{f.t - t_first:.4f}",
                                         "age_ms": f"{1e3 * (time.monotonic() - f.t):.2f}"})
         except EndOfStream:
             return "camera_ended", None

@@ -51,6 +51,7 @@ from graspsim.env import fingertip_senses
 from graspsim.extras import require
 from graspsim.validate import non_negative_int
 
+from .cameras import square_crop
 from .onnx_contract import CONTRACT_FILE, CONTROL_ONNX, VISION_ONNX, control_gripper_width, read_contract
 
 STOP_REASONS = ("", "non_finite", "target_lost", "stale_frame", "time_limit", "workspace", "shutdown")
@@ -100,16 +101,6 @@ FRAME_CROPS = ("stretch", "square")
 """How :meth:`Controller.decide` fits a camera frame to the nets' square input: ``stretch`` resizes the whole frame
 (as ``eval-real`` does), ``square`` first keeps its centred square (an embodiment whose wrist image is the square
 crop of a wider sensor: the SO-101)."""
-
-
-def square_crop(rgb: np.ndarray) -> np.ndarray:
-    """The centred square of ``rgb`` H,W,C (side ``min(H, W)``; a square frame is returned as it is)."""
-    h, w = rgb.shape[:2]
-    if h == w:
-        return rgb
-    s = min(h, w)
-    y, x = (h - s) // 2, (w - s) // 2
-    return rgb[y:y + s, x:x + s]
 
 
 def resize_frame(rgb: np.ndarray, size: int) -> np.ndarray:
@@ -412,4 +403,4 @@ class Controller:
 
 
 __all__ = ["Controller", "Decision", "FRAME_CROPS", "OnnxNets", "STOP_REASONS", "SafetyConfig", "TorchNets",
-           "action_from_raw", "check_image_sizes", "load_nets", "mask_from_logits", "resize_frame", "square_crop"]
+           "action_from_raw", "check_image_sizes", "load_nets", "mask_from_logits", "resize_frame"]

@@ -352,6 +352,16 @@ def test_record_and_propose_masks(tmp_path):
     assert main(["record", "--camera", str(sample), "--out", str(tmp_path / "rec"), "--frames", "5", "--hz", "0"]) == 0
     assert [p.name for p in list_images(tmp_path / "rec" / "images")] == [f"frame_{k:04d}.png" for k in range(5)]
     assert len((tmp_path / "rec" / "frames.csv").read_text().splitlines()) == 6
+    # --square keeps each frame's centred square (what deploy gives the SO-101's nets)
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    frame = np.zeros((48, 80, 3), np.uint8)
+    frame[:, 16:64] = 200
+    cv2.imwrite(str(wide / "a.png"), frame)
+    assert main(["record", "--camera", str(wide), "--out", str(tmp_path / "sq"), "--frames", "1", "--hz", "0",
+                 "--square"]) == 0
+    kept = cv2.imread(str(tmp_path / "sq" / "images" / "frame_0000.png"))
+    assert kept.shape == (48, 48, 3) and np.all(kept == 200)
     # a red-orange disc on grey is proposed exactly; a grey frame gets an empty mask
     imgs = tmp_path / "imgs"
     imgs.mkdir()
