@@ -406,6 +406,23 @@ class SimCamera(Camera):
         return Frame(rgb, time.monotonic(), self.k - 1, mask)
 
 
+class SensorCamera(SimCamera):
+    """The MuJoCo world's wrist camera over its whole 16:9 sensor (:meth:`graspsim.mujoco.MujocoGraspEnv.sensor_view`,
+    with the scene's blur and noise): wide frames such as a real SO-101 camera gives, whose centred square is the
+    ``mujoco`` camera's image. For checking ``deploy --frame-crop`` (``benchmarks/so101_wide_camera.py``); no mask."""
+
+    def __init__(self, world):
+        if not callable(getattr(world.env, "sensor_view", None)):
+            raise ValueError(f"SensorCamera: the {world.backend!r} world has no whole-sensor view (MuJoCo only)")
+        super().__init__(world)
+        self.name = f"{world.backend}-sensor"
+
+    def read(self, timeout: float) -> Frame:
+        rgb = self.world.env.sensor_view(0)
+        self.k += 1
+        return Frame(rgb, time.monotonic(), self.k - 1)
+
+
 def load_class(spec: str, what: str):
     """Import ``module:Class`` and return the class; ValueError naming the spec when that fails."""
     mod_name, _, cls_name = spec.partition(":")
@@ -484,6 +501,6 @@ def open_camera(src: str, world=None) -> Camera:
 
 
 __all__ = ["Camera", "CameraError", "CameraHung", "CameraReader", "CameraTimeout", "CLOSE_TIMEOUT", "DeviceCamera", "EndOfStream",
-           "Frame", "ImageFolderCamera", "MAX_DEVICE_INDEX", "SimCamera", "VideoCamera", "WATCHDOG_GRACE",
+           "Frame", "ImageFolderCamera", "MAX_DEVICE_INDEX", "SensorCamera", "SimCamera", "VideoCamera", "WATCHDOG_GRACE",
            "MAX_ASPECT", "MIN_FRAME_SIDE", "check_frame", "check_source", "close_camera", "close_within", "describe_sources", "describe_value", "device_index", "load_class",
            "open_camera", "part_name", "square_crop"]

@@ -88,3 +88,50 @@ def test_the_mujoco_world_reports_the_fingertip_points_its_observations_carry():
             assert np.abs(model - np.array(world.fingertip)).max() > 0.01  # the camera model differs: the test can fail
     finally:
         world.close()
+
+
+def test_the_square_image_is_the_centred_square_of_the_whole_sensor():
+    """MuJoCo's field of view is the vertical one: the so101 wrist image (64 x 64) is exactly the centred square of
+    the camera's whole 16:9 sensor (64 x 114), which is what a real camera gives and ``--frame-crop square`` cuts."""
+    import numpy as np
+
+    from graspsim.robot.cameras import square_crop
+    from graspsim.robot.robots import SimWorld
+
+    world = SimWorld("mujoco", SimConfig(embodiment="so101"))
+    try:
+        for seed in (1, 2):
+            world.reset(seed)
+            env = world.env
+            wide = env.sensor_view(0, post=False)
+            assert wide.shape == (64, 114, 3) and wide.dtype == np.uint8
+            env.observe()  # renders the square image
+            diff = np.abs(square_crop(wide).astype(int) - env._rgb[0].astype(int))
+            assert diff.max() <= 1 and (diff == 0).mean() > 0.99
+            assert wide[:, :25].std() > 0  # the sensor's side bands hold more of the scene
+            assert env.sensor_view(0).shape == (64, 114, 3)  # with the scene's blur and noise
+    finally:
+        world.close()
+
+
+def test_deploy_with_the_whole_sensor_crops_it_for_so101_nets(tmp_path):
+    """``deploy`` fed the whole sensor (SensorCamera) with the shipped so101 nets: ``--frame-crop auto`` keeps the
+    centred square, and the commands equal those of the square camera on the same seeds up to the sensor noise
+    (``benchmarks/so101_wide_camera.py`` measures success over many scenes)."""
+    from graspsim.robot.cameras import SensorCamera, SimCamera
+    from graspsim.robot.robots import SimRobot, SimWorld
+
+    from graspsim.config import TargetConfig
+
+    vision, policy = ROOT / "vision" / "assets" / "segnet_so101.pt", ROOT / "dagger" / "assets" / "policy_so101.pt"
+    sim = SimConfig(embodiment="so101", target=TargetConfig(kinds=("sphere", "cube", "cylinder")))
+    runs = {}
+    for name, camera in (("square", SimCamera), ("wide", SensorCamera)):
+        world = SimWorld("mujoco", sim)
+        try:
+            runs[name] = deploy(_cfg(tmp_path, vision, policy, out=tmp_path / name, episodes=2, time_limit=3.0),
+                                camera=camera(world), robot=SimRobot(world))
+        finally:
+            world.close()
+    assert runs["wide"]["frame_crop"] == "square" and runs["wide"]["camera"] == "mujoco-sensor"
+    assert [e["success"] for e in runs["wide"]["per_episode"]] == [e["success"] for e in runs["square"]["per_episode"]]

@@ -432,6 +432,7 @@ class MujocoGraspEnv(ContactBackend):
             log.info("MujocoGraspEnv: the configuration's embodiment is not so101; the arm is the SO-101 all the same")
         self.scenes: list[_Scene] = []
         self.renderer = None
+        self._wide = None  # the whole-sensor renderer of sensor_view, made on first use
         H = cfg.image_size
         self.model = scene_model(cfg.randomization.max_distractors, TEX_SIZE)
         self._gl = GLThread()
@@ -660,6 +661,34 @@ class MujocoGraspEnv(ContactBackend):
         rgb = (color * 255.0 + 0.5).to(torch.uint8)
         return {RGB: rgb, MASK: torch.from_numpy(self._mask.copy()).to(self.device), GRIPPER: self._gripper()}
 
+    def sensor_view(self, env_id: int = 0, post: bool = True) -> np.ndarray:
+        """Scene ``env_id``'s wrist camera over its whole sensor: H,W,3 uint8 with H the observation's size and
+        W = ``round(H * aspect)`` (the SO-101 camera's 16:9, ``graspsim.embodiment.SO101.sensor_aspect``), rounded to
+        keep W - H even. MuJoCo's field of view is the vertical one, so the observation's square image is this frame's
+        centred square: what a real camera gives before ``deploy --frame-crop square`` keeps that square. ``post``:
+        with the scene's blur and noise, as :meth:`observe` adds them."""
+        from graspsim.embodiment import SO101
+
+        H = self.cfg.image_size
+        W = H + 2 * round(H * (SO101.sensor_aspect - 1) / 2)
+        sc = self.scenes[env_id]
+
+        def draw() -> np.ndarray:
+            if self._wide is None:
+                self._wide = self.mj.Renderer(self.model, H, W)
+            sc.activate()
+            self._wide.update_scene(sc.d, camera=sc.cam, scene_option=sc.opt)
+            return self._wide.render().copy()
+
+        rgb = self._gl.call(draw)
+        if not post:
+            return rgb
+        color = torch.from_numpy(rgb).permute(2, 0, 1)[None].float() / 255.0
+        i = slice(env_id, env_id + 1)
+        color = postprocess(color, self.state.blur[i].cpu(), self.state.image_noise[i].cpu(),
+                            keys=(self.state.key[i].cpu(), self.state.steps[i].cpu()))
+        return (color[0] * 255.0 + 0.5).to(torch.uint8).permute(1, 2, 0).numpy()
+
     def measured_fingertip(self) -> Tensor:
         """B,4: where each scene's grasp point and the point ``FINGERTIP_RISE`` above it appear in its wrist image
         (fractions, the convention of :func:`graspsim.env.fingertip_fractions`), measured with MuJoCo's own camera
@@ -696,14 +725,16 @@ class MujocoGraspEnv(ContactBackend):
     def close(self) -> None:
         """Release the renderer (idempotent)."""
         r = getattr(self, "renderer", None)
+        wide = getattr(self, "_wide", None)
         gl = getattr(self, "_gl", None)
-        self.renderer = None
+        self.renderer = self._wide = None
         self.scenes = []
-        if r is not None:
-            try:
-                gl.call(r.close)
-            except Exception:  # closing must not raise during interpreter shutdown
-                pass
+        for x in (r, wide):
+            if x is not None:
+                try:
+                    gl.call(x.close)
+                except Exception:  # closing must not raise during interpreter shutdown
+                    pass
         if gl is not None:
             gl.stop()
 
