@@ -32,6 +32,7 @@ BAD_FLAGS = {
     "so101_capture_region.py": (["--herds", "-1"], "--herds"),
     "so101_driver_vs_backend.py": (["--vision", "v.pt", "--policy", "p.pt", "--episodes", "0"],
                                    "DriverVsBackendConfig.episodes"),
+    "so101_wide_camera.py": (["--vision", "v.pt", "--policy", "p.pt", "--episodes", "0"], "WideCameraConfig.episodes"),
 }
 
 
