@@ -134,8 +134,9 @@ def _capture(reader: CameraReader, cfg: RecordConfig, writer) -> tuple[str, Base
             t_first = f.t if t_first is None else t_first
             name = frame_stem(len(writer)) + PNG  # the writer's own name for this frame
             with interrupts.shielded("a frame was being written"):  # a frame and its row are written whole
-                writer.add(square_crop(f.rgb) if cfg.square else f.rgb, meta={"image": name, "t_s": f"{f.t - t_first:.4f}",
-                                        "age_ms": f"{1e3 * (time.monotonic() - f.t):.2f}"})
+                rgb = square_crop(f.rgb) if cfg.square else f.rgb
+                writer.add(rgb, meta={"image": name, "t_s": f"{f.t - t_first:.4f}",
+                                      "age_ms": f"{1e3 * (time.monotonic() - f.t):.2f}"})
         except EndOfStream:
             return "camera_ended", None
         except KeyboardInterrupt as e:

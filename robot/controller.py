@@ -276,7 +276,7 @@ class Controller:
         if frame_crop not in FRAME_CROPS:
             raise ValueError(f"controller: frame_crop must be one of {', '.join(FRAME_CROPS)}; got {frame_crop!r}")
         self.frame_crop = frame_crop
-        """How a frame is fitted to the nets' square input (:data:`FRAME_CROPS`); set it before the first decision."""
+        """How a frame is fitted to the nets' square input (:data:`FRAME_CROPS`)."""
         self.safety = safety or SafetyConfig()
         self.image_size = int(nets.image_size)
         self.max_speed = float(nets.max_speed)
@@ -299,13 +299,13 @@ class Controller:
     @classmethod
     def from_checkpoints(cls, vision: str | os.PathLike, policy: str | os.PathLike, *, precision: str = "auto",
                          device: str = "cpu", safety: SafetyConfig | None = None,
-                         fingertip: Sequence[float] | None = None) -> "Controller":
-        return cls(TorchNets(vision, policy, precision, device), safety, fingertip=fingertip)
+                         fingertip: Sequence[float] | None = None, frame_crop: str = "stretch") -> "Controller":
+        return cls(TorchNets(vision, policy, precision, device), safety, fingertip=fingertip, frame_crop=frame_crop)
 
     @classmethod
     def from_export(cls, folder: str | os.PathLike, *, threads: int = 0, safety: SafetyConfig | None = None,
-                    fingertip: Sequence[float] | None = None) -> "Controller":
-        return cls(OnnxNets(folder, threads), safety, fingertip=fingertip)
+                    fingertip: Sequence[float] | None = None, frame_crop: str = "stretch") -> "Controller":
+        return cls(OnnxNets(folder, threads), safety, fingertip=fingertip, frame_crop=frame_crop)
 
     @property
     def reads_fingertip(self) -> bool:
@@ -360,8 +360,6 @@ class Controller:
             raise ValueError(f"controller: gripper senses must be {self.gripper_dim} finite numbers"
                              + (" (the 3 senses, then sin and cos of the wrist angle)" if self.wrist else "")
                              + f"; got {gripper.tolist()}")
-        if self.frame_crop not in FRAME_CROPS:
-            raise ValueError(f"controller: frame_crop must be one of {', '.join(FRAME_CROPS)}; got {self.frame_crop!r}")
         if self.frame_crop == "square" and isinstance(rgb, np.ndarray) and rgb.ndim == 3:
             rgb = square_crop(rgb)
         x = resize_frame(rgb, self.image_size)

@@ -152,9 +152,9 @@ class DeployConfig:
     fingertip: Optional[Tuple[float, float, float, float]] = None
     """For a wrist net with fingertip senses (trained on cubes or cylinders): where the fingertip centre and a point
     2 cm above it appear in your camera's frame (its centred square with --frame-crop square), x0 y0 x1 y1 as
-    fractions of its width and height (docs/deploy.md,
-    "Measuring the fingertip points"). None: the adapter's fingertip() if it has one (the simulated robots report their
-    scene's), else the nominal mount of the training scenes. Other nets ignore it."""
+    fractions of its width and height (docs/deploy.md, "Measuring the fingertip points"). None: the adapter's
+    fingertip() if it has one (the simulated robots report their scene's), else the nominal mount of the training
+    scenes. Other nets ignore it."""
     frame_crop: Literal["auto", "stretch", "square"] = "auto"
     """How a camera frame becomes the nets' square input: 'square' keeps its centred square (for an embodiment whose
     wrist image is the square crop of a wider sensor, as the SO-101's is), 'stretch' resizes the whole frame; 'auto'
@@ -295,7 +295,7 @@ def build_controller(cfg: DeployConfig, out: Path) -> Controller:
     ``out/onnx`` first)."""
     if cfg.inference == "torch":
         return Controller.from_checkpoints(cfg.vision, cfg.policy, precision=cfg.precision, device=cfg.runtime.device,
-                                           safety=cfg.safety, fingertip=cfg.fingertip)
+                                           safety=cfg.safety, fingertip=cfg.fingertip, frame_crop=frame_crop(cfg))
     folder = cfg.onnx
     if folder is None:
         from .export import ExportConfig, export
@@ -306,7 +306,8 @@ def build_controller(cfg: DeployConfig, out: Path) -> Controller:
         from .onnx_contract import check_sources, read_contract
 
         check_sources(folder, read_contract(folder), cfg.vision, cfg.policy)
-    return Controller.from_export(folder, threads=cfg.runtime.threads, safety=cfg.safety, fingertip=cfg.fingertip)
+    return Controller.from_export(folder, threads=cfg.runtime.threads, safety=cfg.safety, fingertip=cfg.fingertip,
+                                  frame_crop=frame_crop(cfg))
 
 
 def deploy(cfg: DeployConfig, *, camera: Camera | None = None, robot: Robot | None = None,
@@ -382,7 +383,6 @@ def _open_and_run(cfg: DeployConfig, stage: Path, parts: _Parts, controller, rec
     ctl = controller
     if ctl is None:
         ctl = build_controller(cfg, stage)  # checkpoints first: a wrong kind is an error before any hardware moves
-        ctl.frame_crop = frame_crop(cfg)
     check_net_kinds(cfg)
     cam_name, rob_name = str(cfg.camera).strip(), str(cfg.robot).strip()
     if parts.own_robot and rob_name in SIM_ROBOTS:
