@@ -55,11 +55,12 @@ class DriverVsBackendConfig:
     """Folder of both deploy runs' outputs (driver/, backend/); default a temporary folder."""
 
     def __post_init__(self) -> None:
+        owner = type(self).__name__  # also for the configs of other so101 benchmarks built on this one
         if self.episodes < 1:
-            raise ValueError(f"DriverVsBackendConfig.episodes must be at least 1; got {self.episodes!r}")
+            raise ValueError(f"{owner}.episodes must be at least 1; got {self.episodes!r}")
         for name in ("vision", "policy"):
             if not Path(getattr(self, name)).is_file():
-                raise ValueError(f"DriverVsBackendConfig.{name}: no file {getattr(self, name)}")
+                raise ValueError(f"{owner}.{name}: no file {getattr(self, name)}")
 
 
 def require_extras() -> None:

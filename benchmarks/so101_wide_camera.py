@@ -29,32 +29,21 @@ from pathlib import Path
 from typing import Optional
 
 import tyro
+from so101_driver_vs_backend import DriverVsBackendConfig, cpu_name, sim_for  # benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("square camera", "wide camera, square crop", "wide camera, stretched")
 
 
 @dataclass(frozen=True)
-class WideCameraConfig:
-    """Trained so101 nets on the MuJoCo SO-101 with its square image, and with its whole sensor cropped or stretched."""
+class WideCameraConfig(DriverVsBackendConfig):
+    """Trained so101 nets on the MuJoCo SO-101 with its square image, and with its whole sensor cropped or stretched
+    (the settings and their checks of so101_driver_vs_backend.py)."""
 
-    vision: Path
-    """Vision checkpoint trained for the so101 embodiment."""
-    policy: Path
-    """Control checkpoint (DAgger best.pt) trained for the so101 embodiment."""
     episodes: int = 60
     """Episodes of each way (the same seeds)."""
-    seed: int = 0
-    """Run seed of the scenes (graspsim.seeds, test stream), as deploy's --seed."""
     out: Optional[Path] = None
     """Folder of the three deploy runs' outputs; default a temporary folder."""
-
-    def __post_init__(self) -> None:
-        if self.episodes < 1:
-            raise ValueError(f"WideCameraConfig.episodes must be at least 1; got {self.episodes!r}")
-        for name in ("vision", "policy"):
-            if not Path(getattr(self, name)).is_file():
-                raise ValueError(f"WideCameraConfig.{name}: no file {getattr(self, name)}")
 
 
 def run_mode(mode: str, cfg: WideCameraConfig, sim, out: Path) -> tuple[dict, dict]:
@@ -85,27 +74,13 @@ def run_mode(mode: str, cfg: WideCameraConfig, sim, out: Path) -> tuple[dict, di
     return summary, kinds
 
 
-def tally(summary: dict, kinds: dict) -> tuple[dict, dict]:
-    """({kind: [successes, episodes]} with "all", {failure end: n})."""
-    per_kind: dict[str, list[int]] = {}
-    ends: dict[str, int] = {}
-    for ep in summary["per_episode"]:
-        for k in (kinds.get(ep["seed"], "?"), "all"):
-            c = per_kind.setdefault(k, [0, 0])
-            c[0] += bool(ep["success"])
-            c[1] += 1
-        if not ep["success"]:
-            ends[ep["end"]] = ends.get(ep["end"], 0) + 1
-    return per_kind, ends
-
-
 def main(cfg: WideCameraConfig) -> dict:
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):  # before mujoco is first imported
         os.environ.setdefault("MUJOCO_GL", "egl")
     import torch
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from so101_driver_vs_backend import cpu_name, sim_for
+    sys.path.insert(0, str(ROOT / "tests"))
+    from so101_twin import tally  # the driver comparison's per-kind count
 
     torch.set_num_threads(1)
     sim = sim_for(cfg.policy)
@@ -114,13 +89,13 @@ def main(cfg: WideCameraConfig) -> dict:
     for mode in MODES:
         print(f"{mode} ...", flush=True)
         t0 = time.perf_counter()
-        results[mode] = tally(*run_mode(mode, cfg, sim, out))
+        results[mode] = tally(*run_mode(mode, cfg, sim, out))  # {"per_kind": {kind: (ok, n)}, "ends": {kind: ...}}
         seconds[mode] = time.perf_counter() - t0
     order = (*sim.target.kinds, "all")
     print(f"{'':28s}" + "".join(f"{k:>12s}" for k in order) + "   failures")
     for mode in MODES:
-        per_kind, ends = results[mode]
-        row = "".join(f"{'%d/%d' % tuple(per_kind.get(k, (0, 0))):>12s}" for k in order)
+        per_kind, ends = results[mode]["per_kind"], results[mode]["ends"].get("all", {})
+        row = "".join(f"{'%d/%d' % per_kind.get(k, (0, 0)):>12s}" for k in order)
         print(f"{mode:28s}{row}   " + (", ".join(f"{e} {n}" for e, n in sorted(ends.items())) or "none"))
     print("wall time: " + ", ".join(f"{m} {s:.0f} s" for m, s in seconds.items()))
     print(f"CPU: {cpu_name()} ({time.strftime('%Y-%m-%d')}); nets: {cfg.vision}, {cfg.policy}; seed {cfg.seed}; "
