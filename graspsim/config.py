@@ -22,6 +22,9 @@ from .validate import (  # noqa: F401 (check_device is re-exported: configs else
 
 Range = Tuple[float, float]
 
+MAX_IMAGE_SIZE = 512
+"""Largest wrist image side (px) the renderer draws (``SimConfig.image_size``)."""
+
 
 @dataclass(frozen=True)
 class RandomizationConfig:
@@ -277,7 +280,7 @@ class SimConfig:
         body = get_embodiment(self.embodiment)
         if body.name != "floating":
             _apply_embodiment(self, body)
-        int_in(owner, "image_size", self.image_size, 16, 512)
+        int_in(owner, "image_size", self.image_size, 16, MAX_IMAGE_SIZE)
         positive_int(owner, "max_steps", self.max_steps)
         for name in ("control_hz", "max_speed", "max_accel", "finger_speed", "open_width", "pad_width",
                      "finger_length", "finger_thickness", "lift_height", "workspace", "max_height", "contact_height",

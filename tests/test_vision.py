@@ -261,6 +261,9 @@ def test_compose_config_validation():
     for bad in (0, 5, 1.5, "2"):
         with pytest.raises(ValueError, match="supersample"):
             ComposeConfig(supersample=bad)
+    with pytest.raises(ValueError, match="supersample 4 would render 256 px images at 1024 px"):
+        Composer(BackgroundBank.from_folder(DEFAULT_BACKGROUNDS / "train", size=256), SimConfig(image_size=256),
+                 ComposeConfig(supersample=4))
 
 
 def test_supersampled_layers_blend_edges_by_covered_area():

@@ -25,9 +25,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from graspsim import SimConfig, render, sample_scenes
+from graspsim.config import MAX_IMAGE_SIZE
 from graspsim.render import postprocess
 from graspsim.state import KIND_BOX, target_half_height
-from graspsim.validate import probability
+from graspsim.validate import int_in, probability
 
 from .augment import AugmentConfig, augment_frame, augment_layer, jpeg_frames, scale_targets
 from .backgrounds import BackgroundBank
@@ -78,8 +79,7 @@ class ComposeConfig:
             raise ValueError(f"ComposeConfig.height must satisfy 0 <= low <= high <= 0.35; got {self.height!r}")
         for n in ("view_margin", "empty_prob", "held_prob", "fingers_prob", "closing_prob", "sim_prob", "arm_shadow_prob"):
             probability("ComposeConfig", n, getattr(self, n))
-        if not (isinstance(self.supersample, int) and 1 <= self.supersample <= 4):
-            raise ValueError(f"ComposeConfig.supersample must be an integer in 1..4; got {self.supersample!r}")
+        int_in("ComposeConfig", "supersample", self.supersample, 1, 4)
         if self.empty_prob + self.held_prob > 1.0:
             raise ValueError("ComposeConfig.empty_prob + held_prob must be <= 1")
         for n in ("gain", "channel_gain"):
@@ -288,6 +288,10 @@ class Composer:
         self.device = torch.device(device)
         if bank.size != self.sim_cfg.image_size:
             raise ValueError(f"background bank crops are {bank.size} px but SimConfig.image_size is {self.sim_cfg.image_size}")
+        if self.sim_cfg.image_size * self.cfg.supersample > MAX_IMAGE_SIZE:
+            raise ValueError(f"ComposeConfig.supersample {self.cfg.supersample} would render {self.sim_cfg.image_size} px "
+                             f"images at {self.sim_cfg.image_size * self.cfg.supersample} px; the renderer draws at most "
+                             f"{MAX_IMAGE_SIZE} px: give a smaller supersample")
         self.bank = bank
 
     def __call__(self, n: int, generator: torch.Generator) -> Composite:
