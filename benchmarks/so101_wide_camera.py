@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Optional
 
 import tyro
-from so101_driver_vs_backend import DriverVsBackendConfig, cpu_name, sim_for  # benchmarks/ is the script's folder
+from so101_driver_vs_backend import DriverVsBackendConfig, cpu_name, require_backend, sim_for  # benchmarks/ is the script's folder
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("square camera", "wide camera, square crop", "wide camera, stretched")
@@ -77,6 +77,7 @@ def run_mode(mode: str, cfg: WideCameraConfig, sim, out: Path) -> tuple[dict, di
 def main(cfg: WideCameraConfig) -> dict:
     if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):  # before mujoco is first imported
         os.environ.setdefault("MUJOCO_GL", "egl")
+    require_backend("so101_wide_camera")
     import torch
 
     sys.path.insert(0, str(ROOT / "tests"))
