@@ -42,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
+from graspsim.vision.image_set import square_crop  # re-exported: cameras and record cut frames with it
+
 log = logging.getLogger(__name__)
 
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v")
@@ -121,16 +123,6 @@ def describe_value(x) -> str:
     if isinstance(x, (tuple, list)):
         return f"a {type(x).__name__} of {len(x)}"
     return f"a {type(x).__name__}"
-
-
-def square_crop(rgb: np.ndarray) -> np.ndarray:
-    """The centred square of ``rgb`` H,W,C (side ``min(H, W)``; a square frame is returned as it is)."""
-    h, w = rgb.shape[:2]
-    if h == w:
-        return rgb
-    s = min(h, w)
-    y, x = (h - s) // 2, (w - s) // 2
-    return rgb[y:y + s, x:x + s]
 
 
 def check_frame(frame, who: str) -> Frame:

@@ -50,8 +50,8 @@ from graspsim.config import gripper_width
 from graspsim.env import fingertip_senses
 from graspsim.extras import require
 from graspsim.validate import non_negative_int
+from graspsim.vision.image_set import FRAME_CROPS, square_crop
 
-from .cameras import square_crop
 from .onnx_contract import CONTRACT_FILE, CONTROL_ONNX, VISION_ONNX, control_gripper_width, read_contract
 
 STOP_REASONS = ("", "non_finite", "target_lost", "stale_frame", "time_limit", "workspace", "shutdown")
@@ -97,15 +97,9 @@ class Decision:
     """``vision`` and ``control`` wall times of this decision (ms)."""
 
 
-FRAME_CROPS = ("stretch", "square")
-"""How :meth:`Controller.decide` fits a camera frame to the nets' square input: ``stretch`` resizes the whole frame
-(as ``eval-real`` does), ``square`` first keeps its centred square (an embodiment whose wrist image is the square
-crop of a wider sensor: the SO-101)."""
-
-
 def resize_frame(rgb: np.ndarray, size: int) -> np.ndarray:
     """``rgb`` H,W,3 uint8 -> size,size,3 uint8 (INTER_AREA when shrinking, else bilinear; non-square frames are
-    stretched, as in ``eval-real``)."""
+    stretched, as ``eval-real --frame-crop stretch`` does)."""
     if not isinstance(rgb, np.ndarray) or rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
         desc = f"{rgb.dtype} {rgb.shape}" if isinstance(rgb, np.ndarray) else type(rgb).__name__
         raise ValueError(f"controller: a frame must be an H,W,3 uint8 RGB array; got {desc}")
@@ -276,7 +270,7 @@ class Controller:
         if frame_crop not in FRAME_CROPS:
             raise ValueError(f"controller: frame_crop must be one of {', '.join(FRAME_CROPS)}; got {frame_crop!r}")
         self.frame_crop = frame_crop
-        """How a frame is fitted to the nets' square input (:data:`FRAME_CROPS`)."""
+        """How a frame is fitted to the nets' square input (:data:`graspsim.vision.image_set.FRAME_CROPS`)."""
         self.safety = safety or SafetyConfig()
         self.image_size = int(nets.image_size)
         self.max_speed = float(nets.max_speed)

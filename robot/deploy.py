@@ -413,17 +413,18 @@ def _open_and_run(cfg: DeployConfig, stage: Path, parts: _Parts, controller, rec
 
 def frame_crop(cfg: DeployConfig) -> str:
     """``cfg.frame_crop``, with 'auto' resolved from the embodiment the control checkpoint was trained for: 'square'
-    when its wrist image is the square crop of a wider sensor (``Embodiment.sensor_aspect`` != 1), else 'stretch'."""
+    when its wrist image is the square crop of a wider sensor (``Embodiment.sensor_aspect`` != 1), else 'stretch'
+    (:func:`graspsim.vision.image_set.resolve_frame_crop`, which eval-real and calibrate use too)."""
     if cfg.frame_crop != "auto":
         return cfg.frame_crop
     from graspsim import runs
     from graspsim.dagger.policy import load_checkpoint as load_control
-    from graspsim.embodiment import get_embodiment
+    from graspsim.vision.image_set import resolve_frame_crop
 
-    trained = runs.trained_embodiment(load_control(cfg.policy).get("config"))
-    crop = "square" if get_embodiment(trained).sensor_aspect != 1.0 else "stretch"
+    config = load_control(cfg.policy).get("config")
+    crop = resolve_frame_crop("auto", config)
     log.info("deploy: camera frames are fitted to the nets' input by %s (--frame-crop auto, the %s embodiment)",
-             "their centred square" if crop == "square" else "stretching", trained)
+             "their centred square" if crop == "square" else "stretching", runs.trained_embodiment(config))
     return crop
 
 

@@ -21,23 +21,26 @@ from frame_sets import TINY, write_png as _png
 torch.set_num_threads(2)
 
 
-def _checkpoint(path: Path, seed: int = 0) -> Path:
+def _checkpoint(path: Path, seed: int = 0, config: dict | None = None) -> Path:
     torch.manual_seed(seed)
     model = SegNet(TINY)
-    save_checkpoint(path, {"model": model.state_dict(), "model_config": dataclasses.asdict(model.cfg), "config": {},
+    save_checkpoint(path, {"model": model.state_dict(), "model_config": dataclasses.asdict(model.cfg),
+                           "config": config or {},
                            "step": 0, "threshold": 0.5, "peak_threshold": 0.0, "image_size": 64,
                            "optimizer": {"state": {}}, "mirror_tta": True})
     return path
 
 
-def _frames(root: Path, n_target: int, n_free: int, size: int = 48, seed: int = 0) -> Path:
-    """``root/images`` + ``root/masks``: reddish discs on noise (target frames) and plain noise (target-free)."""
+def _frames(root: Path, n_target: int, n_free: int, size: int = 48, seed: int = 0, width: int | None = None) -> Path:
+    """``root/images`` + ``root/masks``: reddish discs on noise (target frames) and plain noise (target-free);
+    ``size`` x ``width`` frames (default: square)."""
     rng = np.random.default_rng(seed)
+    width = width or size
     for i in range(n_target + n_free):
-        img = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-        mask = np.zeros((size, size), np.uint8)
+        img = rng.integers(0, 256, (size, width, 3), dtype=np.uint8)
+        mask = np.zeros((size, width), np.uint8)
         if i < n_target:
-            c = rng.integers(6, size - 6, 2)
+            c = rng.integers(6, np.array([width, size]) - 6)
             cv2.circle(mask, (int(c[0]), int(c[1])), int(rng.integers(2, 5)), 255, -1)
             img[mask > 0] = (30, 40, 220)  # BGR red
         _png(root / "images" / f"f{i:03d}.png", img)
@@ -165,3 +168,53 @@ def test_calibrate_on_several_folders_holds_the_limits_on_each(tmp_path, capsys)
         calibrate(CalibrateConfig(vision=ck, images=(a / "images", big / "images"), out=tmp_path / "o.pt",
                                   min_precision=0.5, max_fp_images=0.2))
     assert not (tmp_path / "o.pt").exists()
+
+
+def test_frame_crop_auto_cuts_the_so101_nets_frames_to_their_square_in_calibrate_and_eval_real(tmp_path):
+    """A net trained for the SO-101 (whose image is the centred square of a 16:9 sensor) sees the centred square of
+    a wide frame in deploy; calibrate and eval-real fit frames the same way by default, so a target in a side band
+    is not counted, the predictions are the square's, and the calibrated point is what eval-real then measures."""
+    from graspsim.vision.image_set import read_mask
+
+    so101 = _checkpoint(tmp_path / "so101.pt", config={"sim": {"embodiment": "so101"}})
+    root = _frames(tmp_path / "wide", n_target=24, n_free=8, size=48, width=80, seed=3)
+    masks = sorted((root / "masks").glob("*.png"))
+    in_square = sum(bool(read_mask(m)[:, 16:64].any()) for m in masks)
+    assert 10 <= in_square < 24  # some targets lie only in the side bands the square leaves out
+    out = tmp_path / "cal.pt"
+    rec = calibrate(CalibrateConfig(vision=so101, images=root / "images", out=out, min_precision=0.5,
+                                    max_fp_images=0.2, precision="fp32"))
+    assert rec["frame_crop"] == "square" and rec["frame_size"] == [48, 48] and rec["n_target"] == in_square
+    m = evaluate_real(EvalRealConfig(images=root / "images", masks=root / "masks", vision=out, out=tmp_path / "ev",
+                                     precision="fp32", bootstrap=0))
+    assert (m["frame_crop"], m["frames_cropped"], m["num_target_images"]) == ("square", 32, in_square)
+    for k in ("precision", "recall", "iou", "false_positive_images"):
+        want = rec["after"][k]
+        assert (m[k] != m[k]) if want is None else m[k] == pytest.approx(want, abs=1e-9)
+    assert read_mask(tmp_path / "ev" / "predictions" / "f000.png").shape == (48, 48)
+    assert "their centred square" in (tmp_path / "ev" / "report.html").read_text()
+    # stretch on request: the whole frame, every target counted
+    m = evaluate_real(EvalRealConfig(images=root / "images", masks=root / "masks", vision=out, out=tmp_path / "st",
+                                     precision="fp32", bootstrap=0, frame_crop="stretch"))
+    assert (m["frame_crop"], m["frames_cropped"], m["num_target_images"]) == ("stretch", 0, 24)
+    assert read_mask(tmp_path / "st" / "predictions" / "f000.png").shape == (48, 80)
+    # a floating-gripper net (and one written before embodiments existed) keeps stretching
+    m = evaluate_real(EvalRealConfig(images=root / "images", masks=root / "masks", vision=_checkpoint(tmp_path / "f.pt"),
+                                     out=tmp_path / "fl", precision="fp32", bootstrap=0))
+    assert (m["frame_crop"], m["num_target_images"]) == ("stretch", 24)
+    for bad in (EvalRealConfig, CalibrateConfig):
+        with pytest.raises(ValueError, match="frame_crop must be auto, stretch or square; got 'centre'"):
+            bad(vision=so101, images=root / "images", out=tmp_path / "x", frame_crop="centre")
+
+
+def test_resolve_frame_crop_follows_the_checkpoints_embodiment():
+    from graspsim.vision.image_set import resolve_frame_crop, square_crop
+
+    assert resolve_frame_crop("auto", {"sim": {"embodiment": "so101"}}) == "square"
+    assert resolve_frame_crop("auto", {"dagger": {"sim": {"embodiment": "floating"}}}) == "stretch"
+    assert resolve_frame_crop("auto", None) == "stretch"  # written before embodiments: the floating gripper's
+    assert resolve_frame_crop("stretch", {"sim": {"embodiment": "so101"}}) == "stretch"
+    with pytest.raises(ValueError, match="--frame-crop must be auto, stretch or square; got 'wide'"):
+        resolve_frame_crop("wide", None)
+    img = np.arange(5 * 8).reshape(5, 8)
+    assert square_crop(img).tolist() == img[:, 1:6].tolist() and square_crop(img.T).tolist() == img.T[1:6].tolist()

@@ -1,8 +1,8 @@
 """``graspsim calibrate``: choose a vision checkpoint's operating point (pixel threshold and frame gate) on a user's own
 labelled frames, and write a copy of the checkpoint that carries it and records where it came from.
 
-The frames are scored the way ``eval-real`` scores them (each frame resized to the net's input, the probabilities
-resized back to the frame, metrics at the frame's resolution), and the pair is chosen by the same rule as at the end
+The frames are scored the way ``eval-real`` scores them (each frame fitted to the net's input by ``--frame-crop``, as
+eval-real and deploy fit it, the probabilities resized back to the frame, metrics at the frame's resolution), and the pair is chosen by the same rule as at the end
 of ``train-vision`` (:func:`graspsim.vision.metrics.choose_thresholds_on`): the best pooled F1 among the (threshold, gate)
 pairs whose false-positive image rate is at most ``--max-fp-images`` and whose pixel precision is at least
 ``--min-precision``.
@@ -35,7 +35,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 import torch
@@ -47,6 +47,7 @@ from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import boolean, positive_int
 
 from .checkpoint import load_checkpoint, save_checkpoint
+from .image_set import FRAME_CROPS, resolve_frame_crop
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .labelled import LabelledFrames, load_labelled
 from .metrics import PEAKS, choose_thresholds_on, decide, evaluate_set
@@ -89,6 +90,9 @@ class CalibrateConfig:
     """Replace an existing --out file."""
     precision: str = "auto"
     """Inference precision, as eval-real and deploy use it: auto, fp32 or bf16."""
+    frame_crop: Literal["auto", "stretch", "square"] = "auto"
+    """How a frame becomes the net's square input, as in eval-real and deploy: 'square' keeps the centred square of
+    each frame and mask, 'stretch' resizes the whole frame, 'auto' follows the embodiment the net was trained for."""
     runtime: Runtime = field(default_factory=RuntimeConfig)
     """Device and CPU threads (flags --device, --threads; --dist-timeout and --progress are unused: calibrate runs
     on one process and draws no bar)."""
@@ -120,6 +124,8 @@ class CalibrateConfig:
         if self.one_region is not None:
             boolean("CalibrateConfig", "one_region", self.one_region)
         check_precision("CalibrateConfig", "precision", self.precision)
+        if self.frame_crop != "auto" and self.frame_crop not in FRAME_CROPS:
+            raise ValueError(f"CalibrateConfig.frame_crop must be auto, {' or '.join(FRAME_CROPS)}; got {self.frame_crop!r}")
 
 
 def frames_needed(min_precision: float, max_fp_images: float) -> tuple[int, int]:
@@ -202,7 +208,10 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     masks = cfg.masks or (None,) * len(cfg.images)
     with cfg.runtime.job("calibrate"):  # sets --threads; one process does the whole set
         seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.runtime.device, precision=cfg.precision)
+        crop = resolve_frame_crop(cfg.frame_crop, ckpt.get("config"))
         sets = [load_labelled(images, m) for images, m in zip(cfg.images, masks)]
+        if crop == "square":
+            sets = [f.square() for f in sets]
         for frames in sets:  # every folder is checked before any is scored
             check_enough(frames, cfg.min_precision, cfg.max_fp_images)
         if len({tuple(f.rgb.shape[-2:]) for f in sets}) > 1:
@@ -221,6 +230,7 @@ def calibrate(cfg: CalibrateConfig) -> dict:
         "min_precision": cfg.min_precision, "max_fp_images": cfg.max_fp_images, "min_pixels": cfg.min_pixels,
         "chosen_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "source": str(Path(cfg.vision).resolve()), "inference_dtype": "bfloat16" if seg.bf16 else "float32",
+        "frame_crop": crop,
     })
     before, after, met = record["before"], record["after"], record["constraints_met"]
     payload = {k: v for k, v in runs.deployable(ckpt).items() if k not in ("kind", "format_version")}

@@ -7,7 +7,10 @@ else 0. A frame without the target has an all-zero mask (it must still be presen
 ``graspsim.vision.image_set.MASK_MAX_LEVELS`` distinct values look like images and are reported (log and
 ``suspect_masks``).
 
-Each image is resized to the network's input size (``image_size`` in the checkpoint, INTER_AREA). The
+Each image is fitted to the network's input (``image_size`` in the checkpoint, INTER_AREA): ``--frame-crop square``
+first keeps its centred square (and its mask's), ``stretch`` resizes the whole frame, and ``auto`` (the default) takes
+``square`` for a net trained for an embodiment whose wrist image is the square crop of a wider sensor (the SO-101),
+as deploy does (:func:`graspsim.vision.image_set.resolve_frame_crop`); frames are then scored on what the net sees. The
 probability map (averaged with the left-right mirror's when the checkpoint was trained with ``mirror_tta``) is
 gated (frames whose highest probability is below the checkpoint's ``peak_threshold``, or
 ``--peak-threshold``, predict nothing), resized back (bilinear) and thresholded at the checkpoint's threshold
@@ -31,7 +34,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 import numpy as np
 import torch
@@ -43,8 +46,9 @@ from graspsim.validate import non_negative_int, positive_int
 
 from .labelled import MAX_MEAN_TARGET, is_grey
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
-from .image_set import (MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image, read_kinds,
-                        write_png)
+from .checkpoint import load_checkpoint
+from .image_set import (FRAME_CROPS, MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image,
+                        read_kinds, resolve_frame_crop, square_crop, write_png)
 from .metrics import (KIND_TARGETS, SegMetrics, bootstrap_intervals, decide, frame_averaged, kind_groups,
                       meets_kind_targets, subset_metrics_from_counts)
 
@@ -88,6 +92,11 @@ class EvalRealConfig:
     images), fp32 or bf16."""
     max_report_images: int = 500
     """At most this many frames are shown in report.html (all are scored and written)."""
+    frame_crop: Literal["auto", "stretch", "square"] = "auto"
+    """How a frame becomes the net's square input: 'square' keeps its centred square (the mask's too; predictions,
+    overlays and metrics are then of that square), 'stretch' resizes the whole frame; 'auto' takes the embodiment the
+    net was trained for ('square' for so101, whose image is the square crop of a 16:9 sensor; 'stretch' for
+    floating), as deploy does. Square frames are the same either way."""
     bootstrap: int = 2000
     """Resamples of the frames for the 95 % intervals of IoU, precision and recall, beside the Wilson interval of the
     false-positive image rate (``ci95`` in metrics.json, beside each number in report.html; seeded, so a rerun gives
@@ -102,6 +111,8 @@ class EvalRealConfig:
             positive_int("EvalRealConfig", name, getattr(self, name))
         non_negative_int("EvalRealConfig", "bootstrap", self.bootstrap)
         check_precision("EvalRealConfig", "precision", self.precision)
+        if self.frame_crop != "auto" and self.frame_crop not in FRAME_CROPS:
+            raise ValueError(f"EvalRealConfig.frame_crop must be auto, {' or '.join(FRAME_CROPS)}; got {self.frame_crop!r}")
 
 
 def _owns(name: str) -> bool:
@@ -190,13 +201,15 @@ def _cell(row: dict, key: str) -> str:
 
 
 def _report(path: Path, cfg: EvalRealConfig, rows: list[dict], summary: dict | None, skipped: list[dict],
-            has_masks: bool) -> None:
+            has_masks: bool, crop: str = "stretch") -> None:
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>graspsim eval-real</title>",
              "<style>body{font-family:sans-serif;margin:1.5em} td,th{padding:2px 8px;text-align:left}"
              " img{image-rendering:pixelated} .bad{color:#b00} .num{white-space:nowrap}</style></head><body>",
              "<h1>graspsim eval-real</h1>",
              f"<p>images: <code>{html.escape(str(cfg.images))}</code><br>masks: <code>{html.escape(str(cfg.masks))}</code>"
-             f"<br>checkpoint: <code>{html.escape(str(cfg.vision))}</code></p>"]
+             f"<br>checkpoint: <code>{html.escape(str(cfg.vision))}</code>"
+             f"<br>frames fitted to the net's input by: {'their centred square' if crop == 'square' else 'stretching'}"
+             f" (--frame-crop {html.escape(cfg.frame_crop)})</p>"]
     if summary is not None:
         keys = ("precision", "recall", "iou", "f1", "false_positive_image_rate", "num_images", "num_target_images",
                 "num_empty_images", "threshold", "pr_area")
@@ -266,15 +279,17 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
     check_in_file(cfg.vision, "EvalRealConfig.vision", "vision checkpoint", inside="checkpoint.pt")
     with cfg.runtime.job("eval-real"):  # sets --threads; one process does the whole set
         seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.runtime.device, precision=cfg.precision)
+        crop = resolve_frame_crop(cfg.frame_crop, load_checkpoint(cfg.vision).get("config"))
         with staged_dir(out, _owns) as stage:
-            result = _evaluate(cfg, images, masks, seg, stage)
+            result = _evaluate(cfg, images, masks, seg, stage, crop)
     log.info("wrote eval-real outputs for %d images to %s", result["num_images"], out)
     return result
 
 
 def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] | None, seg: Segmenter,
-              out: Path) -> dict:
-    """The work of :func:`evaluate_real`, writing into the (staging) folder ``out``."""
+              out: Path, crop: str) -> dict:
+    """The work of :func:`evaluate_real`, writing into the (staging) folder ``out``; ``crop`` is the resolved
+    ``--frame-crop`` (one of :data:`graspsim.vision.image_set.FRAME_CROPS`)."""
     threshold = seg.threshold if cfg.threshold is None else float(cfg.threshold)
     if cfg.peak_threshold is not None:
         seg.peak_threshold = float(cfg.peak_threshold)
@@ -288,6 +303,7 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     suspect: list[dict] = []  # masks that look like images
     grey: list[str] = []  # frames without colour (labelled.is_grey)
     cover: list[float] = []  # fraction of each frame its mask marks as target
+    cropped: list[int] = []  # frames whose centred square was kept (crop == "square" and not square already)
 
     def load(path: Path):
         try:
@@ -306,6 +322,10 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
         if gt is not None and gt.shape != img.shape[:2]:
             raise ValueError(f"mask {masks[path]} is {gt.shape[1]}x{gt.shape[0]} (WxH) but image {path} is "
                              f"{img.shape[1]}x{img.shape[0]}; masks must match their image size")
+        if crop == "square" and img.shape[0] != img.shape[1]:
+            cropped.append(1)
+            img = square_crop(img)
+            gt = None if gt is None else square_crop(gt)
         if is_grey(img):
             grey.append(str(path))
         if gt is not None:
@@ -358,11 +378,19 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
             "grey_images": len(grey), "masks_look_inverted": inverted,
             "peak_threshold": seg.peak_threshold, "mirror_tta": seg.mirror_tta, "one_region": seg.one_region,
             "checkpoint": str(cfg.vision), "images": str(cfg.images), "masks": str(cfg.masks) if cfg.masks else None,
-            "inference_dtype": "bfloat16" if seg.bf16 else "float32", "model_input_size": S}
+            "inference_dtype": "bfloat16" if seg.bf16 else "float32", "model_input_size": S,
+            "frame_crop": crop, "frames_cropped": len(cropped)}
+    if cropped:
+        log.info("eval-real: %d of %d frames were cut to their centred square (--frame-crop %s%s); predictions, "
+                 "overlays and metrics are of that square", len(cropped), len(rows), cfg.frame_crop,
+                 ": the net's embodiment" if cfg.frame_crop == "auto" else "")
+    elif crop == "stretch" and any(r["width"] != r["height"] for r in rows):
+        log.info("eval-real: non-square frames were stretched to the net's square input (--frame-crop stretch%s)",
+                 ", from the net's embodiment" if cfg.frame_crop == "auto" else "")
     pred_fields = ["file", "width", "height", "pred_pixels", "max_prob"]
     if masks is None:
         _write_csv(out / "per_image.csv", rows, pred_fields)
-        _report(out / "report.html", cfg, rows, None, skipped, has_masks=False)
+        _report(out / "report.html", cfg, rows, None, skipped, has_masks=False, crop=crop)
         result = {**base, "images_with_predicted_target": sum(r["pred_pixels"] > 0 for r in rows)}
         log.info("wrote predictions and overlays for %d images to %s", len(rows), out)
         return result
@@ -408,7 +436,7 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
                                                            "recall", "false_positive_image"]
                + (["kind"] if kinds is not None else []))
     atomic_write_bytes(out / "metrics.json", json.dumps(result, indent=2).encode())
-    _report(out / "report.html", cfg, rows, summary, skipped, has_masks=True)
+    _report(out / "report.html", cfg, rows, summary, skipped, has_masks=True, crop=crop)
     pf = summary["per_frame"]
     log.info("eval-real on %d images: pooled iou %s precision %s recall %s (frame-averaged iou %.3f precision "
              "%.3f recall %.3f), fp-images %s", len(rows), *(_with_ci(summary, k) for k in ("iou", "precision", "recall")),

@@ -65,6 +65,38 @@ _STEM_OK = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
 # ----------------------------------------------------------------------------------------------------- reading
+FRAME_CROPS = ("stretch", "square")
+"""How a camera frame of any shape is fitted to a net's square input: ``stretch`` resizes the whole frame (a non-square
+frame loses its aspect), ``square`` first keeps its centred square (for an embodiment whose wrist image is the square
+crop of a wider sensor, the SO-101). ``eval-real``, ``calibrate`` and deploy's controller share them."""
+
+
+def square_crop(img: np.ndarray) -> np.ndarray:
+    """The centred square of ``img`` H,W[,C] (side ``min(H, W)``, the odd pixel left on the far side); a square
+    image is returned as it is. A mask and its frame cut by this stay aligned pixel for pixel."""
+    h, w = img.shape[:2]
+    if h == w:
+        return img
+    s = min(h, w)
+    y, x = (h - s) // 2, (w - s) // 2
+    return img[y:y + s, x:x + s]
+
+
+def resolve_frame_crop(choice: str, config: dict | None, flag: str = "--frame-crop") -> str:
+    """``choice`` (``auto`` or one of :data:`FRAME_CROPS`) as a crop, ``auto`` resolved from the embodiment a
+    checkpoint's stored ``config`` was trained for: ``square`` when its wrist image is the centred square of a wider
+    sensor (``Embodiment.sensor_aspect != 1``), else ``stretch`` (nets written before embodiments existed are the
+    floating gripper's). ValueError naming ``flag`` for anything else."""
+    if choice in FRAME_CROPS:
+        return choice
+    if choice != "auto":
+        raise ValueError(f"{flag} must be auto, {' or '.join(FRAME_CROPS)}; got {choice!r}")
+    from graspsim import runs
+    from graspsim.embodiment import get_embodiment
+
+    return "square" if get_embodiment(runs.trained_embodiment(config)).sensor_aspect != 1.0 else "stretch"
+
+
 def list_images(folder: str | os.PathLike) -> list[Path]:
     """Sorted image files (by name) directly inside ``folder`` (not recursive).
 
@@ -439,6 +471,7 @@ class ImageSetWriter:
         atomic_write_bytes(self.folder / self.meta_file, buf.getvalue().encode())
 
 
-__all__ = ["IMAGES", "IMAGE_EXTENSIONS", "ImageSetWriter", "KIND_COLUMN", "MASKS", "MASK_MAX_LEVELS", "META", "META_KEY",
-           "NO_KIND", "PNG", "check_unique_stems", "encode_png", "find_masks", "frame_stem", "images_folder", "list_images",
-           "load_mask", "mask_files", "mask_folder_of", "read_image", "read_kinds", "read_mask", "read_meta", "write_png"]
+__all__ = ["FRAME_CROPS", "IMAGES", "IMAGE_EXTENSIONS", "ImageSetWriter", "KIND_COLUMN", "MASKS", "MASK_MAX_LEVELS",
+           "META", "META_KEY", "NO_KIND", "PNG", "check_unique_stems", "encode_png", "find_masks", "frame_stem",
+           "images_folder", "list_images", "load_mask", "mask_files", "mask_folder_of", "read_image", "read_kinds",
+           "read_mask", "read_meta", "resolve_frame_crop", "square_crop", "write_png"]

@@ -75,6 +75,17 @@ class LabelledFrames:
     def n_target_free(self) -> int:
         return len(self) - self.n_target
 
+    def square(self) -> "LabelledFrames":
+        """The frames' and masks' centred squares (:func:`graspsim.vision.image_set.square_crop`'s cut); square frames
+        are returned as they are."""
+        h, w = self.rgb.shape[-2:]
+        if h == w:
+            return self
+        side = min(h, w)
+        y, x = (h - side) // 2, (w - side) // 2
+        return LabelledFrames(self.rgb[..., y:y + side, x:x + side].contiguous(),
+                              self.mask[..., y:y + side, x:x + side].contiguous(), self.names, self.folder)
+
     def resized(self, size: int) -> "LabelledFrames":
         """The frames at ``size`` x ``size`` (the net's input): RGB area-averaged when shrinking (bilinear when
         enlarging), a mask pixel stays target when at least half of its area is."""
