@@ -32,17 +32,18 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
 import queue
 import re
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from graspsim.vision.image_set import square_crop  # re-exported: cameras and record cut frames with it
+
+from .interfaces import (FUTURE_TOLERANCE, MAX_ASPECT, MIN_FRAME_SIDE, Camera, CameraError,  # noqa: F401 (re-exported)
+                         CameraTimeout, Frame, check_frame, describe_value, part_name)
 
 log = logging.getLogger(__name__)
 
@@ -54,25 +55,10 @@ before OpenCV sees them: it crashes on some (``-1``) and raises on others."""
 WATCHDOG_GRACE = 0.5
 """Seconds a camera's ``read(timeout)`` may run past its ``timeout`` before the watchdog of :class:`CameraReader`
 declares the camera hung (a camera that honours its timeout has raised :class:`CameraTimeout` by then)."""
-FUTURE_TOLERANCE = 1.0
-"""Seconds a frame's capture time may lie ahead of ``time.monotonic()`` (clock jitter of a driver) before it is
-refused as taken from another clock (``time.time()`` would make every frame look fresh)."""
-MIN_FRAME_SIDE = 16
-"""Smallest frame side accepted (px): the nets see 64-96 px, and a frame of a few pixels holds nothing to act on."""
-MAX_ASPECT = 4.0
-"""Largest ratio of a frame's long side to its short side (cameras give 4:3 to 32:9); a 1x10000 frame is no image."""
 CLOSE_TIMEOUT = 5.0
 """Seconds a camera's or robot's ``close()`` may take at the end of a run (:func:`close_within`); one still running
 then is abandoned in its daemon thread, named in a warning, and the process exits all the same."""
 _INTEGER = re.compile(r"[+-]?[0-9]+")
-
-
-class CameraError(ValueError):
-    """A camera that cannot be opened or read."""
-
-
-class CameraTimeout(CameraError):
-    """No new frame within the timeout."""
 
 
 class CameraHung(CameraError):
@@ -81,82 +67,6 @@ class CameraHung(CameraError):
 
 class EndOfStream(Exception):
     """A finite source (video file, image folder) has given its last frame."""
-
-
-@dataclass
-class Frame:
-    rgb: np.ndarray
-    """H,W,3 uint8 RGB."""
-    t: float
-    """time.monotonic() when the frame was captured."""
-    index: int
-    """Running number of the frame from this source."""
-    mask: np.ndarray | None = None
-    """H,W bool exact target mask where the source knows it (simulated cameras), else None."""
-
-
-class Camera:
-    """Interface of a camera source (see the module docstring)."""
-
-    name = "camera"
-
-    def read(self, timeout: float) -> Frame:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-def part_name(part, kind: str, method: str) -> str:
-    """How errors name a camera or adapter call: ``camera 'name' (Class.read)``."""
-    name = getattr(part, "name", None)
-    named = f" {name!r}" if isinstance(name, str) else ""
-    return f"{kind}{named} ({type(part).__name__}.{method})"
-
-
-def describe_value(x) -> str:
-    """A short description of a value an adapter returned, for error messages."""
-    if x is None:
-        return "None"
-    if isinstance(x, np.ndarray):
-        return f"an array of shape {x.shape} {x.dtype}"
-    if isinstance(x, (tuple, list)):
-        return f"a {type(x).__name__} of {len(x)}"
-    return f"a {type(x).__name__}"
-
-
-def check_frame(frame, who: str) -> Frame:
-    """``frame`` if it is a usable frame (``rgb`` H,W,3 uint8 with H, W >= 1; ``t`` a finite capture time in
-    ``time.monotonic()`` seconds, not ahead of now by more than :data:`FUTURE_TOLERANCE`); else CameraError naming
-    ``who`` (e.g. ``camera 'x' (MyCam.read)``) and what it returned."""
-    if not (hasattr(frame, "rgb") and hasattr(frame, "t")):
-        raise CameraError(f"{who} returned {describe_value(frame)}; expected a graspsim.robot.cameras.Frame "
-                          "(rgb H,W,3 uint8, t = time.monotonic() at capture)")
-    rgb = frame.rgb
-    if not (isinstance(rgb, np.ndarray) and rgb.dtype == np.uint8 and rgb.ndim == 3 and rgb.shape[2] == 3
-            and rgb.shape[0] > 0 and rgb.shape[1] > 0):
-        four = isinstance(rgb, np.ndarray) and rgb.ndim == 3 and rgb.shape[2] == 4
-        hint = ("; for an RGBA (or BGRA) frame give its colour channels in the order red, green, blue, without "
-                "alpha (rgb[..., :3], or rgb[..., 2::-1] for BGRA)") if four else ""
-        raise CameraError(f"{who} returned a frame whose rgb is {describe_value(rgb)}; expected H,W,3 uint8 RGB "
-                          f"(H, W >= 1){hint}")
-    h, w = rgb.shape[:2]
-    if min(h, w) < MIN_FRAME_SIDE or max(h, w) > MAX_ASPECT * min(h, w):
-        raise CameraError(f"{who} returned a {w}x{h} frame; expected at least {MIN_FRAME_SIDE} px a side and at most "
-                          f"{MAX_ASPECT:g}:1 between the sides (a camera image, not a strip or a few pixels)")
-    try:
-        t = float(frame.t)
-    except (TypeError, ValueError):
-        raise CameraError(f"{who} returned a frame time {frame.t!r}; expected time.monotonic() at capture "
-                          "(s)") from None
-    if not math.isfinite(t):
-        raise CameraError(f"{who} returned a frame time of {t}; expected time.monotonic() at capture (s) (a "
-                          "non-finite time would switch off the stale-frame check)")
-    ahead = t - time.monotonic()
-    if ahead > FUTURE_TOLERANCE:
-        raise CameraError(f"{who} returned a frame time {ahead:.3g} s ahead of time.monotonic(); give "
-                          "time.monotonic() at capture (time.time() is another clock)")
-    return frame
 
 
 class CameraReader:

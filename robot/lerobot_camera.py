@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 
-from .cameras import Camera, CameraError, CameraTimeout, Frame
+from .interfaces import Camera, CameraError, CameraTimeout, Frame
 
 PREFIX = "lerobot:"
 KINDS = ("opencv", "realsense")

@@ -41,7 +41,6 @@ import io
 import logging
 import math
 import time
-from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 import numpy as np

@@ -38,7 +38,6 @@ user's adapter, constructed as ``Class()``. docs/deploy.md shows how to write on
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -47,59 +46,11 @@ from graspsim.config import gripper_width
 from graspsim.keys import GRIPPER, MASK, RGB
 
 from .cameras import construct
+from .interfaces import ROBOT_METHODS, Outcome, Robot, Senses  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 
 SIM_ROBOTS = ("sim", "bullet", "mujoco")
-ROBOT_METHODS = ("start_episode", "senses", "send", "stop", "outcome")
-
-
-@dataclass
-class Senses:
-    gripper: np.ndarray
-    """3 float32: finger gap / open gap, last close command 0/1, table contact 0/1."""
-    tcp: np.ndarray | None = None
-    """3 float: fingertip centre (m) where the adapter knows it (forward kinematics), else None."""
-
-
-@dataclass
-class Outcome:
-    done: bool = False
-    success: bool | None = None
-    """None where the adapter cannot tell (a real arm without a success sensor)."""
-    reason: str = ""
-    """e.g. success, timeout, missed_grasp, pushed_away, dropped (simulated robots)."""
-
-
-class Robot:
-    """Interface of a robot adapter (see the module docstring)."""
-
-    name = "robot"
-    wrist = False
-    """True when the adapter turns the wrist: 5 gripper senses, and 5-float commands from a wrist-turning net."""
-
-    def start_episode(self, seed: int) -> None:
-        pass
-
-    def senses(self) -> Senses:
-        raise NotImplementedError
-
-    def send(self, command: np.ndarray) -> np.ndarray:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        pass
-
-    def outcome(self) -> Outcome:
-        return Outcome()
-
-    def workspace(self) -> tuple[np.ndarray, np.ndarray] | None:
-        return None
-
-    def close(self) -> None:
-        pass
-
-
 class SimWorld:
     """One simulated scene shared by the ``sim``/``bullet``/``mujoco`` camera and robot: the robot steps it, the camera
     renders it."""

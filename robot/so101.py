@@ -42,7 +42,7 @@ from typing import Optional, Tuple
 
 import numpy as np
 
-from .robots import Outcome, Robot, Senses
+from .interfaces import Outcome, Robot, Senses
 
 log = logging.getLogger(__name__)
 

@@ -86,26 +86,13 @@ from graspsim.seeds import frame_rng
 from graspsim.validate import positive_int
 
 from .image_set import KIND_COLUMN, NO_KIND, ImageSetWriter, list_images, read_image
+from .transfer_rules import DISTRACTOR_HUE_MARGIN, TARGET_HUE, check_kinds, distractor_hue_gap  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 
 IMAGE_SIZE = 64
 SUPERSAMPLE = 4
 RENDER_SIZE = IMAGE_SIZE * SUPERSAMPLE
-TARGET_HUE = (-0.04, 0.06)  # default HSV hue band of the target (mod 1): red to orange
-DISTRACTOR_HUE_MARGIN = 0.08  # distractor hues keep this distance from the target's band (as the simulator's)
-
-
-def distractor_hue_gap(target_hue: tuple[float, float]) -> tuple[float, float]:
-    """The hue band (mod 1) distractors never take: the target's band widened by the margin on each side."""
-    lo, hi = (float(x) for x in target_hue)
-    if not (math.isfinite(lo) and math.isfinite(hi) and -0.5 <= lo <= hi <= 1.0):
-        raise ValueError(f"target_hue must be a (low, high) pair with -0.5 <= low <= high <= 1; got {target_hue!r}")
-    if hi - lo + 2 * DISTRACTOR_HUE_MARGIN >= 0.9:
-        raise ValueError(f"target_hue {target_hue!r} is too wide: it and its margin must leave hues for distractors")
-    return lo - DISTRACTOR_HUE_MARGIN, hi + DISTRACTOR_HUE_MARGIN
-
-
 DISTRACTOR_HUE_GAP = distractor_hue_gap(TARGET_HUE)  # (-0.12, 0.14): distractor hues stay outside this band
 DIAMETER_PX = (2.5, 8.0)  # apparent target diameter at 64x64
 TARGET_RADIUS_M = (0.00625, 0.0075)
@@ -132,15 +119,6 @@ META_FIELDS = (
     "fingers", "n_distractors", "glossiness", "shadows",
 )
 """Columns of a sphere-only set's ``meta.csv``; a set with more kinds adds :data:`KIND_COLUMN` at the end."""
-
-
-def check_kinds(kinds, owner: str = "RenderTransferConfig") -> tuple[str, ...]:
-    """The target kinds of ``kinds`` (names, or one string with commas: ``"sphere,cube"``) as a tuple; a ValueError
-    of one line names an unknown kind and the known ones (those of ``graspsim.TargetConfig``)."""
-    try:
-        return TargetConfig(kinds=kinds).kinds
-    except ValueError as e:
-        raise ValueError(str(e).replace("TargetConfig.", f"{owner}.", 1)) from None
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,7 @@ from graspsim.embodiment import SO101
 from graspsim.seeds import frame_rng
 
 from .image_set import KIND_COLUMN, NO_KIND, ImageSetWriter, list_images, read_image
+from .transfer_rules import check_kinds, distractor_hue_gap
 
 log = logging.getLogger(__name__)
 
@@ -154,8 +155,6 @@ class So101TransferRenderer:
 
     def __init__(self, photo_dir: str | os.PathLike, seed: int, target_hue: tuple[float, float] = _RND.target_hue,
                  kinds: tuple[str, ...] = KINDS):
-        from .foreign_render import check_kinds, distractor_hue_gap
-
         self.seed = int(seed)
         self.kinds = check_kinds(kinds)
         self.target_hue = (float(target_hue[0]), float(target_hue[1]))
