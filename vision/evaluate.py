@@ -380,13 +380,12 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
             "checkpoint": str(cfg.vision), "images": str(cfg.images), "masks": str(cfg.masks) if cfg.masks else None,
             "inference_dtype": "bfloat16" if seg.bf16 else "float32", "model_input_size": S,
             "frame_crop": crop, "frames_cropped": len(cropped)}
+    how = crop if cfg.frame_crop == crop else f"auto, {crop} for this net's embodiment"
     if cropped:
-        log.info("eval-real: %d of %d frames were cut to their centred square (--frame-crop %s%s); predictions, "
-                 "overlays and metrics are of that square", len(cropped), len(rows), cfg.frame_crop,
-                 ": the net's embodiment" if cfg.frame_crop == "auto" else "")
+        log.info("eval-real: %d of %d frames were cut to their centred square (--frame-crop %s); predictions, "
+                 "overlays and metrics are of that square", len(cropped), len(rows), how)
     elif crop == "stretch" and any(r["width"] != r["height"] for r in rows):
-        log.info("eval-real: non-square frames were stretched to the net's square input (--frame-crop stretch%s)",
-                 ", from the net's embodiment" if cfg.frame_crop == "auto" else "")
+        log.info("eval-real: non-square frames were stretched to the net's square input (--frame-crop %s)", how)
     pred_fields = ["file", "width", "height", "pred_pixels", "max_prob"]
     if masks is None:
         _write_csv(out / "per_image.csv", rows, pred_fields)
