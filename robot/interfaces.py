@@ -4,9 +4,10 @@ what they return (:func:`check_frame`).
 
 The sources and adapters the project ships live in :mod:`graspsim.robot.cameras` and :mod:`graspsim.robot.robots`,
 which re-export the camera's names and the robot's (``from graspsim.robot.cameras import Camera, Frame``; ``from
-graspsim.robot import Robot, Camera``). The adapters that need an optional package (LeRobot's cameras, the SO-101 on LeRobot's driver) take
-the interfaces from here, so ``open_camera`` and ``open_robot`` can import them on demand without an import circle.
-The tables of methods and their units are in those two modules' docstrings and in docs/deploy.md.
+graspsim.robot import Robot, Camera``). The adapters that need an optional package (LeRobot's cameras, the SO-101
+on LeRobot's driver) take the interfaces from here, so ``open_camera`` and ``open_robot`` can import them on demand
+without an import circle. The tables of methods and their units are in those two modules' docstrings and in
+docs/deploy.md.
 """
 
 from __future__ import annotations

@@ -199,8 +199,9 @@ def test_frame_crop_auto_cuts_the_so101_nets_frames_to_their_square_in_calibrate
     assert (m["frame_crop"], m["frames_cropped"], m["num_target_images"]) == ("stretch", 0, 24)
     assert read_mask(tmp_path / "st" / "predictions" / "f000.png").shape == (48, 80)
     # a floating-gripper net (and one written before embodiments existed) keeps stretching
-    m = evaluate_real(EvalRealConfig(images=root / "images", masks=root / "masks", vision=_checkpoint(tmp_path / "f.pt"),
-                                     out=tmp_path / "fl", precision="fp32", bootstrap=0))
+    floating = _checkpoint(tmp_path / "f.pt")
+    m = evaluate_real(EvalRealConfig(images=root / "images", masks=root / "masks", vision=floating, out=tmp_path / "fl",
+                                     precision="fp32", bootstrap=0))
     assert (m["frame_crop"], m["num_target_images"]) == ("stretch", 24)
     for bad in (EvalRealConfig, CalibrateConfig):
         with pytest.raises(ValueError, match="frame_crop must be auto, stretch or square; got 'centre'"):
@@ -214,7 +215,7 @@ def test_resolve_frame_crop_follows_the_checkpoints_embodiment():
     assert resolve_frame_crop("auto", {"dagger": {"sim": {"embodiment": "floating"}}}) == "stretch"
     assert resolve_frame_crop("auto", None) == "stretch"  # written before embodiments: the floating gripper's
     assert resolve_frame_crop("stretch", {"sim": {"embodiment": "so101"}}) == "stretch"
-    with pytest.raises(ValueError, match="--frame-crop must be auto, stretch or square; got 'wide'"):
+    with pytest.raises(ValueError, match="resolve_frame_crop.frame_crop must be auto, stretch or square; got 'wide'"):
         resolve_frame_crop("wide", None)
     img = np.arange(5 * 8).reshape(5, 8)
     assert square_crop(img).tolist() == img[:, 1:6].tolist() and square_crop(img.T).tolist() == img.T[1:6].tolist()

@@ -2,10 +2,10 @@
 labelled frames, and write a copy of the checkpoint that carries it and records where it came from.
 
 The frames are scored the way ``eval-real`` scores them (each frame fitted to the net's input by ``--frame-crop``, as
-eval-real and deploy fit it, the probabilities resized back to the frame, metrics at the frame's resolution), and the pair is chosen by the same rule as at the end
-of ``train-vision`` (:func:`graspsim.vision.metrics.choose_thresholds_on`): the best pooled F1 among the (threshold, gate)
-pairs whose false-positive image rate is at most ``--max-fp-images`` and whose pixel precision is at least
-``--min-precision``.
+eval-real and deploy fit it; the probabilities resized back to the frame; metrics at the frame's resolution), and the
+pair is chosen by the same rule as at the end of ``train-vision`` (:func:`graspsim.vision.metrics.choose_thresholds_on`):
+the best pooled F1 among the (threshold, gate) pairs whose false-positive image rate is at most ``--max-fp-images``
+and whose pixel precision is at least ``--min-precision``.
 
 **How many frames.** With N target-free frames the false-positive image rate moves in steps of 1/N, so a limit of
 ``max_fp_images`` can only be told apart from zero when N >= 1 / max_fp_images (34 frames for 3 %). Likewise, one
@@ -47,7 +47,7 @@ from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import boolean, positive_int
 
 from .checkpoint import load_checkpoint, save_checkpoint
-from .image_set import FRAME_CROPS, resolve_frame_crop
+from .image_set import check_frame_crop, resolve_frame_crop
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .labelled import LabelledFrames, load_labelled
 from .metrics import PEAKS, choose_thresholds_on, decide, evaluate_set
@@ -124,8 +124,7 @@ class CalibrateConfig:
         if self.one_region is not None:
             boolean("CalibrateConfig", "one_region", self.one_region)
         check_precision("CalibrateConfig", "precision", self.precision)
-        if self.frame_crop != "auto" and self.frame_crop not in FRAME_CROPS:
-            raise ValueError(f"CalibrateConfig.frame_crop must be auto, {' or '.join(FRAME_CROPS)}; got {self.frame_crop!r}")
+        check_frame_crop("CalibrateConfig", self.frame_crop)
 
 
 def frames_needed(min_precision: float, max_fp_images: float) -> tuple[int, int]:

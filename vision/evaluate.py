@@ -47,8 +47,8 @@ from graspsim.validate import non_negative_int, positive_int
 from .labelled import MAX_MEAN_TARGET, is_grey
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .checkpoint import load_checkpoint
-from .image_set import (FRAME_CROPS, MASK_MAX_LEVELS, check_unique_stems, find_masks, list_images, load_mask, read_image,
-                        read_kinds, resolve_frame_crop, square_crop, write_png)
+from .image_set import (MASK_MAX_LEVELS, check_frame_crop, check_unique_stems, find_masks, list_images, load_mask,
+                        read_image, read_kinds, resolve_frame_crop, square_crop, write_png)
 from .metrics import (KIND_TARGETS, SegMetrics, bootstrap_intervals, decide, frame_averaged, kind_groups,
                       meets_kind_targets, subset_metrics_from_counts)
 
@@ -111,8 +111,7 @@ class EvalRealConfig:
             positive_int("EvalRealConfig", name, getattr(self, name))
         non_negative_int("EvalRealConfig", "bootstrap", self.bootstrap)
         check_precision("EvalRealConfig", "precision", self.precision)
-        if self.frame_crop != "auto" and self.frame_crop not in FRAME_CROPS:
-            raise ValueError(f"EvalRealConfig.frame_crop must be auto, {' or '.join(FRAME_CROPS)}; got {self.frame_crop!r}")
+        check_frame_crop("EvalRealConfig", self.frame_crop)
 
 
 def _owns(name: str) -> bool:

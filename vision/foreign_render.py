@@ -86,7 +86,7 @@ from graspsim.seeds import frame_rng
 from graspsim.validate import positive_int
 
 from .image_set import KIND_COLUMN, NO_KIND, ImageSetWriter, list_images, read_image
-from .transfer_rules import DISTRACTOR_HUE_MARGIN, TARGET_HUE, check_kinds, distractor_hue_gap  # noqa: F401 (re-exported)
+from .transfer_rules import TARGET_HUE, check_kinds, distractor_hue_gap
 
 log = logging.getLogger(__name__)
 
@@ -252,8 +252,8 @@ class ForeignRenderer:
 
     ``frame(k)`` returns ``(rgb H,W,3 uint8, mask H,W bool, FrameMeta)`` and depends only on
     (``seed``, ``k``, ``target_hue``, ``kinds``). ``target_hue`` is the target's HSV hue band (mod 1); distractors
-    avoid it widened by :data:`DISTRACTOR_HUE_MARGIN`. ``kinds``: the target kinds drawn per frame (module
-    docstring); spheres alone draw nothing more. Use as a context manager or call ``close()``.
+    avoid it widened by :data:`graspsim.vision.transfer_rules.DISTRACTOR_HUE_MARGIN`. ``kinds``: the target kinds
+    drawn per frame (module docstring); spheres alone draw nothing more. Use as a context manager or call ``close()``.
     """
 
     def __init__(self, photo_dir: str | os.PathLike, seed: int, target_hue: tuple[float, float] = TARGET_HUE,

@@ -82,15 +82,20 @@ def square_crop(img: np.ndarray) -> np.ndarray:
     return img[y:y + s, x:x + s]
 
 
-def resolve_frame_crop(choice: str, config: dict | None, flag: str = "--frame-crop") -> str:
+def check_frame_crop(owner: str, choice) -> None:
+    """ValueError naming ``owner.frame_crop`` unless ``choice`` is ``auto`` or one of :data:`FRAME_CROPS`."""
+    if choice != "auto" and choice not in FRAME_CROPS:
+        raise ValueError(f"{owner}.frame_crop must be auto, {' or '.join(FRAME_CROPS)}; got {choice!r}")
+
+
+def resolve_frame_crop(choice: str, config: dict | None, owner: str = "resolve_frame_crop") -> str:
     """``choice`` (``auto`` or one of :data:`FRAME_CROPS`) as a crop, ``auto`` resolved from the embodiment a
     checkpoint's stored ``config`` was trained for: ``square`` when its wrist image is the centred square of a wider
     sensor (``Embodiment.sensor_aspect != 1``), else ``stretch`` (nets written before embodiments existed are the
-    floating gripper's). ValueError naming ``flag`` for anything else."""
+    floating gripper's). ValueError naming ``owner.frame_crop`` for anything else."""
+    check_frame_crop(owner, choice)
     if choice in FRAME_CROPS:
         return choice
-    if choice != "auto":
-        raise ValueError(f"{flag} must be auto, {' or '.join(FRAME_CROPS)}; got {choice!r}")
     from graspsim import runs
     from graspsim.embodiment import get_embodiment
 
@@ -472,6 +477,6 @@ class ImageSetWriter:
 
 
 __all__ = ["FRAME_CROPS", "IMAGES", "IMAGE_EXTENSIONS", "ImageSetWriter", "KIND_COLUMN", "MASKS", "MASK_MAX_LEVELS",
-           "META", "META_KEY", "NO_KIND", "PNG", "check_unique_stems", "encode_png", "find_masks", "frame_stem",
-           "images_folder", "list_images", "load_mask", "mask_files", "mask_folder_of", "read_image", "read_kinds",
-           "read_mask", "read_meta", "resolve_frame_crop", "square_crop", "write_png"]
+           "META", "META_KEY", "NO_KIND", "PNG", "check_frame_crop", "check_unique_stems", "encode_png", "find_masks",
+           "frame_stem", "images_folder", "list_images", "load_mask", "mask_files", "mask_folder_of", "read_image",
+           "read_kinds", "read_mask", "read_meta", "resolve_frame_crop", "square_crop", "write_png"]
