@@ -421,10 +421,10 @@ def frame_crop(cfg: DeployConfig) -> str:
     from graspsim.dagger.policy import load_checkpoint as load_control
     from graspsim.vision.image_set import resolve_frame_crop
 
-    config = load_control(cfg.policy).get("config")
-    crop = resolve_frame_crop("auto", config)
+    trained = runs.trained_embodiment(load_control(cfg.policy).get("config"))
+    crop = resolve_frame_crop("auto", trained, "DeployConfig")
     log.info("deploy: camera frames are fitted to the nets' input by %s (--frame-crop auto, the %s embodiment)",
-             "their centred square" if crop == "square" else "stretching", runs.trained_embodiment(config))
+             "their centred square" if crop == "square" else "stretching", trained)
     return crop
 
 

@@ -208,14 +208,20 @@ def test_frame_crop_auto_cuts_the_so101_nets_frames_to_their_square_in_calibrate
             bad(vision=so101, images=root / "images", out=tmp_path / "x", frame_crop="centre")
 
 
-def test_resolve_frame_crop_follows_the_checkpoints_embodiment():
+def test_resolve_frame_crop_follows_the_checkpoints_embodiment(tmp_path):
     from graspsim.vision.image_set import resolve_frame_crop, square_crop
 
-    assert resolve_frame_crop("auto", {"sim": {"embodiment": "so101"}}) == "square"
-    assert resolve_frame_crop("auto", {"dagger": {"sim": {"embodiment": "floating"}}}) == "stretch"
-    assert resolve_frame_crop("auto", None) == "stretch"  # written before embodiments: the floating gripper's
-    assert resolve_frame_crop("stretch", {"sim": {"embodiment": "so101"}}) == "stretch"
+    assert resolve_frame_crop("auto", "so101") == "square"
+    assert resolve_frame_crop("auto", "floating") == "stretch"
+    assert resolve_frame_crop("stretch", "so101") == "stretch"
     with pytest.raises(ValueError, match="resolve_frame_crop.frame_crop must be auto, stretch or square; got 'wide'"):
-        resolve_frame_crop("wide", None)
+        resolve_frame_crop("wide", "floating")
+    for config, trained in (({"sim": {"embodiment": "so101"}}, "so101"), ({}, "floating")):  # {}: before embodiments
+        torch.manual_seed(0)
+        model = SegNet(TINY)
+        path = tmp_path / f"{trained}.pt"
+        save_checkpoint(path, {"model": model.state_dict(), "model_config": dataclasses.asdict(model.cfg),
+                               "config": config, "step": 0, "threshold": 0.5, "image_size": 64})
+        assert Segmenter.from_checkpoint(path, precision="fp32").embodiment == trained
     img = np.arange(5 * 8).reshape(5, 8)
     assert square_crop(img).tolist() == img[:, 1:6].tolist() and square_crop(img.T).tolist() == img.T[1:6].tolist()

@@ -207,7 +207,7 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     masks = cfg.masks or (None,) * len(cfg.images)
     with cfg.runtime.job("calibrate"):  # sets --threads; one process does the whole set
         seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.runtime.device, precision=cfg.precision)
-        crop = resolve_frame_crop(cfg.frame_crop, ckpt.get("config"))
+        crop = resolve_frame_crop(cfg.frame_crop, seg.embodiment, "CalibrateConfig")
         sets = [load_labelled(images, m) for images, m in zip(cfg.images, masks)]
         if crop == "square":
             sets = [f.square() for f in sets]

@@ -46,7 +46,6 @@ from graspsim.validate import non_negative_int, positive_int
 
 from .labelled import MAX_MEAN_TARGET, is_grey
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
-from .checkpoint import load_checkpoint
 from .image_set import (MASK_MAX_LEVELS, check_frame_crop, check_unique_stems, find_masks, list_images, load_mask,
                         read_image, read_kinds, resolve_frame_crop, square_crop, write_png)
 from .metrics import (KIND_TARGETS, SegMetrics, bootstrap_intervals, decide, frame_averaged, kind_groups,
@@ -278,7 +277,7 @@ def evaluate_real(cfg: EvalRealConfig) -> dict:
     check_in_file(cfg.vision, "EvalRealConfig.vision", "vision checkpoint", inside="checkpoint.pt")
     with cfg.runtime.job("eval-real"):  # sets --threads; one process does the whole set
         seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.runtime.device, precision=cfg.precision)
-        crop = resolve_frame_crop(cfg.frame_crop, load_checkpoint(cfg.vision).get("config"))
+        crop = resolve_frame_crop(cfg.frame_crop, seg.embodiment, "EvalRealConfig")
         with staged_dir(out, _owns) as stage:
             result = _evaluate(cfg, images, masks, seg, stage, crop)
     log.info("wrote eval-real outputs for %d images to %s", result["num_images"], out)
@@ -302,9 +301,10 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
     suspect: list[dict] = []  # masks that look like images
     grey: list[str] = []  # frames without colour (labelled.is_grey)
     cover: list[float] = []  # fraction of each frame its mask marks as target
-    cropped: list[int] = []  # frames whose centred square was kept (crop == "square" and not square already)
+    n_cropped = 0  # frames whose centred square was kept (crop == "square" and not square already)
 
     def load(path: Path):
+        nonlocal n_cropped
         try:
             img = read_image(path)
             gt = None
@@ -322,7 +322,7 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
             raise ValueError(f"mask {masks[path]} is {gt.shape[1]}x{gt.shape[0]} (WxH) but image {path} is "
                              f"{img.shape[1]}x{img.shape[0]}; masks must match their image size")
         if crop == "square" and img.shape[0] != img.shape[1]:
-            cropped.append(1)
+            n_cropped += 1
             img = square_crop(img)
             gt = None if gt is None else square_crop(gt)
         if is_grey(img):
@@ -378,11 +378,11 @@ def _evaluate(cfg: EvalRealConfig, images: list[Path], masks: dict[Path, Path] |
             "peak_threshold": seg.peak_threshold, "mirror_tta": seg.mirror_tta, "one_region": seg.one_region,
             "checkpoint": str(cfg.vision), "images": str(cfg.images), "masks": str(cfg.masks) if cfg.masks else None,
             "inference_dtype": "bfloat16" if seg.bf16 else "float32", "model_input_size": S,
-            "frame_crop": crop, "frames_cropped": len(cropped)}
+            "frame_crop": crop, "frames_cropped": n_cropped}
     how = crop if cfg.frame_crop == crop else f"auto, {crop} for this net's embodiment"
-    if cropped:
+    if n_cropped:
         log.info("eval-real: %d of %d frames were cut to their centred square (--frame-crop %s); predictions, "
-                 "overlays and metrics are of that square", len(cropped), len(rows), how)
+                 "overlays and metrics are of that square", n_cropped, len(rows), how)
     elif crop == "stretch" and any(r["width"] != r["height"] for r in rows):
         log.info("eval-real: non-square frames were stretched to the net's square input (--frame-crop %s)", how)
     pred_fields = ["file", "width", "height", "pred_pixels", "max_prob"]

@@ -71,15 +71,19 @@ frame loses its aspect), ``square`` first keeps its centred square (for an embod
 crop of a wider sensor, the SO-101). ``eval-real``, ``calibrate`` and deploy's controller share them."""
 
 
-def square_crop(img: np.ndarray) -> np.ndarray:
-    """The centred square of ``img`` H,W[,C] (side ``min(H, W)``, the odd pixel left on the far side); a square
-    image is returned as it is. A mask and its frame cut by this stay aligned pixel for pixel."""
-    h, w = img.shape[:2]
-    if h == w:
-        return img
+def square_window(h: int, w: int) -> tuple[slice, slice]:
+    """The rows and columns of the centred square of an ``h`` x ``w`` image (side ``min(h, w)``, the odd pixel left
+    on the far side): the one cut of :func:`square_crop` and :meth:`graspsim.vision.labelled.LabelledFrames.square`."""
     s = min(h, w)
     y, x = (h - s) // 2, (w - s) // 2
-    return img[y:y + s, x:x + s]
+    return slice(y, y + s), slice(x, x + s)
+
+
+def square_crop(img: np.ndarray) -> np.ndarray:
+    """The centred square of ``img`` H,W[,C] (:func:`square_window`); a square image is returned as it is. A mask
+    and its frame cut by this stay aligned pixel for pixel."""
+    h, w = img.shape[:2]
+    return img if h == w else img[square_window(h, w)]
 
 
 def check_frame_crop(owner: str, choice) -> None:
@@ -88,18 +92,17 @@ def check_frame_crop(owner: str, choice) -> None:
         raise ValueError(f"{owner}.frame_crop must be auto, {' or '.join(FRAME_CROPS)}; got {choice!r}")
 
 
-def resolve_frame_crop(choice: str, config: dict | None, owner: str = "resolve_frame_crop") -> str:
-    """``choice`` (``auto`` or one of :data:`FRAME_CROPS`) as a crop, ``auto`` resolved from the embodiment a
-    checkpoint's stored ``config`` was trained for: ``square`` when its wrist image is the centred square of a wider
-    sensor (``Embodiment.sensor_aspect != 1``), else ``stretch`` (nets written before embodiments existed are the
-    floating gripper's). ValueError naming ``owner.frame_crop`` for anything else."""
+def resolve_frame_crop(choice: str, embodiment: str, owner: str = "resolve_frame_crop") -> str:
+    """``choice`` (``auto`` or one of :data:`FRAME_CROPS`) as a crop, ``auto`` resolved from the ``embodiment`` a net
+    was trained for (``graspsim.runs.trained_embodiment`` of its checkpoint's config): ``square`` when its wrist image
+    is the centred square of a wider sensor (``Embodiment.sensor_aspect != 1``), else ``stretch``. ValueError naming
+    ``owner.frame_crop`` for anything else."""
     check_frame_crop(owner, choice)
     if choice in FRAME_CROPS:
         return choice
-    from graspsim import runs
     from graspsim.embodiment import get_embodiment
 
-    return "square" if get_embodiment(runs.trained_embodiment(config)).sensor_aspect != 1.0 else "stretch"
+    return "square" if get_embodiment(embodiment).sensor_aspect != 1.0 else "stretch"
 
 
 def list_images(folder: str | os.PathLike) -> list[Path]:
@@ -479,4 +482,4 @@ class ImageSetWriter:
 __all__ = ["FRAME_CROPS", "IMAGES", "IMAGE_EXTENSIONS", "ImageSetWriter", "KIND_COLUMN", "MASKS", "MASK_MAX_LEVELS",
            "META", "META_KEY", "NO_KIND", "PNG", "check_frame_crop", "check_unique_stems", "encode_png", "find_masks",
            "frame_stem", "images_folder", "list_images", "load_mask", "mask_files", "mask_folder_of", "read_image",
-           "read_kinds", "read_mask", "read_meta", "resolve_frame_crop", "square_crop", "write_png"]
+           "read_kinds", "read_mask", "read_meta", "resolve_frame_crop", "square_crop", "square_window", "write_png"]

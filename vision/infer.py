@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from graspsim import runs
 from graspsim.validate import boolean
 
 from .checkpoint import load_checkpoint
@@ -55,7 +56,7 @@ class Segmenter:
 
     def __init__(self, model: SegNet, threshold: float = 0.5, image_size: int = 64, device: torch.device | str = "cpu",
                  precision: str = "auto", probe: Tensor | None = None, peak_threshold: float = 0.0,
-                 mirror_tta: bool = False, one_region: bool = False):
+                 mirror_tta: bool = False, one_region: bool = False, embodiment: str = "floating"):
         check_precision("Segmenter", "precision", precision)
         if not 0.0 < float(threshold) < 1.0:
             raise ValueError(f"threshold must be in (0, 1); got {threshold!r}")
@@ -71,6 +72,8 @@ class Segmenter:
         self.peak_threshold = float(peak_threshold)
         self.mirror_tta = mirror_tta
         self.image_size = int(image_size)
+        self.embodiment = str(embodiment)
+        """The embodiment the net was trained for (its camera), from the checkpoint's config."""
         self.bf16 = False
         self.bf16_disagreement: float | None = None
         self._net_bf16: SegNet | None = None  # made by _bf16_net on first bf16 use
@@ -119,7 +122,8 @@ class Segmenter:
         try:
             return cls(model, threshold=ckpt["threshold"], image_size=ckpt["image_size"], device=device,
                        precision=precision, probe=ckpt.get("probe_rgb"), peak_threshold=ckpt.get("peak_threshold", 0.0),
-                       mirror_tta=ckpt.get("mirror_tta", False), one_region=ckpt.get("one_region", False))
+                       mirror_tta=ckpt.get("mirror_tta", False), one_region=ckpt.get("one_region", False),
+                       embodiment=runs.trained_embodiment(ckpt.get("config")))
         except ValueError as e:  # a stored threshold, mirror_tta or one_region flag out of range
             raise ValueError(f"vision checkpoint {path}: {e}") from None
 

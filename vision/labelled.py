@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .image_set import IMAGES, MASK_MAX_LEVELS, MASKS, find_masks, list_images, load_mask, mask_folder_of, read_image
+from .image_set import (IMAGES, MASK_MAX_LEVELS, MASKS, find_masks, list_images, load_mask, mask_folder_of, read_image,
+                        square_window)
 
 
 MIN_FRAME_SIDE = 16
@@ -81,10 +82,9 @@ class LabelledFrames:
         h, w = self.rgb.shape[-2:]
         if h == w:
             return self
-        side = min(h, w)
-        y, x = (h - side) // 2, (w - side) // 2
-        return LabelledFrames(self.rgb[..., y:y + side, x:x + side].contiguous(),
-                              self.mask[..., y:y + side, x:x + side].contiguous(), self.names, self.folder)
+        rows, cols = square_window(h, w)
+        return LabelledFrames(self.rgb[..., rows, cols].contiguous(), self.mask[..., rows, cols].contiguous(),
+                              self.names, self.folder)
 
     def resized(self, size: int) -> "LabelledFrames":
         """The frames at ``size`` x ``size`` (the net's input): RGB area-averaged when shrinking (bilinear when
