@@ -162,11 +162,10 @@ def bn_adapt(vision: Path, images: Path, out: Path, strength: float = 1.0) -> in
     from graspsim.vision.checkpoint import load_checkpoint, save_checkpoint
     from graspsim.vision.image_set import list_images, read_image
     from graspsim.vision.labelled import LabelledFrames
-    from graspsim.vision.model import SegNet, SegNetConfig
+    from graspsim.vision.ensemble import net_from_checkpoint
 
     ck = load_checkpoint(vision)
-    model = SegNet(SegNetConfig(**ck["model_config"]))
-    model.load_state_dict(ck["model"])
+    model = net_from_checkpoint(ck, vision)
     rgb = torch.from_numpy(np.stack([read_image(p) for p in list_images(images)])).permute(0, 3, 1, 2).contiguous()
     size = int(ck["image_size"])
     rgb = LabelledFrames(rgb, torch.zeros(rgb.shape[0], *rgb.shape[2:], dtype=torch.bool), [], images).resized(size).rgb

@@ -25,6 +25,10 @@ wins (:func:`graspsim.vision.metrics.choose_thresholds_on`). So a folder of easy
 folder of hard ones, as pooling their frames would. Each folder must be large enough on its own. The record then
 holds lists in ``folder`` and ``masks``, the totals in ``n_*``, the pooled ``before`` / ``after``, and ``by_folder``
 (each folder's counts and ``before`` / ``after``); ``constraints_met`` asks every folder.
+
+**Several nets** (``--vision A B ...``, nets of one recipe trained with other seeds): the output is their ensemble
+(:mod:`graspsim.vision.ensemble`), whose logits are the members' average, calibrated as one net; ``source`` is then
+the list of members. It costs the members' summed inference time wherever it runs.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import boolean, positive_int
 
 from .checkpoint import load_checkpoint, save_checkpoint
+from .ensemble import ensemble_payload
 from .image_set import check_frame_crop, resolve_frame_crop
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .labelled import LabelledFrames, load_labelled
@@ -64,8 +69,10 @@ REPORT_KEYS = ("precision", "recall", "iou", "f1", "false_positive_image_rate", 
 class CalibrateConfig:
     """Choose the pixel threshold and frame gate of a vision checkpoint on your own labelled frames."""
 
-    vision: Path
-    """Vision checkpoint to calibrate (written by train-vision, or the shipped vision/assets/segnet.pt)."""
+    vision: tuple[Path, ...]
+    """Vision checkpoint to calibrate (written by train-vision, or the shipped vision/assets/segnet.pt). Several
+    checkpoints of one recipe (other seeds): the output is their ensemble, whose logits are the members' average
+    (:mod:`graspsim.vision.ensemble`), at the members' summed inference cost."""
     images: tuple[Path, ...]
     """Folder(s) of your labelled tuning frames (PNG/JPEG, one size). Keep the frames you report on out of them.
     Several folders: the limits must hold on each (module docstring)."""
@@ -98,12 +105,17 @@ class CalibrateConfig:
     on one process and draws no bar)."""
 
     def __post_init__(self) -> None:
-        for name in ("images", "masks"):  # one folder may be given as a path (Python callers, older configs)
+        for name in ("vision", "images", "masks"):  # one may be given as a path (Python callers, older configs)
             v = getattr(self, name)
             object.__setattr__(self, name, () if v is None else (Path(v),) if isinstance(v, (str, os.PathLike))
                                else tuple(Path(x) for x in v))
+        if not self.vision:
+            raise ValueError("CalibrateConfig.vision: give the vision checkpoint to calibrate")
         if not self.images:
             raise ValueError("CalibrateConfig.images: give at least one folder of labelled frames")
+        if len({p.resolve() for p in self.vision}) < len(self.vision):
+            raise ValueError(f"CalibrateConfig.vision: a checkpoint is given twice ({', '.join(map(str, self.vision))}); "
+                             "an ensemble's members must be different nets")
         seen: dict[Path, Path] = {}
         for folder in self.images:  # a folder named twice would count its frames twice
             if folder.resolve() in seen:
@@ -181,7 +193,7 @@ def _check_out(cfg: CalibrateConfig) -> Path:
     out = Path(cfg.out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder; give the calibrated checkpoint's file name, e.g. {out / 'calibrated.pt'}")
-    if out.exists() and _same_file(out, Path(cfg.vision)):  # --overwrite would replace the net it calibrates
+    if out.exists() and any(_same_file(out, Path(v)) for v in cfg.vision):  # --overwrite would replace a net it reads
         raise ValueError(f"--out {out} is the --vision checkpoint itself; calibrate writes a calibrated copy and keeps "
                          "its source: choose another --out")
     if out.exists() and not cfg.overwrite:
@@ -189,6 +201,18 @@ def _check_out(cfg: CalibrateConfig) -> Path:
     if not out.parent.is_dir():
         raise FileNotFoundError(f"the folder of --out {out} does not exist")
     return check_writable(out)  # now, not after the frames were scored
+
+
+def _source(vision: tuple[Path, ...]) -> tuple[dict, str]:
+    """The checkpoint to calibrate and its name for errors: the one ``--vision`` checkpoint, or the ensemble of several
+    (:func:`graspsim.vision.ensemble.ensemble_payload`). Each is loaded and checked (missing, corrupt and control
+    checkpoints are refused) before any frame is read."""
+    loaded = [load_checkpoint(v) for v in vision]
+    if len(vision) == 1:
+        return loaded[0], str(vision[0])
+    payload = ensemble_payload(list(vision), loaded)
+    log.info("calibrating the ensemble of %d nets: %s", len(vision), ", ".join(map(str, vision)))
+    return payload, f"the ensemble of {', '.join(map(str, vision))}"
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -203,10 +227,10 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     """Choose the operating point on ``cfg.images`` and write the calibrated checkpoint to ``cfg.out``; returns the
     ``calibration`` record stored in it (module docstring). Every input is checked before anything is written."""
     out = _check_out(cfg)
-    ckpt = load_checkpoint(cfg.vision)  # refuses missing, corrupt and control checkpoints
+    ckpt, name = _source(cfg.vision)
     masks = cfg.masks or (None,) * len(cfg.images)
     with cfg.runtime.job("calibrate"):  # sets --threads; one process does the whole set
-        seg = Segmenter.from_checkpoint(cfg.vision, device=cfg.runtime.device, precision=cfg.precision)
+        seg = Segmenter.from_payload(ckpt, name, device=cfg.runtime.device, precision=cfg.precision)
         crop = resolve_frame_crop(cfg.frame_crop, seg.embodiment, "CalibrateConfig")
         sets = [load_labelled(images, m) for images, m in zip(cfg.images, masks)]
         if crop == "square":
@@ -228,7 +252,8 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     record.update({
         "min_precision": cfg.min_precision, "max_fp_images": cfg.max_fp_images, "min_pixels": cfg.min_pixels,
         "chosen_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "source": str(Path(cfg.vision).resolve()), "inference_dtype": "bfloat16" if seg.bf16 else "float32",
+        "source": ([str(Path(v).resolve()) for v in cfg.vision] if len(cfg.vision) > 1
+                   else str(Path(cfg.vision[0]).resolve())), "inference_dtype": "bfloat16" if seg.bf16 else "float32",
         "frame_crop": crop,
     })
     before, after, met = record["before"], record["after"], record["constraints_met"]
@@ -256,7 +281,7 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     if not met:
         log.warning("no operating point meets precision >= %g and false-positive images <= %g on these frames; the "
                     "closest was written (constraints_met: false). Consider fine-tuning on your frames "
-                    "(train-vision --init %s --real ...)", cfg.min_precision, cfg.max_fp_images, cfg.vision)
+                    "(train-vision --init %s --real ...)", cfg.min_precision, cfg.max_fp_images, cfg.vision[0])
     log.info("wrote %s", out)
     return record
 

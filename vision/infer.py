@@ -22,7 +22,8 @@ from graspsim.validate import boolean
 
 from .checkpoint import load_checkpoint
 from .metrics import decide, logit_mask
-from .model import SegNet, SegNetConfig, cpu_has_fast_bf16, fold_batchnorm
+from .ensemble import SegNetEnsemble, net_from_checkpoint
+from .model import SegNet, cpu_has_fast_bf16, fold_batchnorm
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +41,7 @@ def check_precision(owner: str, name: str, precision: str) -> None:
 
 
 class Segmenter:
-    """Wraps a :class:`SegNet` in eval mode with a stored probability ``threshold`` and frame-gate
+    """Wraps a :class:`SegNet` (or a :class:`~graspsim.vision.ensemble.SegNetEnsemble`) in eval mode with a stored probability ``threshold`` and frame-gate
     ``peak_threshold`` (0 = no gate) and, with ``one_region``, the one-region rule (only the region of predicted pixels
     around a frame's most confident pixel is kept; :func:`graspsim.vision.metrics.top_region`). With ``mirror_tta`` the logits are averaged with those of the left-right
     mirrored frame (:meth:`SegNet.mirror_averaged`, about 2x the cost); checkpoints store whether their thresholds
@@ -54,7 +55,7 @@ class Segmenter:
     ``image_size``) -> probabilities B,H,W float32 in [0, 1]. ``predict_mask(rgb, threshold=None)`` -> B,H,W bool.
     """
 
-    def __init__(self, model: SegNet, threshold: float = 0.5, image_size: int = 64, device: torch.device | str = "cpu",
+    def __init__(self, model: SegNet | SegNetEnsemble, threshold: float = 0.5, image_size: int = 64, device: torch.device | str = "cpu",
                  precision: str = "auto", probe: Tensor | None = None, peak_threshold: float = 0.0,
                  mirror_tta: bool = False, one_region: bool = False, embodiment: str = "floating"):
         check_precision("Segmenter", "precision", precision)
@@ -76,7 +77,7 @@ class Segmenter:
         """The embodiment the net was trained for (its camera), from the checkpoint's config."""
         self.bf16 = False
         self.bf16_disagreement: float | None = None
-        self._net_bf16: SegNet | None = None  # made by _bf16_net on first bf16 use
+        self._net_bf16: SegNet | SegNetEnsemble | None = None  # made by _bf16_net on first bf16 use
         if self.device.type == "cpu":
             self.net = self.net.to(memory_format=torch.channels_last)
         if precision == "bf16":
@@ -111,13 +112,16 @@ class Segmenter:
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike, device: torch.device | str = "cpu", precision: str = "auto") -> "Segmenter":
-        """Rebuild from a ``train-vision`` checkpoint (kind checked; see :mod:`graspsim.vision.checkpoint`)."""
-        ckpt = load_checkpoint(path, map_location="cpu")
-        try:
-            model = SegNet(SegNetConfig(**ckpt["model_config"]))
-            model.load_state_dict(ckpt["model"])
-        except (TypeError, ValueError, RuntimeError) as e:  # a bad stored config, or weights that do not fit it
-            raise ValueError(f"vision checkpoint {path}: {e}") from None
+        """Rebuild from a ``train-vision`` or ``calibrate`` checkpoint (kind checked; see :mod:`graspsim.vision.checkpoint`;
+        an ensemble's members are averaged, :mod:`graspsim.vision.ensemble`)."""
+        return cls.from_payload(load_checkpoint(path, map_location="cpu"), path, device, precision)
+
+    @classmethod
+    def from_payload(cls, ckpt: dict, path: str | os.PathLike, device: torch.device | str = "cpu",
+                     precision: str = "auto") -> "Segmenter":
+        """As :meth:`from_checkpoint`, from a checkpoint already loaded (or made, as calibrate makes an ensemble's);
+        ``path`` names it in errors."""
+        model = net_from_checkpoint(ckpt, path)
         check_precision("Segmenter", "precision", precision)  # the caller's argument: checked here so its error does not name the checkpoint
         try:
             return cls(model, threshold=ckpt["threshold"], image_size=ckpt["image_size"], device=device,
@@ -144,7 +148,7 @@ class Segmenter:
             out = net.mirror_averaged(x) if self.mirror_tta else net(x)
         return out.float().to(rgb.device)
 
-    def _bf16_net(self) -> SegNet:
+    def _bf16_net(self) -> SegNet | SegNetEnsemble:
         """``net`` with its weights stored in bfloat16, made on first use. Autocast would round the same float32
         weights to bfloat16 in every call, so the logits are bit for bit the same; storing them once saves those casts
         (measured 1.08x at batch 256 and 1.15x at batch 1, 2026-11-25)."""

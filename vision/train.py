@@ -49,6 +49,7 @@ from graspsim.torch_util import count_parameters
 from .backgrounds import BackgroundBank, resolve_split
 from .checkpoint import load_checkpoint, save_checkpoint
 from .compose import Composer
+from .ensemble import ensemble_size
 from .eval_sets import make_set, per_background, per_kind, predict_probs
 from .hdf5_frames import HDF5Frames
 from .image_set import list_images
@@ -198,6 +199,9 @@ def fine_tune_config(cfg: TrainVisionConfig) -> TrainVisionConfig:
             raise ValueError(f"--{name} sets a from-scratch run; with --init the fine-tune's is --init-{name.replace('_', '-')} "
                              f"(now {getattr(cfg, f'init_{name}')})")
     ck = load_checkpoint(cfg.init)
+    if ensemble_size(ck) > 1:
+        raise ValueError(f"--init {cfg.init} is an ensemble of {ensemble_size(ck)} nets (graspsim calibrate --vision A B "
+                         "...); fine-tune one of its members (its ensemble_members record lists them), then ensemble again")
     if int(ck["image_size"]) != cfg.sim.image_size:
         raise ValueError(f"--init {cfg.init} was trained at {ck['image_size']} px, this run at --sim.image-size "
                          f"{cfg.sim.image_size}")

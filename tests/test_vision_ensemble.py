@@ -1,0 +1,130 @@
+"""Vision ensembles (``graspsim calibrate --vision A B ...``): the members' logits averaged, an operating point of
+their own, provenance, every verb that loads a vision checkpoint, and refusals that name the members."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from graspsim.cli import main
+from graspsim.vision.calibrate import CalibrateConfig, calibrate
+from graspsim.vision.checkpoint import load_checkpoint, save_checkpoint
+from graspsim.vision.ensemble import SegNetEnsemble
+from graspsim.vision.evaluate import EvalRealConfig, evaluate_real
+from graspsim.vision.infer import Segmenter
+from graspsim.vision.model import SegNet, SegNetConfig
+
+from frame_sets import TINY
+from test_calibrate import _checkpoint, _frames
+
+torch.set_num_threads(2)
+
+LIMITS = dict(min_precision=0.5, max_fp_images=0.2, precision="fp32")
+
+
+def test_an_ensemble_averages_its_members_logits_and_is_calibrated_as_one_net(tmp_path, capsys):
+    a, b, c = (_checkpoint(tmp_path / f"{n}.pt", seed=s, config={"seed": s}) for n, s in (("a", 0), ("b", 1), ("c", 2)))
+    root = _frames(tmp_path / "tune", n_target=12, n_free=6)
+    out = tmp_path / "ens.pt"
+    code = main(["calibrate", "--vision", str(a), str(b), str(c), "--images", str(root / "images"), "--out", str(out),
+                 "--min-precision", "0.5", "--max-fp-images", "0.2", "--precision", "fp32"])
+    assert code == 0, capsys.readouterr().err
+    ck = load_checkpoint(out)
+    assert ck["ensemble"] == 3 and "optimizer" not in ck and ck["metrics"] == {}
+    assert [m["source"] for m in ck["ensemble_members"]] == [str(p.resolve()) for p in (a, b, c)]
+    assert [m["seed"] for m in ck["ensemble_members"]] == [0, 1, 2]
+    assert ck["calibration"]["source"] == [str(p.resolve()) for p in (a, b, c)]
+    for i, p in enumerate((a, b, c)):  # every member's weights, untouched
+        member = load_checkpoint(p)["model"]
+        assert all(torch.equal(ck["model"][f"members.{i}.{k}"], v) for k, v in member.items())
+
+    seg = Segmenter.from_checkpoint(out, precision="fp32")
+    assert isinstance(seg.model, SegNetEnsemble) and seg.mirror_tta
+    rgb = torch.randint(0, 256, (5, 3, 64, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    singles = [Segmenter.from_checkpoint(p, precision="fp32").logits(rgb) for p in (a, b, c)]
+    assert torch.allclose(seg.logits(rgb), torch.stack(singles).mean(0), atol=1e-5)
+    # its operating point is its own, and eval-real measures what calibrate promised
+    assert (seg.threshold, seg.peak_threshold) == (ck["calibration"]["after"]["threshold"], ck["peak_threshold"])
+    m = evaluate_real(EvalRealConfig(images=root / "images", masks=root / "masks", vision=out, out=tmp_path / "ev",
+                                     precision="fp32", bootstrap=0))
+    for k in ("precision", "recall", "iou", "false_positive_images"):
+        want = ck["calibration"]["after"][k]
+        assert (m[k] != m[k]) if want is None else m[k] == pytest.approx(want, abs=1e-9)
+    # a calibrated ensemble can be calibrated again (on other frames) like any checkpoint
+    again = calibrate(CalibrateConfig(vision=out, images=root / "images", out=tmp_path / "again.pt", **LIMITS))
+    assert again["source"] == str(out.resolve()) and load_checkpoint(tmp_path / "again.pt")["ensemble"] == 3
+
+
+def test_an_ensemble_refuses_members_it_cannot_average(tmp_path):
+    a = _checkpoint(tmp_path / "a.pt", seed=0)
+    root = _frames(tmp_path / "tune", n_target=12, n_free=6)
+    out = tmp_path / "o.pt"
+
+    def ensemble(*members):
+        return calibrate(CalibrateConfig(vision=members, images=root / "images", out=out, **LIMITS))
+
+    wide = tmp_path / "wide.pt"
+    torch.manual_seed(0)
+    cfg = dataclasses.replace(TINY, base_channels=8)
+    save_checkpoint(wide, {"model": SegNet(cfg).state_dict(), "model_config": dataclasses.asdict(cfg), "config": {},
+                           "step": 0, "threshold": 0.5, "image_size": 64, "mirror_tta": True})
+    with pytest.raises(ValueError, match=r"wide.pt and .*a.pt differ in model_config.*one recipe"):
+        ensemble(a, wide)
+    so101 = _checkpoint(tmp_path / "so101.pt", seed=1, config={"sim": {"embodiment": "so101"}})
+    with pytest.raises(ValueError, match=r"so101.pt was trained for embodiment 'so101', .*a.pt for 'floating'"):
+        ensemble(a, so101)
+    cubes = _checkpoint(tmp_path / "cubes.pt", seed=1, config={"sim": {"target": {"kinds": ["cube"]}}})
+    with pytest.raises(ValueError, match=r"cubes.pt was trained for target kinds \('cube',\)"):
+        ensemble(a, cubes)
+    with pytest.raises(ValueError, match="a checkpoint is given twice"):
+        CalibrateConfig(vision=(a, tmp_path / "." / "a.pt"), images=root / "images", out=out)
+    with pytest.raises(FileNotFoundError, match="nope.pt"):
+        ensemble(a, tmp_path / "nope.pt")
+    assert not out.exists()
+    b = _checkpoint(tmp_path / "b.pt", seed=1)
+    ensemble(a, b)
+    with pytest.raises(ValueError, match=r"o.pt is already an ensemble of 2 nets; list its members"):
+        calibrate(CalibrateConfig(vision=(out, _checkpoint(tmp_path / "c.pt", seed=2)), images=root / "images",
+                                  out=tmp_path / "o2.pt", **LIMITS))
+    assert not (tmp_path / "o2.pt").exists()
+    with pytest.raises(ValueError, match="at least 2 members"):
+        SegNetEnsemble(TINY, 1)
+
+
+def test_fine_tuning_takes_one_member_not_an_ensemble(tmp_path):
+    from graspsim.vision.train import fine_tune_config
+    from graspsim.vision.train_config import TrainVisionConfig
+
+    root = _frames(tmp_path / "tune", n_target=12, n_free=6)
+    members = (_checkpoint(tmp_path / "a.pt", seed=0), _checkpoint(tmp_path / "b.pt", seed=1))
+    calibrate(CalibrateConfig(vision=members, images=root / "images", out=tmp_path / "ens.pt", **LIMITS))
+    with pytest.raises(ValueError, match=r"--init .*ens.pt is an ensemble of 2 nets.*fine-tune one of its members"):
+        fine_tune_config(TrainVisionConfig(init=tmp_path / "ens.pt", out=tmp_path / "run"))
+
+
+def test_an_ensemble_exports_to_onnx_with_parity(tmp_path):
+    """The averaged graph (each member's mirror pass inside) matches torch float32 on simulator frames."""
+    from pathlib import Path
+
+    from graspsim.robot.export import PARITY_TOLERANCE, ExportConfig, export
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = SegNetConfig(base_channels=4, max_channels=8, depth=2)
+    members = []
+    for s in range(2):
+        torch.manual_seed(s)
+        net = SegNet(cfg)
+        net.train()
+        net(torch.rand(8, 3, 64, 64))  # running statistics off their initial values
+        members.append(tmp_path / f"m{s}.pt")
+        save_checkpoint(members[-1], {"model": net.state_dict(), "model_config": dataclasses.asdict(cfg), "config": {},
+                                      "step": 1, "threshold": 0.5, "image_size": 64, "mirror_tta": True})
+    tune = _frames(tmp_path / "tune", n_target=12, n_free=6, size=64)
+    calibrate(CalibrateConfig(vision=tuple(members), images=tune / "images", out=tmp_path / "ens.pt", **LIMITS))
+    contract = export(ExportConfig(vision=tmp_path / "ens.pt", policy=root / "tests" / "assets" / "policy_format0.pt",
+                                   out=tmp_path / "onnx", frames=64))
+    par = contract["parity"]
+    assert contract["vision"]["mirror_tta"] is True
+    assert par["vision_logits_max_abs_diff"] <= PARITY_TOLERANCE and par["mask_pixels_differing"] == 0

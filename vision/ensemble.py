@@ -1,0 +1,106 @@
+"""Ensembles of vision nets: several :class:`~graspsim.vision.model.SegNet` of one architecture, trained apart (other
+seeds), whose logits are averaged. The average is one net to everything downstream (:class:`~graspsim.vision.infer.Segmenter`,
+``eval-real``, ``eval-sim``, ``deploy``, ``export``), at the members' summed cost.
+
+An ensemble is made by ``graspsim calibrate --vision A.pt B.pt ...``: members disagree most where each is unsure, so
+the averaged probabilities need an operating point of their own, and calibrate chooses it on labelled frames. The
+checkpoint is an ordinary vision checkpoint (:mod:`graspsim.vision.checkpoint`) with two more keys: ``ensemble``
+(the number of members, >= 2; ``model`` then holds the members' weights under ``members.<i>.``) and
+``ensemble_members`` (each member's source path, step, seed and stored operating point, for provenance). Its
+``model_config`` is the members' common one. Fine-tuning (``train-vision --init``) takes single nets only.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+
+from graspsim import runs
+
+from .model import SegNet, SegNetConfig
+
+ENSEMBLE_KEY = "ensemble"
+SAME = ("image_size", "mirror_tta", "model_config")  # what every member must share, beside embodiment and kinds
+
+
+class SegNetEnsemble(nn.Module):
+    """``size`` SegNets of config ``cfg``; :meth:`forward` and :meth:`mirror_averaged` average the members' logits
+    (``x`` B,3,H,W float in [0, 1] -> logits B,H,W). Made for inference: train-vision trains one SegNet at a time
+    (a forward pass in training mode, as BatchNorm adaptation runs it, updates every member's statistics)."""
+
+    def __init__(self, cfg: SegNetConfig, size: int):
+        super().__init__()
+        if int(size) < 2:
+            raise ValueError(f"an ensemble needs at least 2 members; got {size}")
+        self.cfg = cfg
+        self.members = nn.ModuleList(SegNet(cfg) for _ in range(int(size)))
+
+    @property
+    def multiple(self) -> int:
+        return self.cfg.multiple
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.stack([m(x) for m in self.members]).mean(0)
+
+    def mirror_averaged(self, x: Tensor) -> Tensor:
+        """The members' :meth:`SegNet.mirror_averaged` logits, averaged."""
+        return torch.stack([m.mirror_averaged(x) for m in self.members]).mean(0)
+
+
+def ensemble_size(ckpt: dict) -> int:
+    """Members in the vision checkpoint ``ckpt`` (a loaded dict): 1 for a single net."""
+    return int(ckpt.get(ENSEMBLE_KEY) or 1)
+
+
+def net_from_checkpoint(ckpt: dict, path: str | os.PathLike) -> SegNet | SegNetEnsemble:
+    """The net stored in the loaded vision checkpoint ``ckpt`` (read from ``path``, named in errors): a
+    :class:`SegNet`, or a :class:`SegNetEnsemble` when the checkpoint holds several members. ValueError when the
+    stored config or weights do not build it."""
+    try:
+        cfg = SegNetConfig(**ckpt["model_config"])
+        n = ensemble_size(ckpt)
+        net = SegNet(cfg) if n == 1 else SegNetEnsemble(cfg, n)
+        net.load_state_dict(ckpt["model"])
+    except (TypeError, ValueError, RuntimeError) as e:  # a bad stored config, or weights that do not fit it
+        raise ValueError(f"vision checkpoint {path}: {e}") from None
+    return net
+
+
+def _kinds(ckpt: dict):
+    sim = ((ckpt.get("config") or {}).get("sim") or {})
+    kinds = (sim.get("target") or {}).get("kinds")
+    return tuple(kinds) if kinds else None
+
+
+def ensemble_payload(paths: list[str | os.PathLike], loaded: list[dict]) -> dict:
+    """The deployable payload (no optimizer or RNG state) of an ensemble of the vision checkpoints ``loaded`` (read
+    from ``paths``): the first member's configs, probe frames and operating point, the members' weights under
+    ``members.<i>.``, ``ensemble`` and ``ensemble_members``. Its operating point is a placeholder: calibrate sets it.
+    ValueError naming the members when they cannot be averaged: fewer than two, an ensemble among them, or a
+    difference in architecture, image size, mirror averaging, embodiment or target kinds."""
+    if len(loaded) < 2:
+        raise ValueError(f"an ensemble needs at least 2 vision checkpoints; got {len(loaded)}")
+    first, p0 = loaded[0], paths[0]
+    for p, ck in zip(paths, loaded):
+        if ensemble_size(ck) > 1:
+            raise ValueError(f"--vision {p} is already an ensemble of {ensemble_size(ck)} nets; list its members instead")
+    for p, ck in zip(paths[1:], loaded[1:]):
+        for key in SAME:
+            if ck.get(key) != first.get(key):
+                raise ValueError(f"--vision {p} and {p0} differ in {key} ({ck.get(key)!r} vs {first.get(key)!r}); "
+                                 "an ensemble averages nets of one recipe")
+        for what, get in (("embodiment", lambda c: runs.trained_embodiment(c.get("config"))), ("target kinds", _kinds)):
+            if get(ck) != get(first):
+                raise ValueError(f"--vision {p} was trained for {what} {get(ck)!r}, {p0} for {get(first)!r}")
+    payload = {k: v for k, v in runs.deployable(first).items() if k not in ("kind", "format_version", "calibration")}
+    payload["model"] = {f"members.{i}.{k}": v for i, ck in enumerate(loaded) for k, v in ck["model"].items()}
+    payload[ENSEMBLE_KEY] = len(loaded)
+    payload["ensemble_members"] = [
+        {"source": str(Path(p).resolve()), "step": int(ck["step"]), "seed": (ck.get("config") or {}).get("seed"),
+         "threshold": float(ck["threshold"]), "peak_threshold": float(ck.get("peak_threshold", 0.0))}
+        for p, ck in zip(paths, loaded)]
+    payload["metrics"] = {}  # the members' validation figures are not the ensemble's
+    return payload
