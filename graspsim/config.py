@@ -12,8 +12,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from dataclasses import dataclass, field
-from typing import Tuple
+from pathlib import Path
+from typing import Optional, Tuple
 
 from .embodiment import Embodiment, get_embodiment
 from .validate import (  # noqa: F401 (check_device is re-exported: configs elsewhere import it from here)
@@ -21,6 +23,21 @@ from .validate import (  # noqa: F401 (check_device is re-exported: configs else
 )
 
 Range = Tuple[float, float]
+
+PHOTO_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+def table_photo_files(folder: str | os.PathLike) -> list[Path]:
+    """The photos of ``folder`` (``RandomizationConfig.table_photos``), sorted by name. ValueError naming the field and
+    the folder when it is missing, not a folder or holds no PNG or JPEG file."""
+    path = Path(folder)
+    if not path.is_dir():
+        raise ValueError(f"RandomizationConfig.table_photos: {path} is not a folder" if path.exists() else
+                         f"RandomizationConfig.table_photos: the folder {path} does not exist")
+    files = sorted(f for f in path.iterdir() if f.suffix.lower() in PHOTO_SUFFIXES and f.is_file())
+    if not files:
+        raise ValueError(f"RandomizationConfig.table_photos: {path} holds no PNG or JPEG photo")
+    return files
 
 MAX_IMAGE_SIZE = 512
 """Largest wrist image side (px) the renderer draws (``SimConfig.image_size``)."""
@@ -64,6 +81,10 @@ class RandomizationConfig:
     """Per-channel multiplier on the table texture colour."""
     texture_scale: Range = (1.0, 4.0)
     """Texture repeats per metre of table."""
+    table_photos: Optional[str] = None
+    """Folder of photos (PNG or JPEG) to draw the table from instead of the built-in bank (4 photos and 4 patterns):
+    each scene's table is one of them (the centred square, tiled, tinted), in every backend. For checking a trained
+    chain on tables like yours or on photos no training saw. Default: the built-in bank."""
     light_elevation: Range = (0.6, 1.45)
     """Elevation of the directional light above the table plane (rad)."""
     light_intensity: Range = (0.6, 1.2)
@@ -128,6 +149,8 @@ class RandomizationConfig:
         finite_non_negative(owner, "distractor_hue_margin", self.distractor_hue_margin)
         finite_non_negative(owner, "mount_jitter_pos", self.mount_jitter_pos)
         finite_non_negative(owner, "mount_jitter_rot", self.mount_jitter_rot)
+        if self.table_photos is not None:
+            table_photo_files(self.table_photos)  # a missing or empty folder is refused now, not at the first reset
 
     @classmethod
     def none(cls) -> "RandomizationConfig":

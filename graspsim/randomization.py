@@ -16,7 +16,7 @@ from .config import SimConfig
 from .physics import keep_in_reach
 from .rng import key_from_floats
 from .state import KIND_BOX, KIND_CYLINDER, KIND_NONE, KIND_SPHERE, TARGET_KIND_CODES, State
-from .textures import TEXTURE_NAMES
+from .textures import texture_count
 
 
 def _u(lo_hi, shape, g: torch.Generator, device) -> Tensor:
@@ -140,7 +140,7 @@ def sample_scenes(cfg: SimConfig, n: int, generator: torch.Generator, device: to
         _u(r.target_hue, (n,), g, dev) % 1.0, _u(r.target_saturation, (n,), g, dev), _u(r.target_value, (n,), g, dev)
     )
     finger_color = 0.15 + 0.5 * torch.rand((n, 1), generator=g, device=dev).expand(-1, 3).contiguous()
-    table_tex = torch.randint(0, len(TEXTURE_NAMES), (n,), generator=g, device=dev)
+    table_tex = torch.randint(0, texture_count(r.table_photos), (n,), generator=g, device=dev)
     table_tint = _u(r.table_tint, (n, 3), g, dev)
     tex_scale = _u(r.texture_scale, (n,), g, dev)
     tex_offset = torch.rand((n, 2), generator=g, device=dev)

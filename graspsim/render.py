@@ -576,15 +576,16 @@ def _shadows(state: State, o: Tensor, objs: Objects, fr: Frames, hits: Hits, siz
 
 
 # ----------------------------------------------------------------------------- table
-_BANKS: dict[str, Tensor] = {}
+_BANKS: dict[tuple[str, str | None], Tensor] = {}
 TEXEL_BIAS = 64  # whole texture tiles added to texel coordinates so they stay positive before wrapping
 
 
-def _bank_planes(device: torch.device) -> Tensor:
-    """Texture bank as channel planes ``3, T*S*S`` (one contiguous gather per channel)."""
-    key = str(device)
+def _bank_planes(device: torch.device, photos: str | None = None) -> Tensor:
+    """Texture bank (with ``photos``, a folder: its photos) as channel planes ``3, T*S*S`` (one contiguous gather per
+    channel)."""
+    key = (str(device), photos)
     if key not in _BANKS:
-        bank = texture_bank(device)
+        bank = texture_bank(device, photos=photos)
         _BANKS[key] = bank.permute(3, 0, 1, 2).reshape(3, -1).contiguous()
     return _BANKS[key]
 
@@ -595,7 +596,7 @@ def _camera_matrix(state: State) -> Tensor:
     return state.cam_rot * torch.stack([torch.ones_like(f), torch.ones_like(f), f], -1)[:, None, :]
 
 
-def _table_color(state: State, size: int, out: Tensor) -> Tensor:
+def _table_color(state: State, size: int, out: Tensor, photos: str | None = None) -> Tensor:
     """Write the lit table colour (shadows come later) into ``out`` (3,B,N channel planes); returns
     ``1 / D_z`` (B*N) of every pixel's unnormalised ray ``D = A (u, v, 1)``, from which the table's ray
     parameter is ``-o_z / D_z``.
@@ -605,7 +606,7 @@ def _table_color(state: State, size: int, out: Tensor) -> Tensor:
     and v, so each is a row term plus a column term. Pixels whose ray misses the table are black.
     """
     B, dev = state.batch_size, state.device
-    planes = _bank_planes(dev)
+    planes = _bank_planes(dev, photos)
     S = TEXTURE_SIZE  # a power of two: texel coordinates wrap with a bit mask
     A = _camera_matrix(state)
     o = camera_origin(state)
@@ -686,7 +687,7 @@ def _render(state: State, cfg: SimConfig, *, table: bool, fingers: bool, distrac
     A = _camera_matrix(state)
     fr = _frames(state, objs, o, A)
     color = torch.empty((3, B, N), device=dev)  # channel planes
-    rcp = _table_color(state, size, color) if table else None
+    rcp = _table_color(state, size, color, cfg.randomization.table_photos) if table else None
     hits = _first_hits(state, o, A, objs, fr, size, rcp)
     tab, obj_shadowed = _shadows(state, o, objs, fr, hits, size, rcp) if shadows else (None, None)
 

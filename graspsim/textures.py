@@ -1,4 +1,5 @@
-"""Table texture bank: real photo textures shipped in ``graspsim/assets/textures`` plus procedural ones.
+"""Table texture bank: real photo textures shipped in ``graspsim/assets/textures`` plus procedural ones, or the photos
+of a user's folder (``RandomizationConfig.table_photos``).
 
 The bank is a single tensor ``T,S,S,3`` float32 in [0, 1] (channels last so one gather fetches a texel).
 """
@@ -10,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from .config import table_photo_files
 
 TEXTURE_DIR = Path(__file__).parent / "assets" / "textures"
 PHOTO_TEXTURES = ("wood", "brick", "grass", "gravel")
@@ -26,6 +29,21 @@ def _load_photo(name: str, size: int) -> np.ndarray:
     if img is None:
         raise FileNotFoundError(f"texture {path} is missing or unreadable (reinstall graspsim)")
     img = cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA)[..., ::-1]
+    return img.astype(np.float32) / 255.0
+
+
+def _load_table_photo(path: Path, size: int) -> np.ndarray:
+    """A user's table photo: its centred square at ``size`` x ``size`` (area-averaged; enlarged bilinearly when
+    smaller), RGB float32 in [0, 1]. ValueError naming the file when it cannot be read."""
+    import cv2
+
+    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
+    if img is None:
+        raise ValueError(f"RandomizationConfig.table_photos: {path} is not a readable PNG or JPEG image")
+    h, w = img.shape[:2]
+    side = min(h, w)
+    img = img[(h - side) // 2:(h - side) // 2 + side, (w - side) // 2:(w - side) // 2 + side]
+    img = cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA if side > size else cv2.INTER_LINEAR)[..., ::-1]
     return img.astype(np.float32) / 255.0
 
 
@@ -51,13 +69,22 @@ def _procedural(name: str, size: int, rng: np.random.Generator) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=4)
-def _bank_numpy(size: int) -> np.ndarray:
+def _bank_numpy(size: int, photos: str | None = None) -> np.ndarray:
+    """The bank ``T,S,S,3`` float32: the built-in textures, or with ``photos`` (a folder) the folder's photos."""
+    if photos is not None:
+        return np.stack([_load_table_photo(f, size) for f in table_photo_files(photos)]).astype(np.float32)
     rng = np.random.default_rng(1234)
     imgs = [_load_photo(n, size) for n in PHOTO_TEXTURES]
     imgs += [_procedural(n, size, rng) for n in PROCEDURAL_TEXTURES]
     return np.stack(imgs).astype(np.float32)
 
 
-def texture_bank(device: torch.device | str = "cpu", size: int = TEXTURE_SIZE) -> torch.Tensor:
-    """All table textures as ``T,S,S,3`` float32 in [0, 1] on ``device`` (T = len(TEXTURE_NAMES))."""
-    return torch.from_numpy(_bank_numpy(size)).to(device)
+def texture_count(photos: str | None = None) -> int:
+    """Textures in the bank: ``len(TEXTURE_NAMES)``, or the photos in the folder ``photos``."""
+    return len(TEXTURE_NAMES) if photos is None else len(table_photo_files(photos))
+
+
+def texture_bank(device: torch.device | str = "cpu", size: int = TEXTURE_SIZE, photos: str | None = None) -> torch.Tensor:
+    """All table textures as ``T,S,S,3`` float32 in [0, 1] on ``device`` (T = :func:`texture_count`): the built-in
+    bank, or the photos of the folder ``photos`` (``RandomizationConfig.table_photos``)."""
+    return torch.from_numpy(_bank_numpy(size, photos)).to(device)

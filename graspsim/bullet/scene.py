@@ -140,15 +140,26 @@ def robot_urdf() -> Path:
     return out
 
 
-def texture_files(size: int = 128) -> list[Path]:
-    """PNG files of the table texture bank (``graspsim.textures.TEXTURE_NAMES`` order), written once."""
+def texture_files(size: int = 128, photos: str | None = None) -> list[Path]:
+    """PNG files of the table texture bank (``graspsim.textures.TEXTURE_NAMES`` order; with ``photos``, a folder, its
+    photos in name order), written once into the cache folder."""
+    import hashlib
+
     from PIL import Image
 
+    from ..config import table_photo_files
     from ..textures import TEXTURE_NAMES, _bank_numpy
 
-    bank = (np.clip(_bank_numpy(size), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    bank = (np.clip(_bank_numpy(size, photos), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    if photos is None:
+        names = list(TEXTURE_NAMES)
+    else:  # the folder's files, their sizes and times: another photo under an old name gets a new file
+        files = table_photo_files(photos)
+        tag = hashlib.sha256(repr([(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files])
+                             .encode()).hexdigest()[:12]
+        names = [f"photo{tag}_{i}" for i in range(len(files))]
     paths = []
-    for name, img in zip(TEXTURE_NAMES, bank):
+    for name, img in zip(names, bank):
         path = _cache_dir() / f"table_{name}_{size}.png"
         if not path.exists():
             with replace_atomically(path) as tmp:
@@ -203,7 +214,8 @@ class BulletScene:
         # pybullet enables velocity motors on every joint by default: switch them off before our control
         for j in range(pb.getNumJoints(self.robot, physicsClientId=c)):
             pb.setJointMotorControl2(self.robot, j, pb.VELOCITY_CONTROL, force=0, physicsClientId=c)
-        self.textures = [pb.loadTexture(str(p), physicsClientId=c) for p in texture_files()]
+        self.textures = [pb.loadTexture(str(p), physicsClientId=c)
+                         for p in texture_files(photos=cfg.randomization.table_photos)]
         self.table = -1
         self.sphere = -1
         self.distractors: list[int] = []

@@ -434,7 +434,7 @@ class MujocoGraspEnv(ContactBackend):
         self.renderer = None
         self._wide = None  # the whole-sensor renderer of sensor_view, made on first use
         H = cfg.image_size
-        self.model = scene_model(cfg.randomization.max_distractors, TEX_SIZE)
+        self.model = scene_model(cfg.randomization.max_distractors, TEX_SIZE, cfg.randomization.table_photos)
         self._gl = GLThread()
         try:
             self.renderer = self._gl.call(lambda: self.mj.Renderer(self.model, H, H))

@@ -345,16 +345,17 @@ def scene_spec(distractor_slots: int, textures: np.ndarray | None = None, base_p
 
 
 @functools.lru_cache(maxsize=2)
-def _scene_model_cached(distractor_slots: int, tex_size: int):
+def _scene_model_cached(distractor_slots: int, tex_size: int, photos: str | None):
     textures = None
     if tex_size:
         from graspsim.textures import _bank_numpy
 
-        textures = (np.clip(_bank_numpy(tex_size), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+        textures = (np.clip(_bank_numpy(tex_size, photos), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
     return scene_spec(distractor_slots, textures).compile()
 
 
-def scene_model(distractor_slots: int, tex_size: int = 128):
+def scene_model(distractor_slots: int, tex_size: int = 128, photos: str | None = None):
     """A compiled scene model (private copy) with ``distractor_slots`` distractor bodies and the table texture bank
-    at ``tex_size`` pixels (0: no textures). Compiled once per process and copied."""
-    return copy.deepcopy(_scene_model_cached(int(distractor_slots), int(tex_size)))
+    at ``tex_size`` pixels (0: no textures; with ``photos``, a folder, its photos: ``RandomizationConfig.table_photos``).
+    Compiled once per process and copied."""
+    return copy.deepcopy(_scene_model_cached(int(distractor_slots), int(tex_size), photos))
