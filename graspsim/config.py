@@ -10,6 +10,7 @@ All validation happens in ``__post_init__`` and raises ``ValueError`` naming the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -27,9 +28,15 @@ Range = Tuple[float, float]
 PHOTO_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
-def table_photo_files(folder: str | os.PathLike) -> list[Path]:
-    """The photos of ``folder`` (``RandomizationConfig.table_photos``), sorted by name. ValueError naming the field and
-    the folder when it is missing, not a folder or holds no PNG or JPEG file."""
+def table_photo_files(folder: str | os.PathLike) -> tuple[Path, ...]:
+    """The photos of ``folder`` (``RandomizationConfig.table_photos``), sorted by name, as listed the first time this
+    process asked (the texture bank, the scene draws and the backends' copies all follow that one list). ValueError
+    naming the field and the folder when it is missing, not a folder or holds no PNG or JPEG file."""
+    return _photo_files(str(folder))
+
+
+@functools.lru_cache(maxsize=8)
+def _photo_files(folder: str) -> tuple[Path, ...]:
     path = Path(folder)
     if not path.is_dir():
         raise ValueError(f"RandomizationConfig.table_photos: {path} is not a folder" if path.exists() else
@@ -37,7 +44,7 @@ def table_photo_files(folder: str | os.PathLike) -> list[Path]:
     files = sorted(f for f in path.iterdir() if f.suffix.lower() in PHOTO_SUFFIXES and f.is_file())
     if not files:
         raise ValueError(f"RandomizationConfig.table_photos: {path} holds no PNG or JPEG photo")
-    return files
+    return tuple(files)
 
 MAX_IMAGE_SIZE = 512
 """Largest wrist image side (px) the renderer draws (``SimConfig.image_size``)."""
@@ -84,7 +91,8 @@ class RandomizationConfig:
     table_photos: Optional[str] = None
     """Folder of photos (PNG or JPEG) to draw the table from instead of the built-in bank (4 photos and 4 patterns):
     each scene's table is one of them (the centred square, tiled, tinted), in every backend. For checking a trained
-    chain on tables like yours or on photos no training saw. Default: the built-in bank."""
+    chain on tables like yours or on photos no training saw. The folder is listed once per process, when the first
+    scenes are built. Default: the built-in bank."""
     light_elevation: Range = (0.6, 1.45)
     """Elevation of the directional light above the table plane (rad)."""
     light_intensity: Range = (0.6, 1.2)
@@ -149,8 +157,11 @@ class RandomizationConfig:
         finite_non_negative(owner, "distractor_hue_margin", self.distractor_hue_margin)
         finite_non_negative(owner, "mount_jitter_pos", self.mount_jitter_pos)
         finite_non_negative(owner, "mount_jitter_rot", self.mount_jitter_rot)
-        if self.table_photos is not None:
-            table_photo_files(self.table_photos)  # a missing or empty folder is refused now, not at the first reset
+        if self.table_photos is not None:  # the folder is read when the first scenes are built (table_photo_files):
+            # a stored config (a checkpoint's) must rebuild on machines without it, since the table changes no camera
+            if not isinstance(self.table_photos, (str, os.PathLike)) or not str(self.table_photos):
+                raise ValueError(f"RandomizationConfig.table_photos must be a folder path; got {self.table_photos!r}")
+            object.__setattr__(self, "table_photos", str(self.table_photos))
 
     @classmethod
     def none(cls) -> "RandomizationConfig":

@@ -114,10 +114,15 @@ written before them (:func:`sim_fields_added`; the table is :data:`graspsim.comp
 act with the wrist: a stored sphere-only config takes the requested value (it would have run the same either way)."""
 
 
+SIM_SETTINGS_NESTED = ("randomization.table_photos",)
+"""Nested simulator settings added later whose default (here: the built-in table bank) is what every run before them
+did; a stored config without one compares as if it held the default (:func:`sim_fields_added`)."""
+
+
 def sim_fields_added(old: dict, new: dict) -> dict:
     """``old`` completed with the :class:`graspsim.SimConfig` settings that target kinds and the wrist added
     (``target.*``, ``max_yaw_rate``, ``max_yaw_accel``, ``max_wrist_yaw``, ``pad_friction``) and later
-    (``embodiment``: ``floating``)
+    (``embodiment``: ``floating``; :data:`SIM_SETTINGS_NESTED`: their defaults)
     (:data:`SIM_FIELDS_BEFORE`), at the values that reproduce what runs before them did (spheres only, so the wrist
     never turns; no fingertip senses), wherever ``new`` has them and a
     stored simulator config (recognised by its ``open_width``) lacks them: a run folder written before they
@@ -126,7 +131,8 @@ def sim_fields_added(old: dict, new: dict) -> dict:
 
     base = {**flatten_config(_jsonable(SimConfig().to_dict())), **SIM_FIELDS_BEFORE}
     names = [k for k in base if k.split(".")[0] in ("target", "max_yaw_rate", "max_yaw_accel", "max_wrist_yaw",
-                                                     "pad_friction", "embodiment", *SIM_FIELDS_BEFORE)]
+                                                     "pad_friction", "embodiment", *SIM_FIELDS_BEFORE)
+             or k in SIM_SETTINGS_NESTED]
     flat_old, flat_new = flatten_config(_jsonable(old)), flatten_config(_jsonable(new))
     fill = {}
     for k in flat_new:

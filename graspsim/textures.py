@@ -80,7 +80,8 @@ def _bank_numpy(size: int, photos: str | None = None) -> np.ndarray:
 
 
 def texture_count(photos: str | None = None) -> int:
-    """Textures in the bank: ``len(TEXTURE_NAMES)``, or the photos in the folder ``photos``."""
+    """Textures in the bank: ``len(TEXTURE_NAMES)``, or the photos in the folder ``photos`` (as first listed in this
+    process: :func:`graspsim.config.table_photo_files`)."""
     return len(TEXTURE_NAMES) if photos is None else len(table_photo_files(photos))
 
 

@@ -65,16 +65,49 @@ def test_the_batched_simulator_draws_its_tables_from_the_photos(photos):
 
 
 def test_bad_table_photo_folders_are_refused_by_name(tmp_path, photos):
+    from graspsim.env import GraspEnv
+
+    # a stored config naming a folder this machine lacks still loads (the table changes no camera) ...
+    cfg = _cfg(tmp_path / "nowhere")
+    assert SimConfig.from_dict(cfg.to_dict()).randomization.table_photos == str(tmp_path / "nowhere")
+    # ... and building scenes with it is refused by name
     with pytest.raises(ValueError, match=r"table_photos: the folder .*nowhere does not exist"):
-        RandomizationConfig(table_photos=str(tmp_path / "nowhere"))
+        GraspEnv(cfg, num_envs=2)
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"table_photos: .*empty holds no PNG or JPEG photo"):
-        RandomizationConfig(table_photos=str(tmp_path / "empty"))
+        texture_count(str(tmp_path / "empty"))
     with pytest.raises(ValueError, match=r"table_photos: .*a_green.jpg is not a folder"):
-        RandomizationConfig(table_photos=str(photos / "a_green.jpg"))
-    (photos / "c_broken.png").write_bytes(b"not a png")
+        texture_count(str(photos / "a_green.jpg"))
+    with pytest.raises(ValueError, match="table_photos must be a folder path"):
+        RandomizationConfig(table_photos=3)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "c_broken.png").write_bytes(b"not a png")
     with pytest.raises(ValueError, match=r"c_broken.png is not a readable PNG or JPEG image"):
-        texture_bank(photos=str(photos))
+        texture_bank(photos=str(broken))
+
+
+def test_the_folder_is_listed_once_per_process(photos):
+    """A photo added after the first scenes does not change the bank the draws index (it would overrun it)."""
+    from graspsim.env import GraspEnv
+
+    env = GraspEnv(_cfg(photos), num_envs=8, seed=0)
+    cv2.imwrite(str(photos / "c_red.png"), np.full((40, 40, 3), (40, 40, 200), np.uint8))
+    env.reset()
+    assert texture_count(str(photos)) == 2 and int(env.state.table_tex.max()) <= 1
+
+
+def test_run_folders_from_before_table_photos_still_resume(photos):
+    """A stored config without the field compares as the built-in bank: it resumes, unless photos are asked for."""
+    from graspsim import runs
+
+    new = {"sim": SimConfig().to_dict()}
+    old = {"sim": SimConfig().to_dict()}
+    del old["sim"]["randomization"]["table_photos"]
+    runs.check_resume(old, new, (), "runs/old")
+    asked = {"sim": _cfg(photos).to_dict()}
+    with pytest.raises(ValueError, match="sim.randomization.table_photos"):
+        runs.check_resume(old, asked, (), "runs/old")
 
 
 def test_the_cli_takes_the_folder(photos, tmp_path, capsys):

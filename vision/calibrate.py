@@ -28,7 +28,8 @@ holds lists in ``folder`` and ``masks``, the totals in ``n_*``, the pooled ``bef
 
 **Several nets** (``--vision A B ...``, nets of one recipe trained with other seeds): the output is their ensemble
 (:mod:`graspsim.vision.ensemble`), whose logits are the members' average, calibrated as one net; ``source`` is then
-the list of members. It costs the members' summed inference time wherever it runs.
+the list of members and ``before`` is measured at the first member's point. It costs the members' summed inference
+time wherever it runs.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ check reduced-precision inference), ``generator_state`` (training data RNG, for 
 (optional): ``fine_tune`` (``train-vision --init/--real``: the init checkpoint, the real frames' folders and counts)
 and ``calibration`` (``graspsim calibrate``: the tuning frames' folder and counts, the limits, when, the metrics
 before and after; :mod:`graspsim.vision.calibrate`).
+An ensemble (format version 2) also holds ``ensemble`` (its member count) and ``ensemble_members``, and its
+``model`` the members' weights (:mod:`graspsim.vision.ensemble`).
 """
 
 from __future__ import annotations
@@ -22,13 +24,18 @@ import torch
 from graspsim import runs
 
 KIND = "graspsim-vision"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The newest format this release reads and writes: 2 for an ensemble (:mod:`graspsim.vision.ensemble`, key
+``ensemble``), whose weights a release before ensembles could not load; a single net is still written as 1, which
+every release reads."""
+SINGLE_NET_FORMAT = 1
 REQUIRED = ("model", "model_config", "config", "step", "threshold", "image_size")
 
 
 def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
-    """Atomically write ``payload`` as a vision checkpoint (the one format of :mod:`graspsim.runs`)."""
-    runs.save_checkpoint(path, KIND, FORMAT_VERSION, payload)
+    """Atomically write ``payload`` as a vision checkpoint (the one format of :mod:`graspsim.runs`): version 2 for an
+    ensemble, 1 for a single net."""
+    runs.save_checkpoint(path, KIND, FORMAT_VERSION if payload.get("ensemble") else SINGLE_NET_FORMAT, payload)
 
 
 TRAINING_ONLY = runs.TRAINING_ONLY
@@ -49,6 +56,15 @@ def save_deployable(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
     return payload
 
 
+def _single_net(ckpt: dict, version: int) -> dict:
+    """Format 1 -> 2: a single net's keys are the same in both (version 2 only added ensembles). Older files (0: no
+    version) are refused, as before."""
+    if version < SINGLE_NET_FORMAT:
+        raise ValueError(f"vision checkpoint has format_version {version}, older than this code reads; retrain it "
+                         "with `graspsim train-vision`")
+    return ckpt
+
+
 def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:
     """Load and validate a vision checkpoint.
 
@@ -56,4 +72,5 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     control checkpoint, ``kind="graspsim-control"``), lacks required keys or has a newer format version.
     """
     return runs.load_checkpoint(path, KIND, FORMAT_VERSION, what="vision checkpoint", inside="checkpoint.pt",
-                                written_by="`graspsim train-vision`", required=REQUIRED, map_location=map_location)
+                                written_by="`graspsim train-vision`", required=REQUIRED, map_location=map_location,
+                                upgrade=_single_net)

@@ -7,7 +7,9 @@ the averaged probabilities need an operating point of their own, and calibrate c
 checkpoint is an ordinary vision checkpoint (:mod:`graspsim.vision.checkpoint`) with two more keys: ``ensemble``
 (the number of members, >= 2; ``model`` then holds the members' weights under ``members.<i>.``) and
 ``ensemble_members`` (each member's source path, step, seed and stored operating point, for provenance). Its
-``model_config`` is the members' common one. Fine-tuning (``train-vision --init``) takes single nets only.
+``model_config`` is the members' common one. Ensembles are written as format version 2 (:data:`graspsim.vision.checkpoint.FORMAT_VERSION`), so a
+release that cannot average nets refuses them by name instead of failing on their weights. Fine-tuning
+(``train-vision --init``) takes single nets only.
 """
 
 from __future__ import annotations
@@ -23,7 +25,13 @@ from graspsim import runs
 from .model import SegNet, SegNetConfig
 
 ENSEMBLE_KEY = "ensemble"
-SAME = ("image_size", "mirror_tta", "model_config")  # what every member must share, beside embodiment and kinds
+SAME = {  # what every member must share, read as the loaders read it
+    "image size": lambda c: int(c["image_size"]),
+    "mirror averaging": lambda c: bool(c.get("mirror_tta", False)),
+    "model_config": lambda c: c["model_config"],
+    "embodiment": lambda c: runs.trained_embodiment(c.get("config")),
+    "target kinds": lambda c: runs.trained_kinds(c.get("config")),
+}
 
 
 class SegNetEnsemble(nn.Module):
@@ -69,12 +77,6 @@ def net_from_checkpoint(ckpt: dict, path: str | os.PathLike) -> SegNet | SegNetE
     return net
 
 
-def _kinds(ckpt: dict):
-    sim = ((ckpt.get("config") or {}).get("sim") or {})
-    kinds = (sim.get("target") or {}).get("kinds")
-    return tuple(kinds) if kinds else None
-
-
 def ensemble_payload(paths: list[str | os.PathLike], loaded: list[dict]) -> dict:
     """The deployable payload (no optimizer or RNG state) of an ensemble of the vision checkpoints ``loaded`` (read
     from ``paths``): the first member's configs, probe frames and operating point, the members' weights under
@@ -88,13 +90,10 @@ def ensemble_payload(paths: list[str | os.PathLike], loaded: list[dict]) -> dict
         if ensemble_size(ck) > 1:
             raise ValueError(f"--vision {p} is already an ensemble of {ensemble_size(ck)} nets; list its members instead")
     for p, ck in zip(paths[1:], loaded[1:]):
-        for key in SAME:
-            if ck.get(key) != first.get(key):
-                raise ValueError(f"--vision {p} and {p0} differ in {key} ({ck.get(key)!r} vs {first.get(key)!r}); "
-                                 "an ensemble averages nets of one recipe")
-        for what, get in (("embodiment", lambda c: runs.trained_embodiment(c.get("config"))), ("target kinds", _kinds)):
+        for what, get in SAME.items():
             if get(ck) != get(first):
-                raise ValueError(f"--vision {p} was trained for {what} {get(ck)!r}, {p0} for {get(first)!r}")
+                raise ValueError(f"--vision {p} and {p0} differ in {what} ({get(ck)!r} vs {get(first)!r}); "
+                                 "an ensemble averages nets of one recipe, trained for one camera and target kinds")
     payload = {k: v for k, v in runs.deployable(first).items() if k not in ("kind", "format_version", "calibration")}
     payload["model"] = {f"members.{i}.{k}": v for i, ck in enumerate(loaded) for k, v in ck["model"].items()}
     payload[ENSEMBLE_KEY] = len(loaded)

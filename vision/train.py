@@ -119,7 +119,8 @@ def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
     share an identical file."""
     train_dir, val_dir = resolve_split(cfg.backgrounds, cfg.val_backgrounds)
     train_dirs = [train_dir, *cfg.extra_backgrounds]
-    for d in train_dirs:
+    photos = cfg.sim.randomization.table_photos  # the simulator's tables in the frames of --hdf5 and the composites
+    for d in train_dirs + ([Path(photos)] if photos else []):
         _check_disjoint(d, val_dir)
     size = cfg.sim.image_size
     train_bank = BackgroundBank.from_folder(train_dirs, size=size, skip_bad=cfg.skip_bad,

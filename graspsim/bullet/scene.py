@@ -147,17 +147,13 @@ def texture_files(size: int = 128, photos: str | None = None) -> list[Path]:
 
     from PIL import Image
 
-    from ..config import table_photo_files
     from ..textures import TEXTURE_NAMES, _bank_numpy
 
     bank = (np.clip(_bank_numpy(size, photos), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
     if photos is None:
         names = list(TEXTURE_NAMES)
-    else:  # the folder's files, their sizes and times: another photo under an old name gets a new file
-        files = table_photo_files(photos)
-        tag = hashlib.sha256(repr([(str(f.resolve()), f.stat().st_size, f.stat().st_mtime_ns) for f in files])
-                             .encode()).hexdigest()[:12]
-        names = [f"photo{tag}_{i}" for i in range(len(files))]
+    else:  # named by the pixels themselves: other photos never reuse a file of the cache
+        names = [f"photo{hashlib.sha256(img.tobytes()).hexdigest()[:16]}" for img in bank]
     paths = []
     for name, img in zip(names, bank):
         path = _cache_dir() / f"table_{name}_{size}.png"
