@@ -19,14 +19,12 @@ from pathlib import Path
 from typing import Optional, Tuple
 
 from .embodiment import Embodiment, get_embodiment
+from .fileio import IMAGE_SUFFIXES
 from .validate import (  # noqa: F401 (check_device is re-exported: configs elsewhere import it from here)
     check_device, finite_non_negative, finite_positive, int_in, positive_int, probability, value_range,
 )
 
 Range = Tuple[float, float]
-
-PHOTO_SUFFIXES = (".png", ".jpg", ".jpeg")
-
 
 def table_photo_files(folder: str | os.PathLike) -> tuple[Path, ...]:
     """The photos of ``folder`` (``RandomizationConfig.table_photos``), sorted by name, as listed the first time this
@@ -41,7 +39,7 @@ def _photo_files(folder: str) -> tuple[Path, ...]:
     if not path.is_dir():
         raise ValueError(f"RandomizationConfig.table_photos: {path} is not a folder" if path.exists() else
                          f"RandomizationConfig.table_photos: the folder {path} does not exist")
-    files = sorted(f for f in path.iterdir() if f.suffix.lower() in PHOTO_SUFFIXES and f.is_file())
+    files = sorted(f for f in path.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES and f.is_file())
     if not files:
         raise ValueError(f"RandomizationConfig.table_photos: {path} holds no PNG or JPEG photo")
     return tuple(files)

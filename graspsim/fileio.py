@@ -23,6 +23,10 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+"""File suffixes (lower case) read as images wherever a folder of photos or frames is listed: image-set folders
+(:mod:`graspsim.vision.image_set`) and table photos (:func:`graspsim.config.table_photo_files`)."""
+
 
 def fsync_file(path: str | os.PathLike) -> None:
     fd = os.open(path, os.O_RDONLY)

@@ -21,30 +21,35 @@ TEXTURE_NAMES = PHOTO_TEXTURES + PROCEDURAL_TEXTURES
 TEXTURE_SIZE = 128
 
 
-def _load_photo(name: str, size: int) -> np.ndarray:
-    import cv2
-
-    path = TEXTURE_DIR / f"{name}.png"
-    img = cv2.imread(str(path), cv2.IMREAD_COLOR)
-    if img is None:
-        raise FileNotFoundError(f"texture {path} is missing or unreadable (reinstall graspsim)")
-    img = cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA)[..., ::-1]
-    return img.astype(np.float32) / 255.0
-
-
-def _load_table_photo(path: Path, size: int) -> np.ndarray:
-    """A user's table photo: its centred square at ``size`` x ``size`` (area-averaged; enlarged bilinearly when
-    smaller), RGB float32 in [0, 1]. ValueError naming the file when it cannot be read."""
+def _read_square(path: Path, size: int) -> np.ndarray | None:
+    """The centred square of the image at ``path`` at ``size`` x ``size`` (area-averaged; enlarged bilinearly when
+    smaller), RGB float32 in [0, 1]; None when it cannot be read."""
     import cv2
 
     img = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if img is None:
-        raise ValueError(f"RandomizationConfig.table_photos: {path} is not a readable PNG or JPEG image")
+        return None
     h, w = img.shape[:2]
     side = min(h, w)
     img = img[(h - side) // 2:(h - side) // 2 + side, (w - side) // 2:(w - side) // 2 + side]
-    img = cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA if side > size else cv2.INTER_LINEAR)[..., ::-1]
+    img = cv2.resize(img, (size, size), interpolation=cv2.INTER_AREA if side >= size else cv2.INTER_LINEAR)[..., ::-1]
     return img.astype(np.float32) / 255.0
+
+
+def _load_photo(name: str, size: int) -> np.ndarray:
+    path = TEXTURE_DIR / f"{name}.png"
+    img = _read_square(path, size)
+    if img is None:
+        raise FileNotFoundError(f"texture {path} is missing or unreadable (reinstall graspsim)")
+    return img
+
+
+def _load_table_photo(path: Path, size: int) -> np.ndarray:
+    """A user's table photo (:func:`_read_square`); ValueError naming the file when it cannot be read."""
+    img = _read_square(path, size)
+    if img is None:
+        raise ValueError(f"RandomizationConfig.table_photos: {path} is not a readable PNG or JPEG image")
+    return img
 
 
 def _procedural(name: str, size: int, rng: np.random.Generator) -> np.ndarray:

@@ -36,7 +36,7 @@ from typing import Iterable, Mapping, Optional
 
 import numpy as np
 
-from graspsim.fileio import atomic_write_bytes, check_out_dir, staged_dir
+from graspsim.fileio import IMAGE_SUFFIXES, atomic_write_bytes, check_out_dir, staged_dir
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ names of ``graspsim.config.TARGET_KINDS``), or :data:`NO_KIND` in a target-free 
 metrics by it (:func:`read_kinds`)."""
 NO_KIND = "none"
 """The :data:`KIND_COLUMN` value of a target-free frame."""
-IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg")
+IMAGE_EXTENSIONS = IMAGE_SUFFIXES  # the one list (graspsim.fileio)
 PNG = ".png"
 """Suffix of every file this module writes."""
 MASK_MAX_LEVELS = 8
