@@ -491,8 +491,9 @@ def test_driver_matches_the_backend_alone_over_100_scenes(tmp_path):
 def test_shipped_so101_nets_through_the_driver_match_the_backend_alone(tmp_path):
     """Issue 54's target with trained nets: the shipped so101 pair (vision/assets/segnet_so101.pt,
     dagger/assets/policy_so101.pt) through LeRobot's driver within 3 points of the same pair on the MuJoCo backend
-    alone, 100 scenes of the same seeds (100/100 against 100/100 on 2026-11-28, at either operating point of the net;
-    92/100 against 91/100 before the simulated robot reported MuJoCo's measured fingertip points)."""
+    alone, 100 scenes of the same seeds (100/100 against 99/100 on 2026-12-01 with the current vision net; 100/100
+    against 100/100 on 2026-11-28 with the net before, at either of its operating points; 92/100 against 91/100 before
+    the simulated robot reported MuJoCo's measured fingertip points)."""
     from graspsim import SimConfig
     from graspsim.config import TargetConfig
 
@@ -503,5 +504,5 @@ def test_shipped_so101_nets_through_the_driver_match_the_backend_alone(tmp_path)
     a, b = (tw.tally(result[k], result["kinds"]) for k in ("driver", "backend"))
     print(f"through LeRobot's driver {a['per_kind']}, backend alone {b['per_kind']}")
     assert len(result["driver"]["per_episode"]) == 100  # no fault ended the driver's run
-    assert b["per_kind"]["all"][0] >= 85  # the pair still grasps on the backend (100/100 on 2026-11-28)
+    assert b["per_kind"]["all"][0] >= 85  # the pair still grasps on the backend (99/100 on 2026-12-01)
     assert abs(a["per_kind"]["all"][0] - b["per_kind"]["all"][0]) <= 3
