@@ -15,6 +15,8 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
+import pytest
+
 
 @lru_cache(maxsize=1)
 def cpu_vendor() -> str:
@@ -28,8 +30,8 @@ def cpu_vendor() -> str:
     return "unknown"
 
 
-def skip_unless_recorded_on(*vendors: str) -> str | None:
-    """The reason to skip a bit-level pin on this CPU (None when the pin was recorded on this vendor)."""
-    v = cpu_vendor()
-    return None if v in vendors else (f"bit-level pin recorded on {', '.join(vendors)} CPUs; this one is {v}, whose "
-                                      "float kernels give other bits (tests/cpu_pins.py)")
+recorded_on_amd = pytest.mark.skipif(
+    cpu_vendor() != "AuthenticAMD",
+    reason=f"bit-level pin recorded on AuthenticAMD CPUs; this one is {cpu_vendor()}, whose float kernels give other "
+           "bits (tests/cpu_pins.py)")
+"""Mark for a test whose pin has AMD digests only."""

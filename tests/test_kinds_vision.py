@@ -13,7 +13,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
-from cpu_pins import skip_unless_recorded_on
+from cpu_pins import recorded_on_amd
 
 from graspsim import SimConfig, TargetConfig, sample_scenes
 from graspsim.state import KIND_BOX, KIND_CYLINDER, KIND_SPHERE, target_half_height
@@ -39,7 +39,7 @@ def bank():
 
 
 # ------------------------------------------------------------------------------------------------ composites
-@pytest.mark.skipif(bool(skip_unless_recorded_on("AuthenticAMD")), reason=str(skip_unless_recorded_on("AuthenticAMD")))
+@recorded_on_amd
 def test_sphere_only_composites_are_those_drawn_before_kinds():
     """Digests of composites recorded before vision knew kinds (training composer with augmentation and colour
     matching, and the validation composer; 2 x 96 frames at seed 5): the sphere default is unchanged to the bit."""

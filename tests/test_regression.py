@@ -24,7 +24,7 @@ from graspsim.runtime import RuntimeConfig
 import h5py
 import numpy as np
 import pytest
-from cpu_pins import skip_unless_recorded_on
+from cpu_pins import recorded_on_amd
 
 from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim
 from graspsim.expert.collect import CollectConfig, collect
@@ -54,7 +54,7 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
-@pytest.mark.skipif(bool(skip_unless_recorded_on("AuthenticAMD")), reason=str(skip_unless_recorded_on("AuthenticAMD")))
+@recorded_on_amd
 def test_collect_64_episodes_hash(tmp_path):
     out = tmp_path / "demos.h5"
     collect(CollectConfig(out=out, episodes=64, seed=3, num_envs=16, runtime=RuntimeConfig(progress=False)))
