@@ -55,8 +55,9 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .ensemble import ensemble_payload
 from .image_set import check_frame_crop, resolve_frame_crop
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
+from .image_set import read_kinds
 from .labelled import LabelledFrames, load_labelled
-from .metrics import PEAKS, choose_thresholds_on, decide, evaluate_set
+from .metrics import PEAKS, choose_thresholds_on, decide, evaluate_set, kind_groups
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,9 @@ class CalibrateConfig:
     """The one-region rule (keep only the region of target pixels around a frame's most confident pixel;
     :func:`graspsim.vision.metrics.top_region`): ``--one-region True`` chooses the operating point with it and stores it
     in the output, ``False`` without it; default (None): as the input checkpoint has it."""
+    by_kind: bool = False
+    """Hold --min-precision on each target kind of each folder (the ``kind`` column of the meta.csv beside each
+    --images folder), not only on each folder's frames pooled (module docstring)."""
     overwrite: bool = False
     """Replace an existing --out file."""
     precision: str = "auto"
@@ -132,7 +136,7 @@ class CalibrateConfig:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.0 < v < 1.0:
                 raise ValueError(f"CalibrateConfig.{name} must be in (0, 1); got {v!r}")
         positive_int("CalibrateConfig", "min_pixels", self.min_pixels)
-        for name in ("frame_gate", "overwrite"):
+        for name in ("frame_gate", "by_kind", "overwrite"):
             boolean("CalibrateConfig", name, getattr(self, name))
         if self.one_region is not None:
             boolean("CalibrateConfig", "one_region", self.one_region)
@@ -238,21 +242,27 @@ def calibrate(cfg: CalibrateConfig) -> dict:
             sets = [f.square() for f in sets]
         for frames in sets:  # every folder is checked before any is scored
             check_enough(frames, cfg.min_precision, cfg.max_fp_images)
+        kinds = [kind_subsets(f) if cfg.by_kind else {} for f in sets]
+        for frames, groups in zip(sets, kinds):
+            for kind, g in groups.items():
+                check_enough(_subset(frames, g, kind), cfg.min_precision, cfg.max_fp_images)
         if len({tuple(f.rgb.shape[-2:]) for f in sets}) > 1:
             raise ValueError("the --images folders hold frames of different sizes ("
                              + ", ".join(f"{f.folder}: {f.rgb.shape[-1]}x{f.rgb.shape[-2]}" for f in sets)
                              + "); calibrate on one camera resolution at a time")
         probs = [probabilities(seg, f.rgb) for f in sets]
     one_region = seg.one_region if cfg.one_region is None else cfg.one_region
-    threshold, peak = choose_thresholds_on([(p, f.mask) for p, f in zip(probs, sets)], cfg.max_fp_images,
-                                           cfg.min_precision, cfg.min_pixels, PEAKS if cfg.frame_gate else (0.0,),
-                                           one_region)
-    parts = [_folder_record(p, f, m, seg, threshold, peak, one_region, cfg) for p, f, m in zip(probs, sets, masks)]
+    choose_on = [(p[g], f.mask[g]) for p, f, groups in zip(probs, sets, kinds) for g in groups.values()] if cfg.by_kind \
+        else [(p, f.mask) for p, f in zip(probs, sets)]
+    threshold, peak = choose_thresholds_on(choose_on, cfg.max_fp_images, cfg.min_precision, cfg.min_pixels,
+                                           PEAKS if cfg.frame_gate else (0.0,), one_region)
+    parts = [_folder_record(p, f, m, seg, threshold, peak, one_region, cfg, groups)
+             for p, f, m, groups in zip(probs, sets, masks, kinds)]
     record = parts[0] if len(parts) == 1 else _pooled_record(parts, torch.cat(probs), torch.cat([f.mask for f in sets]),
                                                              seg, threshold, peak, one_region, cfg)
     record.update({
         "min_precision": cfg.min_precision, "max_fp_images": cfg.max_fp_images, "min_pixels": cfg.min_pixels,
-        "chosen_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "by_kind": cfg.by_kind, "chosen_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "source": ([str(Path(v).resolve()) for v in cfg.vision] if len(cfg.vision) > 1
                    else str(Path(cfg.vision[0]).resolve())), "inference_dtype": "bfloat16" if seg.bf16 else "float32",
         "frame_crop": crop,
@@ -271,11 +281,14 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     for name, m in (("before", before), ("after", after)):
         log.info("  %s: precision %s recall %s iou %s fp-images %d of %d", name, _f(m["precision"]), _f(m["recall"]),
                  _f(m["iou"]), m["false_positive_images"], m["num_empty_images"])
-    if len(parts) > 1:
-        for r in parts:
+    for r in parts:
+        if len(parts) > 1:
             m = r["after"]
             log.info("  after, %s: precision %s recall %s iou %s fp-images %d of %d", r["folder"], _f(m["precision"]),
                      _f(m["recall"]), _f(m["iou"]), m["false_positive_images"], m["num_empty_images"])
+        for kind, k in r.get("kinds", {}).items():
+            log.info("    %s: precision %s recall %s iou %s", kind, _f(k["after"]["precision"]),
+                     _f(k["after"]["recall"]), _f(k["after"]["iou"]))
     log.info("a false-positive image rate of %.0f%% measured on %d target-free frames is uncertain by about +-%.1f "
              "points (one standard error); check on frames you did not calibrate on (eval-real)",
              100 * cfg.max_fp_images, fewest_free, 100 * se)
@@ -287,21 +300,59 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     return record
 
 
+def kind_subsets(frames: LabelledFrames) -> dict[str, Tensor]:
+    """Each target kind's frames of ``frames`` (N bool each: the kind's target frames and every target-free frame,
+    :func:`graspsim.vision.metrics.kind_groups`), from the ``kind`` column of the meta.csv beside its folder.
+    ValueError naming the folder when it has no such column, or no kind."""
+    try:
+        kinds = read_kinds(frames.folder, frames.names)
+    except ValueError as e:
+        raise ValueError(f"--by-kind: the metadata beside {frames.folder} cannot be read: {e}") from None
+    if kinds is None:
+        raise ValueError(f"--by-kind needs each frame's target kind, from the 'kind' column of "
+                         f"{Path(frames.folder).parent / 'meta.csv'}, which does not exist or has no such column; "
+                         "add it (one row per frame: name, kind) or calibrate without --by-kind")
+    groups = kind_groups([kinds[n] for n in frames.names], frames.has_target.numpy())
+    if not groups:
+        raise ValueError(f"--by-kind: no target frame of {frames.folder} has a kind in its meta.csv")
+    return {k: torch.from_numpy(g) for k, g in groups.items()}
+
+
+def _subset(frames: LabelledFrames, rows: Tensor, kind: str) -> LabelledFrames:
+    names = [n for n, keep in zip(frames.names, rows.tolist()) if keep]
+    return LabelledFrames(frames.rgb[rows], frames.mask[rows], names, Path(f"{frames.folder} (kind {kind})"))
+
+
+def _met(after: dict, cfg: CalibrateConfig) -> bool:
+    return bool(after["false_positive_image_rate"] is not None and after["false_positive_image_rate"] <= cfg.max_fp_images
+                and after["precision"] is not None and after["precision"] >= cfg.min_precision)
+
+
 def _folder_record(probs: Tensor, frames: LabelledFrames, masks: Path | None, seg: Segmenter, threshold: float,
-                   peak: float, one_region: bool, cfg: CalibrateConfig) -> dict:
+                   peak: float, one_region: bool, cfg: CalibrateConfig, kinds: dict[str, Tensor]) -> dict:
     """One folder's part of the ``calibration`` record: where its frames are, their counts, and the metrics at the
-    input's point (``before``) and at the chosen one (``after``), with whether both limits hold there."""
-    after = _summary(probs, frames.mask, threshold, peak, cfg.min_pixels, one_region)
-    met = (after["false_positive_image_rate"] is not None and after["false_positive_image_rate"] <= cfg.max_fp_images
-           and after["precision"] is not None and after["precision"] >= cfg.min_precision)
+    input's point (``before``) and at the chosen one (``after``), with whether both limits hold there; with
+    ``kinds`` (--by-kind) the same for each kind, and the limits must hold on each."""
+    def measured(p: Tensor, mask: Tensor) -> tuple[dict, dict]:
+        return (_summary(p, mask, seg.threshold, seg.peak_threshold, cfg.min_pixels, seg.one_region),
+                _summary(p, mask, threshold, peak, cfg.min_pixels, one_region))
+
+    before, after = measured(probs, frames.mask)
     images = Path(frames.folder).resolve()
-    return {
+    record = {
         "folder": str(images), "masks": str(Path(masks).resolve()) if masks is not None else str(images.parent / "masks"),
         "n_frames": len(frames), "n_target": frames.n_target, "n_target_free": frames.n_target_free,
-        "frame_size": list(frames.rgb.shape[-2:]),
-        "before": _summary(probs, frames.mask, seg.threshold, seg.peak_threshold, cfg.min_pixels, seg.one_region),
-        "after": after, "constraints_met": bool(met),
+        "frame_size": list(frames.rgb.shape[-2:]), "before": before, "after": after, "constraints_met": _met(after, cfg),
     }
+    if kinds:
+        record["kinds"] = {}
+        for kind, g in kinds.items():
+            kb, ka = measured(probs[g], frames.mask[g])
+            record["kinds"][kind] = {"n_target": int(frames.has_target[g].sum()), "before": kb, "after": ka,
+                                     "constraints_met": _met(ka, cfg)}
+        record["constraints_met"] = record["constraints_met"] and all(k["constraints_met"]
+                                                                      for k in record["kinds"].values())
+    return record
 
 
 def _pooled_record(parts: list[dict], probs: Tensor, mask: Tensor, seg: Segmenter, threshold: float, peak: float,
@@ -316,7 +367,7 @@ def _pooled_record(parts: list[dict], probs: Tensor, mask: Tensor, seg: Segmente
         "after": _summary(probs, mask, threshold, peak, cfg.min_pixels, one_region),
         "constraints_met": all(r["constraints_met"] for r in parts),
         "by_folder": [{k: r[k] for k in ("folder", "n_frames", "n_target", "n_target_free", "before", "after",
-                                         "constraints_met")} for r in parts],
+                                         "constraints_met", "kinds") if k in r} for r in parts],
     }
 
 
@@ -324,4 +375,5 @@ def _f(v) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
 
-__all__ = ["CalibrateConfig", "MIN_TARGET_FRAMES", "calibrate", "check_enough", "frames_needed", "probabilities"]
+__all__ = ["CalibrateConfig", "MIN_TARGET_FRAMES", "calibrate", "check_enough", "frames_needed", "kind_subsets",
+           "probabilities"]
