@@ -182,6 +182,9 @@ def test_test_photos_are_new():
     # the SO-101 nets' second validation folder (data/transfer_so101/val_extra): photos of no other split
     extra = digests("val_extra")
     assert len(extra) == 31 and not set(extra) & (set(test) | set(digests("train")) | set(digests("val")))
+    # the SO-101 nets' second test folder (data/transfer_so101/test2): photos of no other split
+    test2 = digests("test2")
+    assert len(test2) == 14 and not set(test2) & (set(extra) | set(test) | set(digests("train")) | set(digests("val")))
 
 
 @pytest.mark.parametrize("split,seed", [("val", 11), ("test", 23)])
