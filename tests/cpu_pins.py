@@ -1,13 +1,12 @@
-"""Which CPU a bit-level pin was recorded on.
+"""Which CPU a bit-level pin was recorded on, and the pin for this one.
 
 The digest pins (tests/assets/sphere_pin.json, the collect digest of test_regression.py, the composite digests of
 test_kinds_vision.py) hash float tensors bit for bit. torch's MKL paths take other kernels on Intel than on AMD, so
-the same code gives other bits there: the pins were recorded on AMD EPYCs (AVX2 and Zen 4 agree). On the Intel Xeon
-with AMX (2026-12-01), the sphere pin's commit (c81aff7b) gives its own digests, and today's code gives the same ones:
-those are pinned too (``tests/assets/sphere_pin_intel.json``). The collect and composite pins have no Intel digest:
-for the collect, the pin's commit (a9042e68) gives dc73c147... on that Xeon and today's code b1a95402..., so today's
-code is not that commit's to the bit there, and a pin of today's would pin an unexplained difference; the composite
-pin's commit was not run there. Both are skipped on Intel, saying why (docs/notes/2026-12-01_session10.md).
+the same code gives other bits there. The pins were recorded on AMD EPYCs (AVX2 and Zen 4 agree). On the Intel Xeon
+with AMX (2026-12-01) each pin's own commit was run again and today's code gives the same digests as that commit:
+the sphere pin's commit c81aff7b (``tests/assets/sphere_pin_intel.json``), the collect pin's commit ebd97547 (merged
+at 87b9fafe) and the composite pin's commit c54c8dd1. Those Intel digests are pinned beside the AMD ones. Another
+vendor has no pin, and such a test is skipped saying why (docs/notes/2026-12-01_session11.md).
 """
 
 from __future__ import annotations
@@ -30,8 +29,11 @@ def cpu_vendor() -> str:
     return "unknown"
 
 
-recorded_on_amd = pytest.mark.skipif(
-    cpu_vendor() != "AuthenticAMD",
-    reason=f"bit-level pin recorded on AuthenticAMD CPUs; this one is {cpu_vendor()}, whose float kernels give other "
-           "bits (tests/cpu_pins.py)")
-"""Mark for a test whose pin has AMD digests only."""
+def pin_for_this_cpu(pins: dict[str, object]) -> object:
+    """``pins[cpu_vendor()]`` (pins keyed by vendor string); skips the calling test, naming the vendor, when this
+    CPU's vendor has none."""
+    vendor = cpu_vendor()
+    if vendor not in pins:
+        pytest.skip(f"bit-level pin recorded on {', '.join(sorted(pins))} CPUs only; this one is {vendor}, whose float "
+                    "kernels give other bits (tests/cpu_pins.py)")
+    return pins[vendor]
