@@ -23,7 +23,6 @@ from graspsim.runtime import RuntimeConfig
 
 import h5py
 import numpy as np
-import pytest
 from cpu_pins import pin_for_this_cpu
 
 from graspsim.dagger.evaluate import EvalSimConfig, evaluate_sim

@@ -53,9 +53,8 @@ from graspsim.validate import boolean, positive_int
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ensemble import ensemble_payload
-from .image_set import check_frame_crop, resolve_frame_crop
+from .image_set import check_frame_crop, read_kinds, resolve_frame_crop
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
-from .image_set import read_kinds
 from .labelled import LabelledFrames, load_labelled
 from .metrics import PEAKS, choose_thresholds_on, decide, evaluate_set, kind_groups
 
