@@ -307,6 +307,9 @@ def test_calibrate_by_kind_errors_name_the_folder_and_the_kind(tmp_path):
     (root / "meta.csv").write_text("name,photo\nf000,a.jpg\n")
     with pytest.raises(ValueError, match=r"--by-kind needs .*'kind' column"):
         calibrate(CalibrateConfig(**kw))
+    _write_kinds(root, ["cube"] * 3)  # the other 21 target frames are not listed
+    with pytest.raises(ValueError, match=r"21 frame\(s\) of .* show the target but have no kind .*first: f003"):
+        calibrate(CalibrateConfig(**kw))
     _write_kinds(root, ["cube"] * 20 + ["sphere"] * 4 + ["none"] * 6)  # 4 spheres: too few to hold a precision
     with pytest.raises(ValueError, match=r"kind sphere.*4 frames with the target and needs at least 10"):
         calibrate(CalibrateConfig(**kw))

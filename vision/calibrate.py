@@ -53,7 +53,7 @@ from graspsim.validate import boolean, positive_int
 
 from .checkpoint import load_checkpoint, save_checkpoint
 from .ensemble import ensemble_payload
-from .image_set import check_frame_crop, read_kinds, resolve_frame_crop
+from .image_set import NO_KIND, check_frame_crop, read_kinds, resolve_frame_crop
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .labelled import LabelledFrames, load_labelled
 from .metrics import PEAKS, choose_thresholds_on, decide, evaluate_set, kind_groups
@@ -302,7 +302,8 @@ def calibrate(cfg: CalibrateConfig) -> dict:
 def kind_subsets(frames: LabelledFrames) -> dict[str, Tensor]:
     """Each target kind's frames of ``frames`` (N bool each: the kind's target frames and every target-free frame,
     :func:`graspsim.vision.metrics.kind_groups`), from the ``kind`` column of the meta.csv beside its folder.
-    ValueError naming the folder when it has no such column, or no kind."""
+    ValueError naming the folder when it has no such column, when a frame that shows the target has no kind there,
+    or when no frame has a kind."""
     try:
         kinds = read_kinds(frames.folder, frames.names)
     except ValueError as e:
@@ -311,7 +312,12 @@ def kind_subsets(frames: LabelledFrames) -> dict[str, Tensor]:
         raise ValueError(f"--by-kind needs each frame's target kind, from the 'kind' column of "
                          f"{Path(frames.folder).parent / 'meta.csv'}, which does not exist or has no such column; "
                          "add it (one row per frame: name, kind) or calibrate without --by-kind")
-    groups = kind_groups([kinds[n] for n in frames.names], frames.has_target.numpy())
+    names = [kinds[n] for n in frames.names]
+    unknown = [n for n, k, t in zip(frames.names, names, frames.has_target.tolist()) if t and k == NO_KIND]
+    if unknown:  # a target frame left out of meta.csv (or marked target-free there) would form a kind of its own
+        raise ValueError(f"--by-kind: {len(unknown)} frame(s) of {frames.folder} show the target but have no kind in "
+                         f"{Path(frames.folder).parent / 'meta.csv'} (first: {unknown[0]}); give every frame its kind")
+    groups = kind_groups(names, frames.has_target.numpy())
     if not groups:
         raise ValueError(f"--by-kind: no target frame of {frames.folder} has a kind in its meta.csv")
     return {k: torch.from_numpy(g) for k, g in groups.items()}
