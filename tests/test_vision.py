@@ -1143,3 +1143,44 @@ def test_bootstrap_intervals_have_their_level_and_the_false_positive_rate_its_wi
     alone = bootstrap_intervals({"b": ~first}, tp, fp, fn, gt, pred, 1, draws=300)
     assert both["a"]["false_positive_image_rate"] == both["b"]["false_positive_image_rate"]
     assert both["b"] == alone["b"]  # the same group, asked with or without another
+
+
+def test_decoys_are_target_coloured_texture_outside_the_label():
+    from graspsim.vision.compose import paste_decoys
+
+    g = torch.Generator().manual_seed(0)
+    n, s = 64, 32
+    bg = 0.3 + 0.4 * torch.rand(n, 3, s, s, generator=g)
+    color = torch.zeros(n, 3, s, s)
+    mask = torch.zeros(n, s, s, dtype=torch.bool)
+    tcol = torch.tensor([0.8, 0.3, 0.1])
+    mask[:8, 2:5, 2:5] = True  # frames 0-7 show a target of one colour; the rest are target-free
+    color[:8, :, 2:5, 2:5] = tcol[:, None, None]
+    kind = torch.zeros(n, dtype=torch.long)
+    kind[-4:] = 3  # sim frames
+    out = paste_decoys(bg, color, mask, kind, 1.0, torch.Generator().manual_seed(1))
+    changed = (out != bg).any(1)  # n,H,W
+    assert not bool(changed[-4:].any())  # sim frames keep their own table
+    assert bool(changed[:-4].flatten(1).any(1).all())  # every other frame got a decoy
+    area = changed[:-4].flatten(1).sum(1).float() / (s * s)
+    assert float(area.min()) > 0.002 and float(area.max()) < 0.2  # target-sized, not the whole crop
+    hard = changed[:-4] & ((out - bg).abs().amax(1)[:-4] > 0.2)  # the decoys' cores moved towards the target colour
+    core = out[:-4].permute(0, 2, 3, 1)[hard].mean(0)
+    assert float(core[0] - core[2]) > 0.4  # red-orange on average (the crops are grey on average)
+    assert torch.equal(paste_decoys(bg, color, mask, kind, 0.0, g), bg)
+    assert torch.equal(paste_decoys(bg, color, torch.zeros_like(mask), kind, 1.0, g), bg)  # no target to copy
+
+
+def test_decoys_leave_the_label_and_default_composites_unchanged():
+    sim = SimConfig()
+    ccfg = ComposeConfig(sim_prob=0.0)
+    plain = Composer(_bank64(), sim, ccfg)(16, torch.Generator().manual_seed(3))
+    zero = Composer(_bank64(), sim, ccfg, decoy_prob=0.0)(16, torch.Generator().manual_seed(3))
+    assert torch.equal(plain.rgb, zero.rgb)  # the default draws nothing: earlier runs keep their bytes
+    dec = Composer(_bank64(), sim, ccfg, decoy_prob=1.0)(16, torch.Generator().manual_seed(3))
+    assert torch.equal(dec.mask, plain.mask)
+    assert not torch.equal(dec.rgb, plain.rgb)
+    with pytest.raises(ValueError, match="Composer.decoy_prob"):
+        Composer(_bank64(), decoy_prob=1.5)
+    with pytest.raises(ValueError, match="decoy_prob"):
+        TrainVisionConfig(out=Path("x"), decoy_prob=-0.1)

@@ -253,36 +253,99 @@ def match_target_color(bg: Tensor, color: Tensor, mask: Tensor, kind: Tensor, pr
     target-coloured background is not by itself a sign of a target. Fully rendered sim frames (kind 3) are left
     alone. Returns the new n,3,H,W crops; a batch without any visible target is returned unchanged.
     """
-    n, dev = bg.shape[0], bg.device
-    m = mask.float()
-    cnt = m.sum((1, 2))
-    has = cnt > 0
-    if not bool(has.any()):
+    tcol = _target_colours(color, mask, g)
+    if tcol is None:
         return bg
-    tcol = (color * m[:, None]).sum((2, 3)) / cnt.clamp_min(1)[:, None]  # n,3 mean target colour
-    src = torch.nonzero(has).flatten()
-    pick = src[torch.randint(0, len(src), (n,), generator=g, device=dev)]
-    tcol = torch.where(has[:, None], tcol, tcol[pick])
+    n, dev = bg.shape[0], bg.device
     sel = (torch.rand((n,), generator=g, device=dev) < prob) & (kind != 3)
     jitter = 1.0 + 0.15 * (torch.rand((n, 3, 1, 1), generator=g, device=dev) * 2 - 1)
     matched = (bg - bg.mean((2, 3), keepdim=True) + tcol[:, :, None, None] * jitter).clamp(0, 1)
     return torch.where(sel[:, None, None, None], matched, bg)
 
 
+def _target_colours(color: Tensor, mask: Tensor, g: torch.Generator) -> Tensor | None:
+    """n,3 mean rendered colour of each frame's visible target; a target-free frame takes that of a random target
+    frame of the batch. None when no frame shows a target."""
+    n, dev = color.shape[0], color.device
+    m = mask.float()
+    cnt = m.sum((1, 2))
+    has = cnt > 0
+    if not bool(has.any()):
+        return None
+    tcol = (color * m[:, None]).sum((2, 3)) / cnt.clamp_min(1)[:, None]
+    src = torch.nonzero(has).flatten()
+    pick = src[torch.randint(0, len(src), (n,), generator=g, device=dev)]
+    return torch.where(has[:, None], tcol, tcol[pick])
+
+
+DECOY_RADIUS = (0.03, 0.16)
+"""Decoy semi-axes as fractions of the frame side (2-10 px at 64x64: the targets' own size range)."""
+
+
+def paste_decoys(bg: Tensor, color: Tensor, mask: Tensor, kind: Tensor, prob: float, g: torch.Generator) -> Tensor:
+    """Target-coloured patches of photo texture on the background (a training augmentation: hard negatives).
+
+    ``bg`` n,3,H,W background crops in [0, 1]; ``color`` n,3,H,W the rendered layers; ``mask`` n,H,W bool the
+    visible target; ``kind`` n as in :class:`Composite`. With probability ``prob`` a frame's crop gets one decoy: a
+    rotated ellipse (semi-axes :data:`DECOY_RADIUS` of the frame side, an edge from hard to a 2 px ramp) anywhere in
+    the frame, inside which the crop is shifted to the mean colour of a target of the batch (as
+    :func:`match_target_color`, times a per-channel factor in [0.85, 1.15]) while its own texture is kept, scaled by
+    a factor in [0.5, 1.5]. The decoy is not target: the label is unchanged, and the target, composited later, hides
+    any decoy beneath it. What a red-orange object the camera sees on a real table looks like when it is not the
+    target: the nets' confident false regions on warm photos. Fully rendered sim frames (kind 3) are left alone.
+    Returns the new n,3,H,W crops; ``prob == 0`` or a batch without any visible target returns ``bg`` unchanged
+    and draws nothing from ``g``.
+    """
+    if prob <= 0:
+        return bg
+    tcol = _target_colours(color, mask, g)
+    if tcol is None:
+        return bg
+    n, _, h, w = bg.shape
+    dev = bg.device
+    sel = (torch.rand((n,), generator=g, device=dev) < prob) & (kind != 3)
+    side = float(min(h, w))
+    u = torch.rand((n, 8), generator=g, device=dev)
+    cy, cx = u[:, 0] * (h - 1), u[:, 1] * (w - 1)
+    lo, hi = DECOY_RADIUS
+    ry, rx = side * (lo + (hi - lo) * u[:, 2]), side * (lo + (hi - lo) * u[:, 3])
+    ang = u[:, 4] * math.pi
+    ramp = 2.0 * u[:, 5]  # edge width (px); 0 = a hard edge
+    contrast = 0.5 + u[:, 6]
+    yy = torch.arange(h, device=dev, dtype=bg.dtype)[None, :, None] - cy[:, None, None]
+    xx = torch.arange(w, device=dev, dtype=bg.dtype)[None, None, :] - cx[:, None, None]
+    ca, sa = torch.cos(ang)[:, None, None], torch.sin(ang)[:, None, None]
+    a, b = (xx * ca + yy * sa) / rx[:, None, None], (-xx * sa + yy * ca) / ry[:, None, None]
+    dist = (torch.sqrt(a * a + b * b) - 1.0) * torch.minimum(rx, ry)[:, None, None]  # px outside the rim, about
+    wgt = torch.where(ramp[:, None, None] > 0, (0.5 - dist / ramp.clamp_min(1e-6)[:, None, None]).clamp(0, 1),
+                      (dist <= 0).to(bg.dtype))
+    wgt = wgt * sel[:, None, None].to(bg.dtype)
+    area = wgt.sum((1, 2)).clamp_min(1e-6)
+    local = (bg * wgt[:, None]).sum((2, 3)) / area[:, None]  # n,3 the crop's own colour under the decoy
+    jitter = 1.0 + 0.15 * (torch.rand((n, 3), generator=g, device=dev) * 2 - 1)
+    decoy = ((bg - local[:, :, None, None]) * contrast[:, None, None, None]
+             + (tcol * jitter)[:, :, None, None]).clamp(0, 1)
+    return bg + (decoy - bg) * wgt[:, None]
+
+
 class Composer:
     """Draws batches of composites: ``Composer(bank, sim_cfg, compose_cfg, device)(n, generator)``.
 
     ``bank`` provides real background crops of size ``sim_cfg.image_size``. ``color_match_prob``: chance that a
-    frame's crop gets colour-matched camouflage (:func:`match_target_color`); a training augmentation, keep it 0
-    for validation and test composites. ``augment``: training-only appearance randomization
+    frame's crop gets colour-matched camouflage (:func:`match_target_color`), ``decoy_prob`` that it gets a
+    target-coloured decoy (:func:`paste_decoys`); training augmentations, keep them 0 for validation and test
+    composites. ``augment``: training-only appearance randomization
     (:mod:`graspsim.vision.augment`); None (validation and test composites) draws them as the renderer does.
     """
 
     def __init__(self, bank: BackgroundBank, sim_cfg: SimConfig | None = None, cfg: ComposeConfig | None = None,
-                 device: torch.device | str = "cpu", color_match_prob: float = 0.0, augment: AugmentConfig | None = None):
+                 device: torch.device | str = "cpu", color_match_prob: float = 0.0, augment: AugmentConfig | None = None,
+                 decoy_prob: float = 0.0):
         probability("Composer", "color_match_prob", color_match_prob)
+        probability("Composer", "decoy_prob", decoy_prob)
         self.augment = augment
         self.color_match_prob = float(color_match_prob)
+        self.decoy_prob = float(decoy_prob)
         self.sim_cfg = sim_cfg or SimConfig()
         self.cfg = cfg or ComposeConfig()
         self.device = torch.device(device)
@@ -344,6 +407,7 @@ class Composer:
         bg, bg_index = self.bank.sample_tensor_indexed(n, g, dev)
         if self.color_match_prob > 0:
             bg = match_target_color(bg, color, mask, layers.kind, self.color_match_prob, g)
+        bg = paste_decoys(bg, color, mask, layers.kind, self.decoy_prob, g)
         bg_index = torch.where(layers.kind == 3, torch.full_like(bg_index, -1), bg_index)
         if self.augment is not None:
             color, a, bg = augment_layer(color, cover, mask, bg, layers.kind, self.augment, g)

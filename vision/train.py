@@ -131,7 +131,8 @@ def build_composers(cfg: TrainVisionConfig) -> tuple[Composer, Composer]:
              ", ".join(train_bank.names))
     log.info("held-out validation backgrounds (%d) from %s: %s", len(val_bank), val_dir, ", ".join(val_bank.names))
     dev = torch.device(cfg.runtime.device)
-    return (Composer(train_bank, cfg.sim, cfg.compose, dev, color_match_prob=cfg.color_match_prob, augment=cfg.augment),
+    return (Composer(train_bank, cfg.sim, cfg.compose, dev, color_match_prob=cfg.color_match_prob, augment=cfg.augment,
+                     decoy_prob=cfg.decoy_prob),
             Composer(val_bank, cfg.sim, cfg.compose, dev))
 
 

@@ -140,6 +140,11 @@ class TrainVisionConfig:
     """Chance that a training frame's background crop is shifted to the mean colour of the frame's own target
     (target-free frames: of another frame's target), keeping its texture (:func:`graspsim.vision.compose.match_target_color`):
     the hardest camouflage, aimed at the misses on warm held-out photos. Validation and test crops never get it."""
+    decoy_prob: float = 0.0
+    """Chance that a training frame's background crop gets a decoy: an ellipse of its own texture shifted to a
+    target's colour, target-sized, not in the label (:func:`graspsim.vision.compose.paste_decoys`). Hard negatives
+    for confident false regions on warm photos (an orange flower, a knot in red wood). 0 (the default) draws
+    nothing, so runs without it are unchanged bit for bit."""
     transfer: Optional[Path] = DEFAULT_TRANSFER
     """Folder of the transfer sets (``val/`` and ``test/`` in the eval-real format): targets drawn by another
     renderer (pybullet's TinyRenderer) over real photos that training never reads (data/transfer/README.md). With
@@ -224,7 +229,7 @@ class TrainVisionConfig:
         if not (isinstance(self.ema_decay, (int, float)) and 0.0 <= self.ema_decay < 1.0):
             raise ValueError(f"TrainVisionConfig.ema_decay must be in [0, 1) (0 = no weight average, e.g. 0.999); "
                              f"got {self.ema_decay!r}")
-        for name in ("tversky_beta", "patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "hue_rotation_prob",
+        for name in ("tversky_beta", "patch_target_prob", "hdf5_fraction", "camouflage_prob", "color_match_prob", "decoy_prob", "hue_rotation_prob",
                      "min_precision", "max_fp_image_rate", "transfer_min_precision", "transfer_max_fp_image_rate"):
             probability(owner, name, getattr(self, name))
         for name in ("mirror_tta", "frame_gate", "bf16", "resume", "skip_bad"):
