@@ -185,6 +185,9 @@ def test_test_photos_are_new():
     # the SO-101 nets' second test folder (data/transfer_so101/test2): photos of no other split
     test2 = digests("test2")
     assert len(test2) == 14 and not set(test2) & (set(extra) | set(test) | set(digests("train")) | set(digests("val")))
+    # the third (data/transfer_so101/test3): photos of no other split, test2 included
+    test3 = digests("test3")
+    assert len(test3) == 14 and not set(test3) & (set(test2) | set(extra) | set(test) | set(digests("train")) | set(digests("val")))
 
 
 @pytest.mark.parametrize("split,seed", [("val", 11), ("test", 23)])
