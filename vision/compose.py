@@ -305,20 +305,19 @@ def paste_decoys(bg: Tensor, color: Tensor, mask: Tensor, kind: Tensor, prob: fl
     dev = bg.device
     sel = (torch.rand((n,), generator=g, device=dev) < prob) & (kind != 3)
     side = float(min(h, w))
-    u = torch.rand((n, 8), generator=g, device=dev)
+    u = torch.rand((n, 7), generator=g, device=dev)
     cy, cx = u[:, 0] * (h - 1), u[:, 1] * (w - 1)
     lo, hi = DECOY_RADIUS
     ry, rx = side * (lo + (hi - lo) * u[:, 2]), side * (lo + (hi - lo) * u[:, 3])
     ang = u[:, 4] * math.pi
-    ramp = 2.0 * u[:, 5]  # edge width (px); 0 = a hard edge
+    ramp = (2.0 * u[:, 5]).clamp_min(1e-6)  # edge width (px); near 0 a hard edge
     contrast = 0.5 + u[:, 6]
     yy = torch.arange(h, device=dev, dtype=bg.dtype)[None, :, None] - cy[:, None, None]
     xx = torch.arange(w, device=dev, dtype=bg.dtype)[None, None, :] - cx[:, None, None]
     ca, sa = torch.cos(ang)[:, None, None], torch.sin(ang)[:, None, None]
     a, b = (xx * ca + yy * sa) / rx[:, None, None], (-xx * sa + yy * ca) / ry[:, None, None]
     dist = (torch.sqrt(a * a + b * b) - 1.0) * torch.minimum(rx, ry)[:, None, None]  # px outside the rim, about
-    wgt = torch.where(ramp[:, None, None] > 0, (0.5 - dist / ramp.clamp_min(1e-6)[:, None, None]).clamp(0, 1),
-                      (dist <= 0).to(bg.dtype))
+    wgt = (0.5 - dist / ramp[:, None, None]).clamp(0, 1)
     wgt = wgt * sel[:, None, None].to(bg.dtype)
     area = wgt.sum((1, 2)).clamp_min(1e-6)
     local = (bg * wgt[:, None]).sum((2, 3)) / area[:, None]  # n,3 the crop's own colour under the decoy
