@@ -1171,6 +1171,51 @@ def test_decoys_are_target_coloured_texture_outside_the_label():
     assert torch.equal(paste_decoys(bg, color, torch.zeros_like(mask), kind, 1.0, g), bg)  # no target to copy
 
 
+def test_cast_shadows_darken_the_photo_beside_each_object_and_never_the_label():
+    from graspsim.vision.compose import cast_shadows
+
+    n, s = 32, 32
+    bg = torch.full((n, 3, s, s), 0.6)
+    cover = torch.zeros(n, s, s)
+    cover[:, 12:20, 12:20] = 1.0  # one 8 px object in the middle of every frame
+    kind = torch.zeros(n, dtype=torch.long)
+    kind[-4:] = 3  # sim frames cast their own shadows
+    ccfg = ComposeConfig(cast_shadow_prob=1.0, cast_shadow_darkness=(0.5, 0.5), cast_shadow_length=(0.25, 0.25))
+    out = cast_shadows(bg, cover, kind, ccfg, torch.Generator().manual_seed(0))
+    assert torch.equal(out[-4:], bg[-4:])
+    assert float(out.min()) >= 0.6 * 0.5 - 1e-6 and float(out.max()) <= 0.6 + 1e-6  # light is only taken away
+    dark = (out[:-4, 0] < 0.55)  # n,H,W in shadow
+    outside = dark.clone()
+    outside[:, 12:20, 12:20] = False
+    assert bool(outside.flatten(1).any(1).all())  # every frame shows a shadow beyond its object
+    ring = torch.zeros(s, s, dtype=torch.bool)
+    ring[11:21, 11:21] = True
+    ring[12:20, 12:20] = False
+    assert bool((outside & ring).flatten(1).any(1).all())  # joined to the object, not somewhere else
+    ys, xs = torch.nonzero(outside, as_tuple=True)[1:]
+    assert int((ys - 15.5).abs().max()) <= 4 + 8 + 2 and int((xs - 15.5).abs().max()) <= 4 + 8 + 2  # 0.25 x 32 px
+    sides = torch.stack([outside[:, :, :12].sum((1, 2)), outside[:, :, 20:].sum((1, 2))], 1)
+    assert bool((sides.amin(1) < sides.amax(1)).all())  # it falls to one side: away from the light, not all round
+    g = torch.Generator().manual_seed(5)
+    before = g.get_state()
+    assert cast_shadows(bg, cover, kind, ComposeConfig(), g) is bg
+    assert torch.equal(g.get_state(), before)  # the default draws nothing
+
+
+def test_cast_shadows_leave_the_label_and_default_composites_unchanged():
+    sim = SimConfig(embodiment="so101")
+    plain = Composer(_bank64(), sim, ComposeConfig(sim_prob=0.0))(16, torch.Generator().manual_seed(3))
+    shade = Composer(_bank64(), sim, ComposeConfig(sim_prob=0.0, cast_shadow_prob=1.0))(16, torch.Generator().manual_seed(3))
+    assert torch.equal(shade.mask, plain.mask)
+    assert not torch.equal(shade.rgb, plain.rgb)
+    with pytest.raises(ValueError, match="cast_shadow_prob"):
+        ComposeConfig(cast_shadow_prob=1.5)
+    with pytest.raises(ValueError, match="cast_shadow_darkness"):
+        ComposeConfig(cast_shadow_darkness=(0.9, 0.2))
+    with pytest.raises(ValueError, match="cast_shadow_length"):
+        ComposeConfig(cast_shadow_length=(0.1, 1.5))
+
+
 def test_decoys_leave_the_label_and_default_composites_unchanged():
     sim = SimConfig()
     ccfg = ComposeConfig(sim_prob=0.0)
