@@ -188,6 +188,10 @@ def test_test_photos_are_new():
     # the third (data/transfer_so101/test3): photos of no other split, test2 included
     test3 = digests("test3")
     assert len(test3) == 14 and not set(test3) & (set(test2) | set(extra) | set(test) | set(digests("train")) | set(digests("val")))
+    # the fourth (data/transfer_so101/test4): photos of no other split, test3 included
+    test4 = digests("test4")
+    earlier = set(test3) | set(test2) | set(extra) | set(test) | set(digests("train")) | set(digests("val"))
+    assert len(test4) == 14 and not set(test4) & earlier
 
 
 @pytest.mark.parametrize("split,seed", [("val", 11), ("test", 23)])
