@@ -69,7 +69,7 @@ class ComposeConfig:
     cast_shadow_prob: float = 0.0
     """Frames whose rendered objects cast a shadow on the photo (:func:`cast_shadows`): the objects' silhouette swept
     away from a light, darkening the crop and not in the label, as a lamp makes them on a real table and MuJoCo's
-    light on its transfer sets. It reaches 5-25 px from the object, where the appearance augmentation's shadow
+    light on its transfer sets. It reaches 3-26 px from the object at 64 px, where the appearance augmentation's shadow
     (:attr:`graspsim.vision.augment.AugmentConfig.shadow_prob`, training only) shifts the silhouette at most 3 px. 0 (the
     default) draws composites as before, with no random draws."""
     cast_shadow_darkness: Range = (0.3, 0.8)
