@@ -56,7 +56,8 @@ class AugmentConfig:
     speckle_strength: Range = (0.05, 0.25)
     """Relative amplitude of the speckle."""
     shadow_prob: float = 0.3
-    """A cast shadow of the rendered objects on the photo: their silhouette, shifted and blurred, darkens it."""
+    """A cast shadow of the rendered objects on the photo: their silhouette, shifted and blurred, darkens it (a short
+    one; :attr:`graspsim.vision.compose.ComposeConfig.cast_shadow_prob` draws long ones, swept from the object)."""
     shadow_darkness: Range = (0.2, 0.6)
     """Fraction of light the shadow removes at its core."""
     shadow_shift: float = 3.0
