@@ -192,6 +192,13 @@ def test_test_photos_are_new():
     test4 = digests("test4")
     earlier = set(test3) | set(test2) | set(extra) | set(test) | set(digests("train")) | set(digests("val"))
     assert len(test4) == 14 and not set(test4) & earlier
+    # session 14's photos from Debian and PyPI packages no split used before: more training photos (read only with
+    # --extra-backgrounds), a third SO-101 validation folder and the fifth test set, each new to every other folder
+    earlier |= set(test4)
+    for split, n in (("train_extra", 32), ("val_warm", 12), ("test5", 16)):
+        new = digests(split)
+        assert len(new) == n and not set(new) & earlier, split
+        earlier |= set(new)
 
 
 @pytest.mark.parametrize("split,seed", [("val", 11), ("test", 23)])
