@@ -529,8 +529,9 @@ def grasp_window(rel: Tensor, r: Tensor, hz: Tensor, kind: Tensor, width: Tensor
     )
 
 
-# Failure causes reported at the end of an episode (see ``failure_cause``).
-FAILURE_NAMES = ("success", "timeout", "missed_grasp", "pushed_away", "dropped")
+# Failure causes reported at the end of an episode (see ``failure_cause``). ``diverged`` is the MuJoCo backend's
+# alone: its physics blew up and MuJoCo reset the scene, so the episode ends there as a failure of the simulation.
+FAILURE_NAMES = ("success", "timeout", "missed_grasp", "pushed_away", "dropped", "diverged")
 
 
 def failure_cause(state: State, pushed_away_dist: float = 0.02) -> Tensor:

@@ -673,7 +673,7 @@ def backend_twin_robot(cfg, world: BackendWorld, **kw):
     the backend's scene of its seed, from the backend's start pose (the adapter's homing move runs, with that pose as
     its home); the fingertip points are the scene's (as the backend's simulated robot reports them); the episode ends
     as the backend's does: success, or ``max_steps`` commands, with the backend's failure code; or as ``unstable``
-    when MuJoCo's physics diverged (the backend alone goes on with the reset data)."""
+    when MuJoCo's physics diverged (the backend's ``diverged``)."""
     from graspsim.robot.robots import Outcome
     from graspsim.robot.so101 import So101Robot
 

@@ -259,6 +259,24 @@ def test_env_rejects_nan_and_bad_shapes(env):
         env.step(torch.zeros(3, 5))
 
 
+def test_diverged_scene_ends_its_episode_as_diverged(env):
+    """When MuJoCo's physics blows up it resets the scene's data (the arm and target jump to the model's zero pose):
+    that scene's episode ends there, as ``diverged`` and never as a grasp, and its neighbour runs on."""
+    from graspsim.physics import FAILURE_NAMES
+
+    env.reset(seeds=[1, 2])
+    sc = env.scenes[0]
+    sc.d.qvel[sc.vadr["target"]] = 1e30  # a velocity MuJoCo refuses: it warns BADQVEL and resets the data
+    for _ in range(2):  # the verdict holds on the steps after the divergence too
+        _, _, done, info = env.step(torch.zeros(2, 5))
+        assert done.tolist() == [True, False]
+        assert FAILURE_NAMES[int(info["failure"][0])] == "diverged" and not bool(info["success"][0])
+        assert not bool(info["timeout"][0]) and FAILURE_NAMES[int(info["failure"][1])] != "diverged"
+    env.reset(seeds=[1, 2])  # a new episode starts clean
+    _, _, done, info = env.step(torch.zeros(2, 5))
+    assert not done.any() and "diverged" not in [FAILURE_NAMES[int(c)] for c in info["failure"]]
+
+
 def test_env_without_rendering_returns_gripper_only(env):
     env.reset(seeds=[1, 2])
     with env.rendering(False):

@@ -68,7 +68,7 @@ from graspsim.mujoco.model import (
     ARM_JOINTS, BASE_POS, CAMERA, DISTRACTOR_MASS, FIXED_PAD, GRIPPER_BODY, JAW_JOINT, MOVING_PAD,
     SCENE_KINDS, TARGET_MASS, require_mujoco, scene_model,
 )
-from graspsim.physics import failure_cause, split_action, validate_action, wrist_command
+from graspsim.physics import FAILURE_NAMES, failure_cause, split_action, validate_action, wrist_command
 from graspsim.randomization import sample_scenes
 from graspsim.render import postprocess
 from graspsim.state import KIND_BOX, KIND_CYLINDER, KIND_SPHERE, State
@@ -579,8 +579,8 @@ class MujocoGraspEnv(ContactBackend):
         was = sc.unstable
         sc.run(q_from, q_to, jaw_from, jaw_to, drift if moving else None)
         if sc.unstable and not was:
-            log.warning("MujocoGraspEnv: scene %d diverged (MuJoCo reset its data) at step %d", i,
-                        int(self.state.steps[i]) + 1)
+            log.warning("MujocoGraspEnv: scene %d diverged (MuJoCo reset its data) at step %d; its episode ends as "
+                        "'diverged'", i, int(self.state.steps[i]) + 1)
         mres = sc.measure(self.kin)
         self._tips[i] = sc.fingertip_fractions(mres["tcp"], self.cfg.image_size)
         return mres
@@ -594,8 +594,14 @@ class MujocoGraspEnv(ContactBackend):
             self._render_stale()
         s = self.state
         reward = (s.success & ~self._success_before).float()
-        info = {"success": s.success, "timeout": s.done & ~s.success, "failure": failure_cause(s)}
+        failure = torch.where(self._diverged() & ~s.success, FAILURE_NAMES.index("diverged"), failure_cause(s))
+        info = {"success": s.success, "timeout": s.done & ~s.success & (failure != FAILURE_NAMES.index("diverged")),
+                "failure": failure}
         return self._obs(), reward, s.done, info
+
+    def _diverged(self) -> Tensor:
+        """B bool: MuJoCo's physics diverged in the scene's episode (and reset its data, so what follows is void)."""
+        return torch.as_tensor([sc.unstable for sc in self.scenes], dtype=torch.bool, device=self.device)
 
     def _update_state(self, meas: list[dict], action: Tensor, close: Tensor) -> None:
         s, cfg, dev = self.state, self.cfg, self.device
@@ -630,6 +636,11 @@ class MujocoGraspEnv(ContactBackend):
             held_offset=torch.where(held[:, None], sphere - tcp, s.held_offset), steps=steps, success=success,
             done=s.done | success | (steps >= cfg.max_steps), pushed=pushed, dropped=dropped, missed=missed,
         )
+        # a diverged scene was reset by MuJoCo (arm and target jump to the model's zero pose): its episode ends now, and
+        # nothing measured after the jump may count as a grasp
+        bad = self._diverged() & ~s.success
+        if bool(bad.any()):
+            self.state = self.state.replace(success=self.state.success & ~bad, done=self.state.done | bad)
 
     # ------------------------------------------------------------------ observations
     def _gripper(self) -> Tensor:
