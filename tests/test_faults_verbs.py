@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from child_signals import default_stop_signals
+from child_signals import default_stop_signals, stop_signals_at_default
 
 import cv2
 import h5py
@@ -711,22 +711,23 @@ def test_a_loose_shield_holds_the_first_signal_and_yields_to_the_second():
         os.kill(os.getpid(), sig)
         time.sleep(0.05)  # the handler runs here
 
-    assert interrupts.install()
-    try:
-        with pytest.raises(interrupts.Stopped) as e:
-            with interrupts.shielded("a test's send", firm=False):
-                signal_and_wait(signal.SIGTERM)
-                assert interrupts.requested() == signal.SIGTERM  # held: no exception yet
-                signal_and_wait(signal.SIGINT)
-                raise AssertionError("the second signal did not interrupt the block")
-        assert e.value.signum == signal.SIGTERM and interrupts.taken() == signal.SIGTERM
-        with interrupts.shielded("a test's stop"):
-            with interrupts.shielded("a test's send", firm=False):
-                signal_and_wait(signal.SIGTERM)
-                signal_and_wait(signal.SIGINT)  # held: the firm block outside decides
-        assert interrupts.drain_held() == [signal.SIGINT] and interrupts.taken() == signal.SIGTERM
-    finally:
-        interrupts.uninstall()
+    with stop_signals_at_default():  # under `cmd &` or nohup SIGINT starts ignored, and install() leaves it so
+        assert interrupts.install()
+        try:
+            with pytest.raises(interrupts.Stopped) as e:
+                with interrupts.shielded("a test's send", firm=False):
+                    signal_and_wait(signal.SIGTERM)
+                    assert interrupts.requested() == signal.SIGTERM  # held: no exception yet
+                    signal_and_wait(signal.SIGINT)
+                    raise AssertionError("the second signal did not interrupt the block")
+            assert e.value.signum == signal.SIGTERM and interrupts.taken() == signal.SIGTERM
+            with interrupts.shielded("a test's stop"):
+                with interrupts.shielded("a test's send", firm=False):
+                    signal_and_wait(signal.SIGTERM)
+                    signal_and_wait(signal.SIGINT)  # held: the firm block outside decides
+            assert interrupts.drain_held() == [signal.SIGINT] and interrupts.taken() == signal.SIGTERM
+        finally:
+            interrupts.uninstall()
 
 
 def test_every_verb_loop_checks_the_stop_flag(tmp_path, capsys):
