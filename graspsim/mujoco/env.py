@@ -594,9 +594,9 @@ class MujocoGraspEnv(ContactBackend):
             self._render_stale()
         s = self.state
         reward = (s.success & ~self._success_before).float()
-        failure = torch.where(self._diverged() & ~s.success, FAILURE_NAMES.index("diverged"), failure_cause(s))
-        info = {"success": s.success, "timeout": s.done & ~s.success & (failure != FAILURE_NAMES.index("diverged")),
-                "failure": failure}
+        void = self._diverged() & ~s.success  # a grasp made before the divergence stands
+        failure = torch.where(void, FAILURE_NAMES.index("diverged"), failure_cause(s))
+        info = {"success": s.success, "timeout": s.done & ~s.success & ~void, "failure": failure}
         return self._obs(), reward, s.done, info
 
     def _diverged(self) -> Tensor:
