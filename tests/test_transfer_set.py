@@ -184,9 +184,11 @@ def test_test_photos_are_new():
     assert len(extra) == 31 and not set(extra) & (set(test) | set(digests("train")) | set(digests("val")))
     # the later SO-101 folders, in the order they were added: each holds photos of no earlier folder. test2-test4 came
     # from wheels no split used; session 14's three from Debian and PyPI packages: more training photos (read only
-    # with --extra-backgrounds), a third validation folder and the fifth test set
+    # with --extra-backgrounds), a third validation folder and the fifth test set; session 18's pychess boards (training,
+    # read only with --extra-backgrounds)
     earlier = set(extra) | set(test) | set(digests("train")) | set(digests("val"))
-    for split, n in (("test2", 14), ("test3", 14), ("test4", 14), ("train_extra", 32), ("val_warm", 12), ("test5", 16)):
+    for split, n in (("test2", 14), ("test3", 14), ("test4", 14), ("train_extra", 32), ("val_warm", 12), ("test5", 16),
+                     ("train_boards", 21)):
         new = digests(split)
         assert len(new) == n and not set(new) & earlier, split
         earlier |= set(new)
