@@ -316,3 +316,35 @@ def test_calibrate_by_kind_errors_name_the_folder_and_the_kind(tmp_path):
     with pytest.raises(ValueError, match="by_kind"):
         CalibrateConfig(**{**kw, "by_kind": "yes"})
     assert not (tmp_path / "o.pt").exists()
+
+
+def test_the_fine_gate_grid_finds_a_gate_between_the_coarse_steps_that_saturated_peaks_need():
+    """Targets peak at 0.9985 and every target-free frame has one pixel at 0.9982: every coarse gate either lets all
+    target-free frames through (0.998) or blanks every target (0.999), so only the fine grid meets both limits with
+    full recall."""
+    from graspsim.vision.metrics import FINE_PEAKS, PEAKS, choose_thresholds, gate_frames
+
+    prob = torch.full((20, 16, 16), 0.01)
+    gt = torch.zeros(20, 16, 16, dtype=torch.bool)
+    gt[:10, 4:7, 4:7] = True
+    prob[gt] = 0.9985
+    prob[10:, 12, 12] = 0.9982
+    assert set(PEAKS) < set(FINE_PEAKS) and list(FINE_PEAKS) == sorted(FINE_PEAKS)
+    fine = choose_thresholds(prob, gt, max_fp_image_rate=0.1, min_precision=0.9, peaks=FINE_PEAKS)
+    assert 0.9982 < fine[1] <= 0.9985
+    kept = gate_frames(prob, fine[1]).flatten(1).amax(1) > 0
+    assert kept[:10].all() and not kept[10:].any()
+    coarse = choose_thresholds(prob, gt, max_fp_image_rate=0.1, min_precision=0.9, peaks=PEAKS)
+    kept = gate_frames(prob, coarse[1]).flatten(1).amax(1) >= coarse[0]
+    assert not (kept[:10].all() and not kept[10:].any())  # it loses every target or keeps target-free frames
+
+
+def test_calibrate_records_its_gate_grid_and_refuses_an_unknown_one(tmp_path):
+    ck = _checkpoint(tmp_path / "net.pt")
+    root = _frames(tmp_path / "g", n_target=12, n_free=5)
+    kw = dict(vision=ck, images=root / "images", min_precision=0.5, max_fp_images=0.2, precision="fp32")
+    with pytest.raises(ValueError, match=r"gate_grid must be 'coarse' or 'fine'; got 'fin'"):
+        CalibrateConfig(out=tmp_path / "x.pt", gate_grid="fin", **kw)
+    assert calibrate(CalibrateConfig(out=tmp_path / "c.pt", **kw))["gate_grid"] == "coarse"
+    rec = calibrate(CalibrateConfig(out=tmp_path / "f.pt", gate_grid="fine", **kw))
+    assert rec["gate_grid"] == "fine" and load_checkpoint(tmp_path / "f.pt")["calibration"]["gate_grid"] == "fine"

@@ -56,7 +56,7 @@ from .ensemble import ensemble_payload
 from .image_set import NO_KIND, check_frame_crop, read_kinds, resolve_frame_crop
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .labelled import LabelledFrames, load_labelled
-from .metrics import PEAKS, choose_thresholds_on, decide, evaluate_set, kind_groups
+from .metrics import FINE_PEAKS, PEAKS, choose_thresholds_on, decide, evaluate_set, kind_groups
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,10 @@ class CalibrateConfig:
     """A target-free frame is a false-positive image when at least this many pixels are predicted."""
     frame_gate: bool = True
     """Choose a frame gate with the threshold (:func:`graspsim.vision.metrics.gate_frames`); off: the gate is 0 (none)."""
+    gate_grid: Literal["coarse", "fine"] = "coarse"
+    """The frame gates tried: 'coarse' is :data:`graspsim.vision.metrics.PEAKS` (16 values, as train-vision uses),
+    'fine' adds one every 0.1 in log-odds from 0.982 to 0.999994 (:data:`~graspsim.vision.metrics.FINE_PEAKS`), for a
+    net whose frame peaks crowd just under 1, where one coarse step can blank many small-target frames."""
     one_region: Optional[bool] = None
     """The one-region rule (keep only the region of target pixels around a frame's most confident pixel;
     :func:`graspsim.vision.metrics.top_region`): ``--one-region True`` chooses the operating point with it and stores it
@@ -139,6 +143,8 @@ class CalibrateConfig:
             boolean("CalibrateConfig", name, getattr(self, name))
         if self.one_region is not None:
             boolean("CalibrateConfig", "one_region", self.one_region)
+        if self.gate_grid not in ("coarse", "fine"):
+            raise ValueError(f"CalibrateConfig.gate_grid must be 'coarse' or 'fine'; got {self.gate_grid!r}")
         check_precision("CalibrateConfig", "precision", self.precision)
         check_frame_crop("CalibrateConfig", self.frame_crop)
 
@@ -254,14 +260,16 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     choose_on = [(p[g], f.mask[g]) for p, f, groups in zip(probs, sets, kinds) for g in groups.values()] if cfg.by_kind \
         else [(p, f.mask) for p, f in zip(probs, sets)]
     threshold, peak = choose_thresholds_on(choose_on, cfg.max_fp_images, cfg.min_precision, cfg.min_pixels,
-                                           PEAKS if cfg.frame_gate else (0.0,), one_region)
+                                           (FINE_PEAKS if cfg.gate_grid == "fine" else PEAKS) if cfg.frame_gate else (0.0,),
+                                           one_region)
     parts = [_folder_record(p, f, m, seg, threshold, peak, one_region, cfg, groups)
              for p, f, m, groups in zip(probs, sets, masks, kinds)]
     record = parts[0] if len(parts) == 1 else _pooled_record(parts, torch.cat(probs), torch.cat([f.mask for f in sets]),
                                                              seg, threshold, peak, one_region, cfg)
     record.update({
         "min_precision": cfg.min_precision, "max_fp_images": cfg.max_fp_images, "min_pixels": cfg.min_pixels,
-        "by_kind": cfg.by_kind, "chosen_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "by_kind": cfg.by_kind, "gate_grid": cfg.gate_grid,
+        "chosen_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "source": ([str(Path(v).resolve()) for v in cfg.vision] if len(cfg.vision) > 1
                    else str(Path(cfg.vision[0]).resolve())), "inference_dtype": "bfloat16" if seg.bf16 else "float32",
         "frame_crop": crop,

@@ -43,6 +43,10 @@ THRESHOLDS = np.round(np.arange(1, 100) / 100.0, 2)  # 0.01 .. 0.99
 # false positives on target-free frames sit at probabilities above 0.99
 PEAKS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9995, 0.9999, 0.99995, 0.99999, 0.999995,
          0.999999)
+# a finer grid for nets whose probabilities saturate (calibrate --gate-grid fine): PEAKS plus a point every 0.1 in
+# log-odds from 4 to 12 (probability 0.982 to 0.999994), since one step of PEAKS near 1 (0.998 -> 0.999 is 6.2 -> 6.9
+# in log-odds) can blank many small-target frames at once
+FINE_PEAKS = tuple(sorted(set(PEAKS) | {float(1.0 / (1.0 + np.exp(-z / 10.0))) for z in range(40, 121)}))
 
 
 def _div(a: float, b: float) -> float:
