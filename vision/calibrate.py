@@ -56,7 +56,7 @@ from .ensemble import ensemble_payload
 from .image_set import NO_KIND, check_frame_crop, read_kinds, resolve_frame_crop
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .labelled import LabelledFrames, load_labelled
-from .metrics import FINE_PEAKS, PEAKS, choose_thresholds_on, decide, evaluate_set, kind_groups
+from .metrics import GATE_GRIDS, choose_thresholds_on, decide, evaluate_set, kind_groups
 
 log = logging.getLogger(__name__)
 
@@ -143,8 +143,9 @@ class CalibrateConfig:
             boolean("CalibrateConfig", name, getattr(self, name))
         if self.one_region is not None:
             boolean("CalibrateConfig", "one_region", self.one_region)
-        if self.gate_grid not in ("coarse", "fine"):
-            raise ValueError(f"CalibrateConfig.gate_grid must be 'coarse' or 'fine'; got {self.gate_grid!r}")
+        if self.gate_grid not in GATE_GRIDS:
+            raise ValueError(f"CalibrateConfig.gate_grid must be {' or '.join(map(repr, GATE_GRIDS))}; "
+                             f"got {self.gate_grid!r}")
         check_precision("CalibrateConfig", "precision", self.precision)
         check_frame_crop("CalibrateConfig", self.frame_crop)
 
@@ -260,8 +261,7 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     choose_on = [(p[g], f.mask[g]) for p, f, groups in zip(probs, sets, kinds) for g in groups.values()] if cfg.by_kind \
         else [(p, f.mask) for p, f in zip(probs, sets)]
     threshold, peak = choose_thresholds_on(choose_on, cfg.max_fp_images, cfg.min_precision, cfg.min_pixels,
-                                           (FINE_PEAKS if cfg.gate_grid == "fine" else PEAKS) if cfg.frame_gate else (0.0,),
-                                           one_region)
+                                           GATE_GRIDS[cfg.gate_grid] if cfg.frame_gate else (0.0,), one_region)
     parts = [_folder_record(p, f, m, seg, threshold, peak, one_region, cfg, groups)
              for p, f, m, groups in zip(probs, sets, masks, kinds)]
     record = parts[0] if len(parts) == 1 else _pooled_record(parts, torch.cat(probs), torch.cat([f.mask for f in sets]),

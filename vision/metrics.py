@@ -47,6 +47,8 @@ PEAKS = (0.0, 0.5, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.998, 0.999, 0.9995, 0.99
 # log-odds from 4 to 12 (probability 0.982 to 0.999994), since one step of PEAKS near 1 (0.998 -> 0.999 is 6.2 -> 6.9
 # in log-odds) can blank many small-target frames at once
 FINE_PEAKS = tuple(sorted(set(PEAKS) | {float(1.0 / (1.0 + np.exp(-z / 10.0))) for z in range(40, 121)}))
+# the frame-gate grids calibrate offers by name (--gate-grid)
+GATE_GRIDS = {"coarse": PEAKS, "fine": FINE_PEAKS}
 
 
 def _div(a: float, b: float) -> float:
