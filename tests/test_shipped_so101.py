@@ -72,3 +72,19 @@ def test_shipped_so101_policy_grasps_in_the_batched_simulator_with_predicted_mas
     res = rollout(env, episode_seeds(0, "test", 0, 64), policy=policy.act, beta=0.0,
                   mask_fn=make_mask_fn("predicted", VISION, torch.device("cpu")))
     assert res.success.mean() >= 0.90, res.success.mean()
+
+
+def test_kept_candidates_load_as_so101_nets_without_test_scores():
+    """vision/assets/candidates/ (docs/architecture.md): each net there loads for the so101 embodiment and its
+    README says why it is kept; its training run's scores on test photos were stripped, never read."""
+    folder = ROOT / "vision" / "assets" / "candidates"
+    readme = (folder / "README.md").read_text()
+    nets = sorted(folder.glob("*.pt"))
+    assert nets
+    for net in nets:
+        assert f"`{net.name}`" in readme, f"{net.name} is not described in {folder / 'README.md'}"
+        assert net.stat().st_size <= 5 * 2**20
+        ckpt = load_checkpoint(net)
+        assert not set(TRAINING_ONLY) & set(ckpt)
+        assert runs.trained_embodiment(ckpt["config"]) == "so101" and runs.trained_kinds(ckpt["config"]) == KINDS
+        assert not [k for k in ckpt["metrics"] if k.startswith(("test", "transfer_test"))]

@@ -106,6 +106,8 @@ def test_wheel_holds_the_code_and_the_shipped_data(installed):
                  "graspsim/assets/textures/wood.png", "graspsim/vision/assets/segnet.pt",
                  "graspsim/vision/assets/segnet_so101.pt", "graspsim/dagger/assets/policy_so101.pt"):
         assert path in names, f"{path} is not in the wheel"
+    kept = [n for n in names if n.startswith("graspsim/vision/assets/candidates/")]
+    assert not kept, f"nets kept for a later rule are not package data: {kept}"
     for split in ("train", "val", "test"):
         on_disk = sorted(p.name for p in (REPO / "data" / "backgrounds" / split).iterdir())
         assert sorted(n.rsplit("/", 1)[1] for n in names if n.startswith(f"graspsim/data/backgrounds/{split}/")) == on_disk
