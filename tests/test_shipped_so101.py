@@ -22,16 +22,23 @@ KINDS = ("sphere", "cube", "cylinder")
 torch.set_num_threads(2)
 
 
-def test_shipped_so101_vision_net_is_deployable_and_matches_its_record():
-    assert VISION.stat().st_size <= 5 * 2**20
-    ckpt = load_checkpoint(VISION)
+def _deployable_so101_net(path: Path) -> dict:
+    """The vision checkpoint ``path``, checked: at most 5 MB, no training state, trained for the so101 embodiment
+    and the three kinds."""
+    assert path.stat().st_size <= 5 * 2**20
+    ckpt = load_checkpoint(path)
     assert not set(TRAINING_ONLY) & set(ckpt)
+    assert runs.trained_embodiment(ckpt["config"]) == "so101"
+    assert runs.trained_kinds(ckpt["config"]) == KINDS
+    return ckpt
+
+
+def test_shipped_so101_vision_net_is_deployable_and_matches_its_record():
+    ckpt = _deployable_so101_net(VISION)
     record = json.loads(VISION.with_suffix(".json").read_text())
     assert record["threshold"] == ckpt["threshold"] and record["peak_threshold"] == ckpt["peak_threshold"]
     assert record["one_region"] is ckpt["one_region"] is True and ckpt["calibration"]["n_frames"] == 3072
     assert record["config"] == ckpt["config"] and record["steps"] == ckpt["step"]
-    assert runs.trained_embodiment(ckpt["config"]) == "so101"
-    assert runs.trained_kinds(ckpt["config"]) == KINDS
     assert record["transfer_test"]["iou"] == pytest.approx(ckpt["metrics"]["transfer_test"]["iou"])
     assert set(record["transfer_test_by_kind"]) == set(KINDS)
 
@@ -83,8 +90,5 @@ def test_kept_candidates_load_as_so101_nets_without_test_scores():
     assert nets
     for net in nets:
         assert f"`{net.name}`" in readme, f"{net.name} is not described in {folder / 'README.md'}"
-        assert net.stat().st_size <= 5 * 2**20
-        ckpt = load_checkpoint(net)
-        assert not set(TRAINING_ONLY) & set(ckpt)
-        assert runs.trained_embodiment(ckpt["config"]) == "so101" and runs.trained_kinds(ckpt["config"]) == KINDS
+        ckpt = _deployable_so101_net(net)
         assert not [k for k in ckpt["metrics"] if k.startswith(("test", "transfer_test"))]
