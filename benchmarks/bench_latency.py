@@ -1,6 +1,8 @@
 """Decision latency at batch 1 on this CPU: per stage, torch vs onnxruntime, vision with and without mirror averaging.
 
     python benchmarks/bench_latency.py --vision vision/assets/segnet.pt --policy tests/assets/policy_format0.pt
+    python benchmarks/bench_latency.py --vision A.pt --policy P.pt --also B.pt   # B's torch float32 vision and decision
+                                                                               # beside A's, in the same rounds
 
 One wrist frame at a time, as ``graspsim deploy`` sees them (simulator frames of the test stream, camera partway
 down). Stages: ``vision`` (frame -> mask), ``control`` (mask + gripper senses -> action) and ``decision`` (what
@@ -50,6 +52,10 @@ class LatencyConfig:
     """Untimed calls per configuration before timing."""
     out: Optional[Path] = None
     """Also write the results as JSON here."""
+    also: tuple[Path, ...] = ()
+    """More vision checkpoints for the same policy (e.g. an ensemble against its single net): their torch float32
+    vision and decision stages are timed in the same interleaved rounds, and their decision p50 / p99 are printed as
+    ratios to ``--vision``'s."""
 
     def __post_init__(self) -> None:
         for name in ("threads", "calls", "rounds"):
@@ -93,6 +99,14 @@ def main(cfg: LatencyConfig) -> dict:
     frames = [np.ascontiguousarray(f.permute(1, 2, 0).numpy()) for f in rgb]
     senses = grip.numpy()
     ctls = {name: Controller(n) for name, n in nets.items() if name.endswith("-mirror") == ckpt_mirror}
+    base = f"torch-fp32{'-mirror' if ckpt_mirror else ''}"  # what --also is compared with
+    for v in cfg.also:
+        n = TorchNets(v, cfg.policy, precision="fp32")
+        if n.image_size != first.image_size:
+            raise ValueError(f"--also {v} reads {n.image_size}x{n.image_size} frames, --vision {cfg.vision} "
+                             f"{first.image_size}x{first.image_size}; compare nets of one camera")
+        nets[f"torch-fp32:{v.stem}"] = n
+        ctls[f"torch-fp32:{v.stem}"] = Controller(n)
 
     def vision(n, k):
         n.mask(frames[k % 64].transpose(2, 0, 1)[None].copy())
@@ -128,6 +142,12 @@ def main(cfg: LatencyConfig) -> dict:
     for row in res["results"]:
         print(f"{row['stage']:<9} {row['config']:<22} {row['p50']:8.2f} {row['p99']:8.2f} {row['mean']:8.2f}")
     print("decision target: p99 <= 20 ms")
+    by = {(r["stage"], r["config"]): r for r in res["results"]}
+    for v in cfg.also:
+        r, b = by[("decision", f"torch-fp32:{v.stem}")], by[("decision", base)]
+        res.setdefault("also_vs_vision", {})[str(v)] = {"p50_ratio": r["p50"] / b["p50"], "p99_ratio": r["p99"] / b["p99"]}
+        print(f"decision, {v.stem} / {cfg.vision.stem} (torch float32, same rounds): p50 x{r['p50'] / b['p50']:.2f}, "
+              f"p99 x{r['p99'] / b['p99']:.2f}")
     if cfg.out is not None:
         cfg.out.parent.mkdir(parents=True, exist_ok=True)
         cfg.out.write_text(json.dumps(res, indent=2))

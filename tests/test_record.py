@@ -155,3 +155,58 @@ def test_recalibrate_ships_a_new_operating_point_and_adds_it_to_the_record(tmp_p
     assert "test" not in record and record["replaced"]["test"]["iou"] == old["test"]["iou"]  # the old point's numbers
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cal.pt", "corrupt.json", "metrics.json", "net.json", "net.pt",
                                                           "other.pt", "wrong.json"]
+
+
+def test_ship_ensemble_ships_a_calibrated_ensemble_with_its_members_records(tmp_path, two_stages):
+    from graspsim.vision.ensemble import ensemble_payload
+    from graspsim.vision.infer import Segmenter
+    from graspsim.vision.record import add_test, ship_ensemble
+
+    s1, s2 = two_stages
+    net = tmp_path / "net.pt"
+    ship(net, s1, [{"run": s1, "command": "graspsim train-vision --steps 3"}], chosen_on={"rule": "first"})
+    old = json.loads(net.with_suffix(".json").read_text())
+    b = s2 / "checkpoint.pt"
+    payload = ensemble_payload([net, b], [load_checkpoint(net), load_checkpoint(b)])
+    calibrated = tmp_path / "cal.pt"
+    save_checkpoint(calibrated, {**payload, "threshold": 0.6, "peak_threshold": 0.995, "one_region": True,
+                                 "calibration": {"n_frames": 8, "after": {"iou": 0.4}}})
+    members = [{"file": net, "name": "assets/net.pt", "record": net.with_suffix(".json")},
+               {"file": b, "name": "candidates/b.pt", "command": "graspsim train-vision --init s1"}]
+    kw = dict(command="graspsim calibrate --vision assets/net.pt candidates/b.pt", chosen_on={"rule": "both gates"})
+
+    single = tmp_path / "single.pt"
+    save_checkpoint(single, {**load_checkpoint(net), "calibration": {}})
+    for cal, mem, match in [(single, members, "is not a calibrated ensemble"), (calibrated, members[:1], "has 2 members"),
+                            (calibrated, members[::-1], "does not hold the weights of member 1"),
+                            (calibrated, [members[0], {"name": "x"}], "member 2 needs a 'file'")]:
+        with pytest.raises(ValueError, match=match):
+            ship_ensemble(net, cal, mem, **kw)
+        assert json.loads(net.with_suffix(".json").read_text()) == old and "ensemble" not in load_checkpoint(net)
+
+    record = ship_ensemble(net, calibrated, members, **kw)
+    shipped = load_checkpoint(net)
+    assert shipped["ensemble"] == 2 and (shipped["threshold"], shipped["peak_threshold"]) == (0.6, 0.995)
+    assert [m["source"] for m in shipped["ensemble_members"]] == ["assets/net.pt", "candidates/b.pt"]
+    assert Segmenter.from_checkpoint(net, precision="fp32").threshold == 0.6
+    assert json.loads(net.with_suffix(".json").read_text()) == json.loads(json.dumps(record, default=str))
+    assert record["steps"] == [m["step"] for m in shipped["ensemble_members"]] == [3, 3]
+    assert record["config"] == shipped["config"] and record["one_region"] is True
+    first, second = record["members"]
+    assert first["record"]["command"] == old["command"] and "replaced" not in first["record"]
+    assert second["command"] == "graspsim train-vision --init s1" and "record" not in second
+    assert record["transfer_val"] == {"iou": 0.4} and "transfer_test" not in record
+    assert record["replaced"]["command"] == old["command"]
+
+    test = tmp_path / "metrics.json"
+    test.write_text(json.dumps({"iou": 0.5, "threshold": 0.6, "peak_threshold": 0.995, "one_region": True,
+                                "by_kind": {"sphere": {"iou": 0.5, "ci95": {}}}}))
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps({"iou": 0.5, "threshold": 0.5, "peak_threshold": 0.995, "one_region": True}))
+    with pytest.raises(ValueError, match=r"add_test: .*wrong\.json was measured at .*\(0\.5, 0\.995, True\)"):
+        add_test(net, wrong, test_command="graspsim eval-real ...")
+    assert "transfer_test" not in json.loads(net.with_suffix(".json").read_text())
+    record = add_test(net, test, test_command="graspsim eval-real ...")
+    assert record["transfer_test"] == {"iou": 0.5, "threshold": 0.6} == load_checkpoint(net)["metrics"]["transfer_test"]
+    assert record["transfer_test_by_kind"] == {"sphere": {"iou": 0.5}} and record["members"] == [first, second]
+    assert load_checkpoint(net)["ensemble"] == 2

@@ -37,8 +37,12 @@ def test_shipped_so101_vision_net_is_deployable_and_matches_its_record():
     ckpt = _deployable_so101_net(VISION)
     record = json.loads(VISION.with_suffix(".json").read_text())
     assert record["threshold"] == ckpt["threshold"] and record["peak_threshold"] == ckpt["peak_threshold"]
-    assert record["one_region"] is ckpt["one_region"] is True and ckpt["calibration"]["n_frames"] == 3072
-    assert record["config"] == ckpt["config"] and record["steps"] == ckpt["step"]
+    assert record["one_region"] is ckpt["one_region"] is True and ckpt["calibration"]["n_frames"] == 4096
+    # an ensemble of two nets (vision/assets/README.md); the record names each member as the checkpoint stores it
+    members = ckpt["ensemble_members"]
+    assert ckpt["ensemble"] == len(members) == len(record["members"]) == 2
+    assert record["config"] == ckpt["config"] and record["steps"] == [m["step"] for m in members]
+    assert [m["name"] for m in record["members"]] == [m["source"] for m in members]
     assert record["transfer_test"]["iou"] == pytest.approx(ckpt["metrics"]["transfer_test"]["iou"])
     assert set(record["transfer_test_by_kind"]) == set(KINDS)
 
@@ -92,3 +96,14 @@ def test_kept_candidates_load_as_so101_nets_without_test_scores():
         assert f"`{net.name}`" in readme, f"{net.name} is not described in {folder / 'README.md'}"
         ckpt = _deployable_so101_net(net)
         assert not [k for k in ckpt["metrics"] if k.startswith(("test", "transfer_test"))]
+
+
+def test_the_shipped_so101_ensemble_holds_the_kept_candidate_it_names():
+    """A member named as a file in vision/assets/candidates/ is that file's weights, bit for bit."""
+    shipped = load_checkpoint(VISION)
+    named = [(i, m["source"]) for i, m in enumerate(shipped["ensemble_members"]) if "candidates/" in m["source"]]
+    assert named
+    for i, source in named:
+        kept = load_checkpoint(ROOT / source)["model"]
+        mine = {k[len(f"members.{i}."):]: v for k, v in shipped["model"].items() if k.startswith(f"members.{i}.")}
+        assert kept.keys() == mine.keys() and all(torch.equal(kept[k], mine[k]) for k in kept), source

@@ -7,7 +7,9 @@ order; each stage that has a run folder on this machine reads its seed, steps, s
 that folder, and a stage whose folder is gone (an earlier session's) is given as the dict an older record stored.
 The last stage's run folder is the net shipped. A maintainer's tool, used from Python when a net is shipped
 (``vision/assets/README.md``). :func:`recalibrate` ships a new operating point for the same weights (the output of
-``graspsim calibrate``) and adds that step to the record.
+``graspsim calibrate``) and adds that step to the record. :func:`ship_ensemble` ships an ensemble that ``graspsim
+calibrate --vision A.pt B.pt ...`` made, with its members' records, and :func:`add_test` adds the transfer-test
+figures to a net shipped before its test set was read.
 """
 
 from __future__ import annotations
@@ -198,15 +200,8 @@ def recalibrate(net: str | os.PathLike, calibrated: str | os.PathLike, *, comman
             and all(torch.equal(shipped["model"][k], new["model"][k]) for k in shipped["model"]))
     if not same:
         raise ValueError(f"recalibrate: {calibrated} does not hold the weights and training config of {net}")
-    metrics = _read_json(test, "recalibrate: test", "eval-real metrics file")
-    point = (new["threshold"], new.get("peak_threshold", 0.0), bool(new.get("one_region", False)))
-    measured = (metrics.get("threshold"), metrics.get("peak_threshold"), bool(metrics.get("one_region", False)))
-    if measured != point:
-        raise ValueError(f"recalibrate: {test} was measured at threshold, frame gate, one region {measured}, but "
-                         f"{calibrated} has {point}")
-    test_set = {k: v for k, v in metrics.items() if k in _SET_KEYS}
-    by_kind = {kind: {k: v for k, v in m.items() if k in _KIND_KEYS}
-               for kind, m in (metrics.get("by_kind") or {}).items()}
+    test_set, by_kind = _test_figures(test, calibrated, new, "recalibrate")
+    point = _point(new)
     # the checkpoint's own metrics describe its operating point: the new one's numbers replace the old ones', and what
     # was measured only at the old point (the test breakdown, validation per kind) is dropped
     kept = {k: v for k, v in (new.get("metrics") or {}).items()
@@ -231,6 +226,120 @@ def recalibrate(net: str | os.PathLike, calibrated: str | os.PathLike, *, comman
               "transfer_test": test_set, "transfer_test_by_kind": by_kind,
               "transfer_test_command": test_command,
               "replaced": _summary(old)}
+    atomic_write_text(record_path, json.dumps(record, indent=2, default=str) + "\n")
+    return record
+
+
+def _point(ckpt: dict) -> tuple:
+    """The operating point of a loaded vision checkpoint: (threshold, frame gate, one region)."""
+    return ckpt["threshold"], ckpt.get("peak_threshold", 0.0), bool(ckpt.get("one_region", False))
+
+
+def _test_figures(test: Path, net: Path, ckpt: dict, label: str) -> tuple[dict, dict]:
+    """The transfer-test summary and per-kind rows a record keeps from ``test`` (the ``metrics.json`` of ``eval-real``)
+    measured with ``ckpt`` (loaded from ``net``). ValueError naming both when ``test`` is unreadable or was measured at
+    another operating point."""
+    metrics = _read_json(test, f"{label}: test", "eval-real metrics file")
+    point = _point(ckpt)
+    measured = (metrics.get("threshold"), metrics.get("peak_threshold"), bool(metrics.get("one_region", False)))
+    if measured != point:
+        raise ValueError(f"{label}: {test} was measured at threshold, frame gate, one region {measured}, but "
+                         f"{net} has {point}")
+    test_set = {k: v for k, v in metrics.items() if k in _SET_KEYS}
+    by_kind = {kind: {k: v for k, v in m.items() if k in _KIND_KEYS}
+               for kind, m in (metrics.get("by_kind") or {}).items()}
+    return test_set, by_kind
+
+
+def ship_ensemble(net: str | os.PathLike, calibrated: str | os.PathLike, members: Sequence[dict], *, command: str,
+                  chosen_on: dict, machine: str | None = None, extra: dict | None = None) -> dict:
+    """Ship ``calibrated`` (the file ``graspsim calibrate --vision A.pt B.pt ...`` wrote: an ensemble and its operating
+    point) over ``net`` and write its record beside it. Returns the record.
+
+    ``members``: one dict per member, in the order given to calibrate: ``"file"`` (a single-net checkpoint whose
+    weights must be that member's; read before anything is written, so ``net`` itself may be one), ``"name"`` (how
+    the record and the checkpoint's ``ensemble_members`` name it: a repository path, not this machine's), and
+    optionally ``"record"`` (its record: a dict or a ``.json`` path; it is stored without its own ``replaced``) and
+    notes (``"command"``, ``"note"``, ...), kept as given. ``command``: the calibrate command line. ``chosen_on``: the
+    rule. A record already beside ``net`` becomes the new one's ``replaced``. The test figures are added later, by
+    :func:`add_test`, so that the ship can be decided and committed before a test set is read.
+
+    ValueError naming the file when ``calibrated`` is not a calibrated ensemble, the members are not its members, or
+    an input is unreadable. Everything is checked before anything is written; the net goes through a temporary file
+    that is loaded back first, and the record is written last."""
+    from .ensemble import ensemble_size
+
+    net, calibrated = Path(net), Path(calibrated)
+    if net.suffix != ".pt":
+        raise ValueError(f"ship_ensemble: the net to write must be a .pt path; got {net}")
+    payload = deployable_payload(calibrated)
+    n = ensemble_size(payload)
+    if n < 2 or "calibration" not in payload:
+        raise ValueError(f"ship_ensemble: {calibrated} is not a calibrated ensemble (members: {n}, calibration "
+                         f"record: {'calibration' in payload}); give the file `graspsim calibrate --vision A B ...` wrote")
+    if len(members) != n:
+        raise ValueError(f"ship_ensemble: {calibrated} has {n} members; {len(members)} were described")
+    described = []
+    for i, m in enumerate(members):
+        if not isinstance(m, dict) or not m.get("file") or not m.get("name"):
+            raise ValueError(f"ship_ensemble: member {i + 1} needs a 'file' (its checkpoint) and a 'name'; got {m!r}")
+        weights = load_checkpoint(m["file"])["model"]
+        mine = {k[len(f"members.{i}."):]: v for k, v in payload["model"].items() if k.startswith(f"members.{i}.")}
+        if weights.keys() != mine.keys() or not all(torch.equal(weights[k], mine[k]) for k in weights):
+            raise ValueError(f"ship_ensemble: {m['file']} does not hold the weights of member {i + 1} of {calibrated}")
+        rec = m.get("record")
+        if rec is not None and not isinstance(rec, dict):
+            rec = _read_json(Path(rec), f"ship_ensemble: member {i + 1}'s", "record")
+        stored = payload["ensemble_members"][i]
+        described.append({"name": m["name"], "step": stored["step"], "seed": stored["seed"],
+                          "threshold": stored["threshold"], "peak_threshold": stored["peak_threshold"],
+                          **{k: v for k, v in m.items() if k not in ("file", "name", "record")},
+                          **({"record": {k: v for k, v in rec.items() if k != "replaced"}} if rec is not None else {})})
+        stored["source"] = m["name"]  # this machine's path means nothing elsewhere
+    old_record = net.with_suffix(".json")
+    replaced = _summary(_read_json(old_record, "ship_ensemble: the net's", "record")) if old_record.exists() else None
+    threshold, peak, one_region = _point(payload)
+    payload["metrics"] = {"threshold": threshold, "peak_threshold": peak, "one_region": one_region,
+                          "transfer_val": payload["calibration"].get("after")}
+
+    def cost(tmp: Path) -> float:
+        return vision_mflop_per_frame(Segmenter.from_checkpoint(tmp, precision="fp32"), payload["image_size"])
+
+    mflop = _write_net(net, payload, cost)
+    record = {
+        "command": command,
+        "members": described,
+        "steps": [m["step"] for m in described],
+        "seed": [m["seed"] for m in described],
+        "git_commit": _git_commit(),
+        "machine": machine or f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "threshold": threshold, "peak_threshold": peak, "one_region": one_region,
+        "mirror_tta": payload.get("mirror_tta", False),
+        "mflop_per_frame_as_deployed": round(mflop, 2),
+        "chosen_on": chosen_on,
+        **(extra or {}),
+        "operating_point": {"chosen_on": ["transfer val (graspsim calibrate)"], "calibration": payload["calibration"]},
+        "transfer_val": payload["calibration"].get("after"),
+        "config": payload["config"],
+        "replaced": replaced,
+    }
+    atomic_write_text(old_record, json.dumps(record, indent=2, default=str) + "\n")
+    return record
+
+
+def add_test(net: str | os.PathLike, test: str | os.PathLike, *, test_command: str) -> dict:
+    """Add the transfer-test figures of the shipped ``net`` to it and its record: ``test`` is the ``metrics.json`` of
+    ``eval-real`` run as ``test_command`` with ``net`` at its stored operating point. For a net shipped before its
+    test set was read (:func:`ship_ensemble`). Returns the record. ValueError when ``test`` was measured at another
+    point or is unreadable; nothing is written then."""
+    net, test = Path(net), Path(test)
+    record_path = net.with_suffix(".json")
+    record = _read_json(record_path, "add_test: net", "record")
+    ckpt = deployable_payload(net)
+    test_set, by_kind = _test_figures(test, net, ckpt, "add_test")
+    ckpt["metrics"] = {**(ckpt.get("metrics") or {}), "transfer_test": test_set, "transfer_test_by_kind": by_kind}
+    _write_net(net, ckpt)
+    record = {**record, "transfer_test": test_set, "transfer_test_by_kind": by_kind, "transfer_test_command": test_command}
     atomic_write_text(record_path, json.dumps(record, indent=2, default=str) + "\n")
     return record
 
