@@ -161,7 +161,7 @@ def test_pipeline_precision_fp32_trains_and_segments_in_float32(tmp_path, monkey
     monkeypatch.setattr(infer, "cpu_has_fast_bf16", lambda: True)
     calls = _spy_autocast(monkeypatch)
     cfg = PipelineConfig(name="fp32", runs_dir=tmp_path, sim=SIM, gifs=0, runtime=RuntimeConfig(progress=False),
-                         bc_baseline=False, precision="fp32", **TINY)
+                         bc_baseline=False, moving_target=False, precision="fp32", **TINY)  # the precision, not the stages
     s = run_pipeline(cfg)
     assert calls and not any(enabled for _, enabled in calls), calls  # autocast never on
     assert s["precision"] == {"requested": "fp32", "vision_training": "fp32", "segmentation": "fp32"}
@@ -173,7 +173,7 @@ def test_pipeline_precision_fp32_trains_and_segments_in_float32(tmp_path, monkey
     assert "--precision fp32</code>: vision net trained in <b>fp32</b>" in (out / "report.html").read_text()
     # auto on the same CPU trains under bf16 autocast (the segmenter then takes bf16 where its probe frames agree)
     calls.clear()
-    s = run_pipeline(dataclasses.replace(cfg, name="auto", precision="auto", moving_target=False))
+    s = run_pipeline(dataclasses.replace(cfg, name="auto", precision="auto"))
     assert (torch.bfloat16, True) in calls and s["precision"]["vision_training"] == "bf16"
     assert s["precision"]["segmentation"] in ("bf16", "fp32")
 
