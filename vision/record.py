@@ -26,6 +26,7 @@ import torch
 from graspsim.fileio import atomic_write_text, check_in_file
 
 from .checkpoint import deployable_payload, load_checkpoint, save_checkpoint
+from .ensemble import ensemble_size
 from .infer import Segmenter, vision_mflop_per_frame
 
 METRIC_KEYS = ("iou", "precision", "recall", "false_positive_image_rate")
@@ -138,17 +139,14 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
         for d in places:
             d["init"] = init_as
 
-    def cost(tmp: Path) -> float:  # loading the written file back is the check that it can be used
-        return vision_mflop_per_frame(Segmenter.from_checkpoint(tmp, precision="fp32"), payload["image_size"])
-
-    mflop = _write_net(net, payload, cost)
+    mflop = _write_net(net, payload, _cost_as_deployed)
     record = {
         "command": ", then ".join(s["command"] for s in filled),
         "stages": filled,
         "seed": filled[-1].get("seed"),
         "steps": payload["step"],
         "git_commit": _git_commit(),
-        "machine": machine or f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "machine": machine or _this_machine(),
         "train_seconds": filled[-1].get("train_seconds"),
         "threshold": payload["threshold"],
         "peak_threshold": payload.get("peak_threshold", 0.0),
@@ -162,6 +160,18 @@ def ship(net: str | os.PathLike, run: str | os.PathLike, stages: Sequence[dict],
     }
     atomic_write_text(old_record, json.dumps(record, indent=2, default=str) + "\n")
     return record
+
+
+def _this_machine() -> str:
+    """This machine's processor and core count, as a record's ``machine`` says them by default."""
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores"
+
+
+def _cost_as_deployed(tmp: Path) -> float:
+    """MFLOP a frame of the vision checkpoint written at ``tmp``, loaded back as deploy loads it (float32): loading the
+    written file is the check that it can be used."""
+    seg = Segmenter.from_checkpoint(tmp, precision="fp32")
+    return vision_mflop_per_frame(seg, seg.image_size)
 
 
 def _write_net(net: Path, payload: dict, check=None):
@@ -267,8 +277,6 @@ def ship_ensemble(net: str | os.PathLike, calibrated: str | os.PathLike, members
     ValueError naming the file when ``calibrated`` is not a calibrated ensemble, the members are not its members, or
     an input is unreadable. Everything is checked before anything is written; the net goes through a temporary file
     that is loaded back first, and the record is written last."""
-    from .ensemble import ensemble_size
-
     net, calibrated = Path(net), Path(calibrated)
     if net.suffix != ".pt":
         raise ValueError(f"ship_ensemble: the net to write must be a .pt path; got {net}")
@@ -302,17 +310,14 @@ def ship_ensemble(net: str | os.PathLike, calibrated: str | os.PathLike, members
     payload["metrics"] = {"threshold": threshold, "peak_threshold": peak, "one_region": one_region,
                           "transfer_val": payload["calibration"].get("after")}
 
-    def cost(tmp: Path) -> float:
-        return vision_mflop_per_frame(Segmenter.from_checkpoint(tmp, precision="fp32"), payload["image_size"])
-
-    mflop = _write_net(net, payload, cost)
+    mflop = _write_net(net, payload, _cost_as_deployed)
     record = {
         "command": command,
         "members": described,
         "steps": [m["step"] for m in described],
         "seed": [m["seed"] for m in described],
         "git_commit": _git_commit(),
-        "machine": machine or f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
+        "machine": machine or _this_machine(),
         "threshold": threshold, "peak_threshold": peak, "one_region": one_region,
         "mirror_tta": payload.get("mirror_tta", False),
         "mflop_per_frame_as_deployed": round(mflop, 2),
