@@ -6,7 +6,7 @@ rollout driver, :func:`graspsim.rollout.run_episodes`; this module supplies its 
 scenes at once:
 
 1. the mask the learner sees: ground truth ``obs["mask"]`` or the vision module's prediction on
-   ``obs["rgb"]`` (``mask_fn``);
+   ``obs["rgb"]`` (``mask_fn``), run only on the scenes still in an episode;
 2. the expert's label: :func:`expert.expert_action` of the current privileged state (it labels every
    visited state, whoever drives);
 3. the learner's action: one batched forward pass of ``policy(mask, gripper)``;
@@ -129,9 +129,23 @@ class _MixtureHooks(Hooks):
                                                                                                 for c in codes]
         self.use_expert[slots] = rng.uniform(key, 0, rng.TAG_EXPERT_CHOICE, 1)[:, 0].to(self.env.device) < self.beta
 
+    def _masks(self, obs: dict, active: Tensor) -> Tensor:
+        """``mask_fn`` on the active slots only: a slot whose episode is over and that no seed refills gets an empty
+        mask, which nothing reads (its action is not executed into any episode, nor recorded). At the end of a run,
+        when most slots have finished, this saves most of a vision net's work."""
+        if self.mask_fn is gt_masks or bool(active.all()):
+            return self.mask_fn(obs)
+        idx = torch.nonzero(active).flatten()
+        B = active.shape[0]
+        sub = {k: v[idx] if isinstance(v, Tensor) and v.shape[:1] == (B,) else v for k, v in obs.items()}
+        part = self.mask_fn(sub)
+        mask = part.new_zeros((B, *part.shape[1:]))
+        mask[idx] = part
+        return mask
+
     def act(self, obs: dict, active: Tensor) -> Tensor:
         sim, dev = self.sim, self.env.device
-        mask = self.mask_fn(obs)
+        mask = self._masks(obs, active)
         grip = obs[GRIPPER]
         priv = self.env.privileged()
         label = expert_action(priv, sim)  # B,sim.action_dim expert label for the current true state

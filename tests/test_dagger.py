@@ -193,6 +193,28 @@ def test_mixture_uses_the_expert_exactly_where_the_bernoulli_picks_it():
     assert res.steps.sum() == sum(ep.num_samples for ep in res.episodes)
 
 
+def test_a_mask_function_sees_only_the_scenes_still_in_an_episode():
+    """A vision net is run on the active slots alone (idle slots at the end of a run get an empty mask nobody
+    reads), and each mask lands in its own slot: the recorded episodes equal those of the whole-batch gt masks."""
+    from graspsim.keys import MASK
+
+    seen = []
+
+    def spy(obs):
+        seen.append(obs[MASK].shape[0])
+        return obs[MASK].clone()
+
+    seeds = episode_seeds(3, "train", 0, 6)
+    whole = rollout(GraspEnv(SIM, 4, seed=7), seeds, record=True)
+    part = rollout(GraspEnv(SIM, 4, seed=7), seeds, record=True, mask_fn=spy)
+    assert seen[0] == 4 and min(seen) < 4 and len(set(seen)) > 1  # the batch shrinks as episodes end
+    np.testing.assert_array_equal(whole.success, part.success)
+    np.testing.assert_array_equal(whole.steps, part.steps)
+    for a, b in zip(whole.episodes, part.episodes):
+        np.testing.assert_array_equal(a.obs["mask"], b.obs["mask"])
+        assert a.obs["mask"].any()
+
+
 def test_rollout_rejects_bad_arguments():
     env = GraspEnv(SIM, 2)
     with pytest.raises(ValueError, match="beta"):
