@@ -24,6 +24,7 @@ BAD_FLAGS = {
     "mask_gap.py": (["--steps", "0"], "MaskGapConfig.steps"),
     "own_camera.py": (["piles", "--out", "x", "--n", "0"], "piles --n"),
     "render_floor.py": (["--batch-sizes", "0"], "RenderFloorConfig.batch_sizes"),
+    "rollout_idle_slots.py": (["--rounds", "0"], "RolloutIdleSlotsConfig.rounds"),
     "vision_throughput.py": (["--batch", "0"], "VisionThroughputConfig.batch"),
     "sphere_fps.py": (["--base", ".", "--batch", "0"], "--batch"),
     "so101_geometry.py": (["--model", "nowhere.xml"], "--model"),
