@@ -140,7 +140,7 @@ class _MixtureHooks(Hooks):
         sub = {k: v[idx] if isinstance(v, Tensor) and v.shape[:1] == (B,) else v for k, v in obs.items()}
         part = self.mask_fn(sub)
         mask = part.new_zeros((B, *part.shape[1:]))
-        mask[idx] = part
+        mask[idx.to(part.device)] = part
         return mask
 
     def act(self, obs: dict, active: Tensor) -> Tensor:

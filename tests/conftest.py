@@ -11,7 +11,7 @@ import torch
 if sys.platform.startswith("linux") and not os.environ.get("DISPLAY"):
     os.environ.setdefault("MUJOCO_GL", "egl")
 
-# Under pytest-xdist (the README's `-n 2`) each worker is one of several torch processes on the machine: each gets
+# Under pytest-xdist (pyproject.toml's addopts `-n 2`) each worker is one of several torch processes on the machine: each gets
 # one thread, and so does every process a test starts (OMP_NUM_THREADS), else two workers' thread pools fight for
 # the cores. A test module's own torch.set_num_threads at import is overridden once collection is over.
 _XDIST_WORKER = bool(os.environ.get("PYTEST_XDIST_WORKER"))
