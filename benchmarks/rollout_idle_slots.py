@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 import tyro
 
+from graspsim.validate import non_negative_int, positive_int
 from so101_driver_vs_backend import cpu_name  # benchmarks/ is the script's folder
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,11 +57,8 @@ class RolloutIdleSlotsConfig:
 
     def __post_init__(self) -> None:
         for name in ("scenes", "num_envs", "rounds"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"RolloutIdleSlotsConfig.{name} must be a positive int; got {v!r}")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"RolloutIdleSlotsConfig.threads must be a non-negative int; got {self.threads!r}")
+            positive_int("RolloutIdleSlotsConfig", name, getattr(self, name))
+        non_negative_int("RolloutIdleSlotsConfig", "threads", self.threads)
 
 
 def main(cfg: RolloutIdleSlotsConfig) -> dict:

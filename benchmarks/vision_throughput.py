@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 import tyro
 
+from graspsim.validate import non_negative_int, positive_int
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -42,11 +44,8 @@ class VisionThroughputConfig:
 
     def __post_init__(self) -> None:
         for name in ("batch", "iters"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"VisionThroughputConfig.{name} must be a positive int; got {v!r}")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0:
-            raise ValueError(f"VisionThroughputConfig.threads must be a non-negative int; got {self.threads!r}")
+            positive_int("VisionThroughputConfig", name, getattr(self, name))
+        non_negative_int("VisionThroughputConfig", "threads", self.threads)
 
 
 def main(cfg: VisionThroughputConfig) -> dict:
