@@ -59,6 +59,9 @@ class RolloutIdleSlotsConfig:
         for name in ("scenes", "num_envs", "rounds"):
             positive_int("RolloutIdleSlotsConfig", name, getattr(self, name))
         non_negative_int("RolloutIdleSlotsConfig", "threads", self.threads)
+        for name in ("vision", "policy"):  # before any net is loaded or any scene is stepped
+            if not Path(getattr(self, name)).is_file():
+                raise ValueError(f"RolloutIdleSlotsConfig.{name}: no such checkpoint {getattr(self, name)}")
 
 
 def main(cfg: RolloutIdleSlotsConfig) -> dict:

@@ -52,6 +52,14 @@ def test_benchmark_rejects_a_bad_value_by_name_from_another_folder(script, tmp_p
     assert "Traceback" not in p.stderr and not list(tmp_path.iterdir())  # refused before measuring or writing
 
 
+def test_rollout_idle_slots_names_a_missing_checkpoint(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"COLUMNS": "300"}
+    p = subprocess.run([sys.executable, str(BENCHMARKS / "rollout_idle_slots.py"), "--policy", "nowhere.pt"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "RolloutIdleSlotsConfig.policy: no such checkpoint nowhere.pt" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr
+
+
 def test_close_probe_refuses_a_net_that_does_not_fit_the_kinds_in_one_line(tmp_path):
     """A sphere-only control net cannot drive the default mix: one line naming the checkpoint and --kinds."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
