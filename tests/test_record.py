@@ -197,6 +197,7 @@ def test_ship_ensemble_ships_a_calibrated_ensemble_with_its_members_records(tmp_
     assert second["command"] == "graspsim train-vision --init s1" and "record" not in second
     assert record["transfer_val"] == {"iou": 0.4} and "transfer_test" not in record
     assert record["replaced"]["command"] == old["command"]
+    assert record["ensemble_weights"] is None and "weight" not in first  # the members' plain mean
 
     test = tmp_path / "metrics.json"
     test.write_text(json.dumps({"iou": 0.5, "threshold": 0.6, "peak_threshold": 0.995, "one_region": True,
@@ -210,3 +211,14 @@ def test_ship_ensemble_ships_a_calibrated_ensemble_with_its_members_records(tmp_
     assert record["transfer_test"] == {"iou": 0.5, "threshold": 0.6} == load_checkpoint(net)["metrics"]["transfer_test"]
     assert record["transfer_test_by_kind"] == {"sphere": {"iou": 0.5}} and record["members"] == [first, second]
     assert load_checkpoint(net)["ensemble"] == 2
+
+    # a weighted ensemble ships its weights: in the net, in each member's entry and in the record
+    a = s1 / "checkpoint.pt"
+    wp = ensemble_payload([a, b], [load_checkpoint(a), load_checkpoint(b)], weights=(3, 1))
+    save_checkpoint(tmp_path / "wcal.pt", {**wp, "threshold": 0.7, "peak_threshold": 0.99, "one_region": True,
+                                           "calibration": {"n_frames": 8, "after": {"iou": 0.5}}})
+    wnet = tmp_path / "wnet.pt"
+    rec = ship_ensemble(wnet, tmp_path / "wcal.pt", [{"file": a, "name": "a.pt"}, {"file": b, "name": "b.pt"}], **kw)
+    assert rec["ensemble_weights"] == [0.75, 0.25] == load_checkpoint(wnet)["ensemble_weights"]
+    assert [m["weight"] for m in rec["members"]] == [0.75, 0.25]
+    assert torch.load(wnet, weights_only=False)["format_version"] == 3

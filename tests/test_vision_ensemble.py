@@ -57,6 +57,54 @@ def test_an_ensemble_averages_its_members_logits_and_is_calibrated_as_one_net(tm
     assert again["source"] == str(out.resolve()) and load_checkpoint(tmp_path / "again.pt")["ensemble"] == 3
 
 
+def test_weighted_ensemble_leans_on_the_nets_its_weights_name(tmp_path, capsys, monkeypatch):
+    a, b = (_checkpoint(tmp_path / f"{n}.pt", seed=s, config={"seed": s}) for n, s in (("a", 0), ("b", 1)))
+    root = _frames(tmp_path / "tune", n_target=12, n_free=6)
+    out = tmp_path / "w.pt"
+    code = main(["calibrate", "--vision", str(a), str(b), "--ensemble-weights", "3", "1", "--images",
+                 str(root / "images"), "--out", str(out), "--min-precision", "0.5", "--max-fp-images", "0.2",
+                 "--precision", "fp32"])
+    assert code == 0, capsys.readouterr().err
+    ck = load_checkpoint(out)
+    assert ck["ensemble_weights"] == [0.75, 0.25] and [m["weight"] for m in ck["ensemble_members"]] == [0.75, 0.25]
+    assert ck["calibration"]["ensemble_weights"] == [0.75, 0.25]
+    assert torch.load(out, weights_only=False)["format_version"] == 3  # a release before weights refuses it
+    rgb = torch.randint(0, 256, (5, 3, 64, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    la, lb = (Segmenter.from_checkpoint(p, precision="fp32").logits(rgb) for p in (a, b))
+    seg = Segmenter.from_checkpoint(out, precision="fp32")
+    assert seg.model.weights == (0.75, 0.25)
+    assert torch.allclose(seg.logits(rgb), 0.75 * la + 0.25 * lb, atol=1e-5)
+    assert not torch.allclose(seg.logits(rgb), (la + lb) / 2, atol=1e-3)  # the weights are used, not the plain mean
+    low = Segmenter.from_checkpoint(out, precision="bf16").logits(rgb)  # bf16 runs the weighted average too
+    assert (low - (0.75 * la + 0.25 * lb)).abs().max() < 0.25 * (la.abs().max() + 1)
+    # without weights an ensemble is written as before (format 2) and is its members' mean
+    calibrate(CalibrateConfig(vision=(a, b), images=root / "images", out=tmp_path / "eq.pt", **LIMITS))
+    eq = load_checkpoint(tmp_path / "eq.pt")
+    assert "ensemble_weights" not in eq and torch.load(tmp_path / "eq.pt", weights_only=False)["format_version"] == 2
+    assert torch.allclose(Segmenter.from_checkpoint(tmp_path / "eq.pt", precision="fp32").logits(rgb), (la + lb) / 2,
+                          atol=1e-5)
+    # a reader of formats up to 2 refuses the weighted file by its version, instead of averaging it alike
+    from graspsim.vision import checkpoint as vck
+
+    monkeypatch.setattr(vck, "FORMAT_VERSION", 2)
+    with pytest.raises(ValueError, match="format"):
+        vck.load_checkpoint(out)
+    vck.load_checkpoint(tmp_path / "eq.pt")
+
+
+@pytest.mark.parametrize("weights, vision, match", [
+    ((1.0,), 2, "1 weight"), ((1.0, 2.0, 3.0), 2, "3 weight"), ((1.0, -1.0), 2, "finite number >= 0"),
+    ((float("nan"), 1.0), 2, "finite number >= 0"), ((0.0, 0.0), 2, "sum to 0"), ((1.0,), 1, "at least two"),
+])
+def test_ensemble_weights_that_do_not_fit_are_refused_by_name(tmp_path, weights, vision, match):
+    nets = tuple(tmp_path / f"{i}.pt" for i in range(vision))
+    with pytest.raises(ValueError, match=rf"ensemble_weights.*{match}|{match}.*ensemble_weights"):
+        CalibrateConfig(vision=nets, images=(tmp_path,), out=tmp_path / "o.pt", ensemble_weights=weights)
+    if vision == 2:  # the net itself holds the same rule, for Python callers and stored weights
+        with pytest.raises(ValueError, match=match):
+            SegNetEnsemble(TINY, 2, weights)
+
+
 def test_an_ensemble_refuses_members_it_cannot_average(tmp_path):
     a = _checkpoint(tmp_path / "a.pt", seed=0)
     root = _frames(tmp_path / "tune", n_target=12, n_free=6)
@@ -125,9 +173,11 @@ def test_an_ensemble_exports_to_onnx_with_parity(tmp_path):
         save_checkpoint(members[-1], {"model": net.state_dict(), "model_config": dataclasses.asdict(cfg), "config": {},
                                       "step": 1, "threshold": 0.5, "image_size": 64, "mirror_tta": True})
     tune = _frames(tmp_path / "tune", n_target=12, n_free=6, size=64)
-    calibrate(CalibrateConfig(vision=tuple(members), images=tune / "images", out=tmp_path / "ens.pt", **LIMITS))
-    contract = export(ExportConfig(vision=tmp_path / "ens.pt", policy=root / "tests" / "assets" / "policy_format0.pt",
-                                   out=tmp_path / "onnx", frames=64))
-    par = contract["parity"]
-    assert contract["vision"]["mirror_tta"] is True
-    assert par["vision_logits_max_abs_diff"] <= PARITY_TOLERANCE and par["mask_pixels_differing"] == 0
+    for name, weights in (("ens", ()), ("weighted", (0.8, 0.2))):
+        calibrate(CalibrateConfig(vision=tuple(members), images=tune / "images", out=tmp_path / f"{name}.pt",
+                                  ensemble_weights=weights, **LIMITS))
+        contract = export(ExportConfig(vision=tmp_path / f"{name}.pt", out=tmp_path / f"onnx_{name}", frames=64,
+                                       policy=root / "tests" / "assets" / "policy_format0.pt"))
+        par = contract["parity"]
+        assert contract["vision"]["mirror_tta"] is True
+        assert par["vision_logits_max_abs_diff"] <= PARITY_TOLERANCE and par["mask_pixels_differing"] == 0

@@ -29,7 +29,8 @@ holds lists in ``folder`` and ``masks``, the totals in ``n_*``, the pooled ``bef
 **Several nets** (``--vision A B ...``, nets of one recipe trained with other seeds): the output is their ensemble
 (:mod:`graspsim.vision.ensemble`), whose logits are the members' average, calibrated as one net; ``source`` is then
 the list of members and ``before`` is measured at the first member's point. It costs the members' summed inference
-time wherever it runs.
+time wherever it runs. ``--ensemble-weights`` averages the members' logits with weights of your choice (one per
+net; normalised to sum 1) instead of alike, e.g. to lean on the net that is better on the harder target kind.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ from graspsim.runtime import Runtime, RuntimeConfig
 from graspsim.validate import boolean, positive_int
 
 from .checkpoint import load_checkpoint, save_checkpoint
-from .ensemble import ensemble_payload
+from .ensemble import WEIGHTS_KEY, check_weights, ensemble_payload
 from .image_set import NO_KIND, check_frame_crop, read_kinds, resolve_frame_crop
 from .infer import Segmenter, check_precision, frame_probabilities, to_frame_size
 from .labelled import LabelledFrames, load_labelled
@@ -79,6 +80,9 @@ class CalibrateConfig:
     Several folders: the limits must hold on each (module docstring)."""
     out: Path
     """Where to write the calibrated checkpoint (a file). An existing file is refused unless --overwrite is given."""
+    ensemble_weights: tuple[float, ...] = ()
+    """With several --vision nets: the weight of each net's logits in their average, in the --vision order (normalised
+    to sum 1; e.g. 0.75 0.25); default: alike. Refused with one net."""
     masks: tuple[Path, ...] = ()
     """Folder(s) of binary masks with the images' stems (all-zero = target-free frame), one per --images folder in
     the same order; default: masks/ beside each --images folder."""
@@ -121,6 +125,12 @@ class CalibrateConfig:
             raise ValueError("CalibrateConfig.vision: give the vision checkpoint to calibrate")
         if not self.images:
             raise ValueError("CalibrateConfig.images: give at least one folder of labelled frames")
+        if self.ensemble_weights:
+            object.__setattr__(self, "ensemble_weights", tuple(self.ensemble_weights))
+            if len(self.vision) < 2:
+                raise ValueError("CalibrateConfig.ensemble_weights weigh the nets of an ensemble; give at least two "
+                                 "--vision checkpoints, or drop --ensemble-weights")
+            check_weights(self.ensemble_weights, len(self.vision), "CalibrateConfig.ensemble_weights")
         if len({p.resolve() for p in self.vision}) < len(self.vision):
             raise ValueError(f"CalibrateConfig.vision: a checkpoint is given twice ({', '.join(map(str, self.vision))}); "
                              "an ensemble's members must be different nets")
@@ -214,15 +224,17 @@ def _check_out(cfg: CalibrateConfig) -> Path:
     return check_writable(out)  # now, not after the frames were scored
 
 
-def _source(vision: tuple[Path, ...]) -> tuple[dict, str]:
+def _source(vision: tuple[Path, ...], weights: tuple[float, ...] = ()) -> tuple[dict, str]:
     """The checkpoint to calibrate and its name for errors: the one ``--vision`` checkpoint, or the ensemble of several
-    (:func:`graspsim.vision.ensemble.ensemble_payload`). Each is loaded and checked (missing, corrupt and control
-    checkpoints are refused) before any frame is read."""
+    (:func:`graspsim.vision.ensemble.ensemble_payload`), with ``weights`` when given. Each is loaded and checked
+    (missing, corrupt and control checkpoints are refused) before any frame is read."""
     loaded = [load_checkpoint(v) for v in vision]
     if len(vision) == 1:
         return loaded[0], str(vision[0])
-    payload = ensemble_payload(list(vision), loaded)
-    log.info("calibrating the ensemble of %d nets: %s", len(vision), ", ".join(map(str, vision)))
+    payload = ensemble_payload(list(vision), loaded, weights or None)
+    ws = payload.get(WEIGHTS_KEY)
+    log.info("calibrating the ensemble of %d nets: %s%s", len(vision), ", ".join(map(str, vision)),
+             "" if ws is None else " (weights " + ", ".join(f"{w:.4g}" for w in ws) + ")")
     return payload, f"the ensemble of {', '.join(map(str, vision))}"
 
 
@@ -238,7 +250,7 @@ def calibrate(cfg: CalibrateConfig) -> dict:
     """Choose the operating point on ``cfg.images`` and write the calibrated checkpoint to ``cfg.out``; returns the
     ``calibration`` record stored in it (module docstring). Every input is checked before anything is written."""
     out = _check_out(cfg)
-    ckpt, name = _source(cfg.vision)
+    ckpt, name = _source(cfg.vision, cfg.ensemble_weights)
     masks = cfg.masks or (None,) * len(cfg.images)
     with cfg.runtime.job("calibrate"):  # sets --threads; one process does the whole set
         seg = Segmenter.from_payload(ckpt, name, device=cfg.runtime.device, precision=cfg.precision)
@@ -268,7 +280,7 @@ def calibrate(cfg: CalibrateConfig) -> dict:
                                                              seg, threshold, peak, one_region, cfg)
     record.update({
         "min_precision": cfg.min_precision, "max_fp_images": cfg.max_fp_images, "min_pixels": cfg.min_pixels,
-        "by_kind": cfg.by_kind, "gate_grid": cfg.gate_grid,
+        "by_kind": cfg.by_kind, "gate_grid": cfg.gate_grid, "ensemble_weights": ckpt.get(WEIGHTS_KEY),
         "chosen_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "source": ([str(Path(v).resolve()) for v in cfg.vision] if len(cfg.vision) > 1
                    else str(Path(cfg.vision[0]).resolve())), "inference_dtype": "bfloat16" if seg.bf16 else "float32",

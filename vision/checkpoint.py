@@ -12,7 +12,8 @@ check reduced-precision inference), ``generator_state`` (training data RNG, for 
 and ``calibration`` (``graspsim calibrate``: the tuning frames' folder and counts, the limits, when, the metrics
 before and after; :mod:`graspsim.vision.calibrate`).
 An ensemble (format version 2) also holds ``ensemble`` (its member count) and ``ensemble_members``, and its
-``model`` the members' weights (:mod:`graspsim.vision.ensemble`).
+``model`` the members' weights (:mod:`graspsim.vision.ensemble`); a weighted ensemble (format version 3) also
+``ensemble_weights``.
 """
 
 from __future__ import annotations
@@ -24,18 +25,22 @@ import torch
 from graspsim import runs
 
 KIND = "graspsim-vision"
-FORMAT_VERSION = 2
-"""The newest format this release reads and writes: 2 for an ensemble (:mod:`graspsim.vision.ensemble`, key
-``ensemble``), whose weights a release before ensembles could not load; a single net is still written as 1, which
-every release reads."""
+FORMAT_VERSION = 3
+"""The newest format this release reads and writes: 3 for a weighted ensemble (key ``ensemble_weights``), which a
+release before weights would read as an equal average; 2 for an ensemble of equal weights (:mod:`graspsim.vision.ensemble`,
+key ``ensemble``), whose weights a release before ensembles could not load; a single net is still written as 1,
+which every release reads."""
+ENSEMBLE_FORMAT = 2
 SINGLE_NET_FORMAT = 1
 REQUIRED = ("model", "model_config", "config", "step", "threshold", "image_size")
 
 
 def save_checkpoint(path: str | os.PathLike, payload: dict) -> None:
-    """Atomically write ``payload`` as a vision checkpoint (the one format of :mod:`graspsim.runs`): version 2 for an
-    ensemble, 1 for a single net."""
-    runs.save_checkpoint(path, KIND, FORMAT_VERSION if payload.get("ensemble") else SINGLE_NET_FORMAT, payload)
+    """Atomically write ``payload`` as a vision checkpoint (the one format of :mod:`graspsim.runs`): version 3 for a
+    weighted ensemble, 2 for an ensemble of equal weights, 1 for a single net: the oldest that holds it."""
+    version = (SINGLE_NET_FORMAT if not payload.get("ensemble") else
+               FORMAT_VERSION if payload.get("ensemble_weights") is not None else ENSEMBLE_FORMAT)
+    runs.save_checkpoint(path, KIND, version, payload)
 
 
 TRAINING_ONLY = runs.TRAINING_ONLY
@@ -57,7 +62,7 @@ def save_deployable(src: str | os.PathLike, dst: str | os.PathLike) -> dict:
 
 
 def _single_net(ckpt: dict, version: int) -> dict:
-    """Format 1 -> 2: a single net's keys are the same in both (version 2 only added ensembles). Older files (0: no
+    """Formats 1 and 2 -> 3: their keys are the same (version 2 added ensembles, 3 their weights). Older files (0: no
     version) are refused, as before."""
     if version < SINGLE_NET_FORMAT:
         raise ValueError(f"vision checkpoint has format_version {version}, older than this code reads; retrain it "

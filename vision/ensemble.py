@@ -7,14 +7,21 @@ the averaged probabilities need an operating point of their own, and calibrate c
 checkpoint is an ordinary vision checkpoint (:mod:`graspsim.vision.checkpoint`) with two more keys: ``ensemble``
 (the number of members, >= 2; ``model`` then holds the members' weights under ``members.<i>.``) and
 ``ensemble_members`` (each member's source path, step, seed and stored operating point, for provenance). Its
-``model_config`` is the members' common one. Ensembles are written as format version 2 (:data:`graspsim.vision.checkpoint.FORMAT_VERSION`), so a
+``model_config`` is the members' common one. Ensembles are written as format version 2 (:data:`graspsim.vision.checkpoint.ENSEMBLE_FORMAT`), so a
 release that cannot average nets refuses them by name instead of failing on their weights. Fine-tuning
 (``train-vision --init``) takes single nets only.
+
+**Weights.** By default the members count alike (their logits' mean). ``calibrate --ensemble-weights 0.75 0.25``
+averages them with those weights instead (stored as ``ensemble_weights``, normalised to sum 1): for two nets that are
+each better on a part of the task, e.g. one on spheres and one on cubes. Such a checkpoint is written as format
+version 3, so a release that would read it as an equal average refuses it by name.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -36,26 +43,56 @@ SAME = {  # what every member must share, read as the loaders read it
 
 class SegNetEnsemble(nn.Module):
     """``size`` SegNets of config ``cfg``; :meth:`forward` and :meth:`mirror_averaged` average the members' logits
-    (``x`` B,3,H,W float in [0, 1] -> logits B,H,W). Made for inference: train-vision trains one SegNet at a time
+    (``x`` B,3,H,W float in [0, 1] -> logits B,H,W), with ``weights`` (one per member, summing to 1;
+    :func:`check_weights`) or, by default, alike. Made for inference: train-vision trains one SegNet at a time
     (a forward pass in training mode, as BatchNorm adaptation runs it, updates every member's statistics)."""
 
-    def __init__(self, cfg: SegNetConfig, size: int):
+    def __init__(self, cfg: SegNetConfig, size: int, weights: Sequence[float] | None = None):
         super().__init__()
         if int(size) < 2:
             raise ValueError(f"an ensemble needs at least 2 members; got {size}")
         self.cfg = cfg
         self.members = nn.ModuleList(SegNet(cfg) for _ in range(int(size)))
+        self.weights = None if weights is None else check_weights(weights, int(size))
+        """The members' weights (a tuple of floats summing to 1), or None for their plain mean. Plain floats, not a
+        buffer: they stay float64 constants when the net is cast to bf16, and the weights' state_dict is unchanged."""
 
     @property
     def multiple(self) -> int:
         return self.cfg.multiple
 
+    def _average(self, logits: list[Tensor]) -> Tensor:
+        if self.weights is None:
+            return torch.stack(logits).mean(0)
+        out = logits[0] * self.weights[0]
+        for w, y in zip(self.weights[1:], logits[1:]):
+            out = out + y * w
+        return out
+
     def forward(self, x: Tensor) -> Tensor:
-        return torch.stack([m(x) for m in self.members]).mean(0)
+        return self._average([m(x) for m in self.members])
 
     def mirror_averaged(self, x: Tensor) -> Tensor:
         """The members' :meth:`SegNet.mirror_averaged` logits, averaged."""
-        return torch.stack([m.mirror_averaged(x) for m in self.members]).mean(0)
+        return self._average([m.mirror_averaged(x) for m in self.members])
+
+
+WEIGHTS_KEY = "ensemble_weights"
+
+
+def check_weights(weights: Sequence[float], size: int, owner: str = "ensemble weights") -> tuple[float, ...]:
+    """``weights`` for ``size`` members, normalised to sum 1. ValueError naming ``owner`` when there is not one per
+    member, or one is not a finite number >= 0, or all are 0."""
+    ws = list(weights)
+    if len(ws) != size:
+        raise ValueError(f"{owner}: {len(ws)} weight(s) for {size} nets; give one per net, in the --vision order")
+    for w in ws:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"{owner}: each weight must be a finite number >= 0; got {w!r}")
+    total = float(sum(ws))
+    if total <= 0:
+        raise ValueError(f"{owner}: the weights sum to 0; at least one net must count")
+    return tuple(float(w) / total for w in ws)
 
 
 def ensemble_size(ckpt: dict) -> int:
@@ -70,21 +107,24 @@ def net_from_checkpoint(ckpt: dict, path: str | os.PathLike) -> SegNet | SegNetE
     try:
         cfg = SegNetConfig(**ckpt["model_config"])
         n = ensemble_size(ckpt)
-        net = SegNet(cfg) if n == 1 else SegNetEnsemble(cfg, n)
+        net = SegNet(cfg) if n == 1 else SegNetEnsemble(cfg, n, ckpt.get(WEIGHTS_KEY))
         net.load_state_dict(ckpt["model"])
     except (TypeError, ValueError, RuntimeError) as e:  # a bad stored config, or weights that do not fit it
         raise ValueError(f"vision checkpoint {path}: {e}") from None
     return net
 
 
-def ensemble_payload(paths: list[str | os.PathLike], loaded: list[dict]) -> dict:
+def ensemble_payload(paths: list[str | os.PathLike], loaded: list[dict], weights: Sequence[float] | None = None) -> dict:
     """The deployable payload (no optimizer or RNG state) of an ensemble of the vision checkpoints ``loaded`` (read
     from ``paths``): the first member's configs, probe frames and operating point, the members' weights under
-    ``members.<i>.``, ``ensemble`` and ``ensemble_members``. Its operating point is a placeholder: calibrate sets it.
-    ValueError naming the members when they cannot be averaged: fewer than two, an ensemble among them, or a
-    difference in architecture, image size, mirror averaging, embodiment or target kinds."""
+    ``members.<i>.``, ``ensemble`` and ``ensemble_members``; with ``weights`` (one per member, normalised to sum 1)
+    also ``ensemble_weights``, and each member's ``weight`` in ``ensemble_members``. Its operating point is a
+    placeholder: calibrate sets it. ValueError naming the members when they cannot be averaged: fewer than two, an
+    ensemble among them, a difference in architecture, image size, mirror averaging, embodiment or target kinds, or
+    weights that do not fit (:func:`check_weights`)."""
     if len(loaded) < 2:
         raise ValueError(f"an ensemble needs at least 2 vision checkpoints; got {len(loaded)}")
+    ws = None if weights is None else check_weights(weights, len(loaded), "--ensemble-weights")
     first, p0 = loaded[0], paths[0]
     for p, ck in zip(paths, loaded):
         if ensemble_size(ck) > 1:
@@ -101,5 +141,9 @@ def ensemble_payload(paths: list[str | os.PathLike], loaded: list[dict]) -> dict
         {"source": str(Path(p).resolve()), "step": int(ck["step"]), "seed": (ck.get("config") or {}).get("seed"),
          "threshold": float(ck["threshold"]), "peak_threshold": float(ck.get("peak_threshold", 0.0))}
         for p, ck in zip(paths, loaded)]
+    if ws is not None:
+        payload[WEIGHTS_KEY] = list(ws)
+        for m, w in zip(payload["ensemble_members"], ws):
+            m["weight"] = w
     payload["metrics"] = {}  # the members' validation figures are not the ensemble's
     return payload

@@ -26,7 +26,7 @@ import torch
 from graspsim.fileio import atomic_write_text, check_in_file
 
 from .checkpoint import deployable_payload, load_checkpoint, save_checkpoint
-from .ensemble import ensemble_size
+from .ensemble import WEIGHTS_KEY, ensemble_size
 from .infer import Segmenter, vision_mflop_per_frame
 
 METRIC_KEYS = ("iou", "precision", "recall", "false_positive_image_rate")
@@ -301,6 +301,7 @@ def ship_ensemble(net: str | os.PathLike, calibrated: str | os.PathLike, members
         stored = payload["ensemble_members"][i]
         described.append({"name": m["name"], "step": stored["step"], "seed": stored["seed"],
                           "threshold": stored["threshold"], "peak_threshold": stored["peak_threshold"],
+                          **({"weight": stored["weight"]} if "weight" in stored else {}),
                           **{k: v for k, v in m.items() if k not in ("file", "name", "record")},
                           **({"record": {k: v for k, v in rec.items() if k != "replaced"}} if rec is not None else {})})
         stored["source"] = m["name"]  # this machine's path means nothing elsewhere
@@ -314,6 +315,7 @@ def ship_ensemble(net: str | os.PathLike, calibrated: str | os.PathLike, members
     record = {
         "command": command,
         "members": described,
+        "ensemble_weights": payload.get(WEIGHTS_KEY),  # None: the members' plain mean
         "steps": [m["step"] for m in described],
         "seed": [m["seed"] for m in described],
         "git_commit": _git_commit(),
