@@ -491,9 +491,10 @@ def test_driver_matches_the_backend_alone_over_100_scenes(tmp_path):
 def test_shipped_so101_nets_through_the_driver_match_the_backend_alone(tmp_path):
     """Issue 54's target with trained nets: the shipped so101 pair (vision/assets/segnet_so101.pt,
     dagger/assets/policy_so101.pt) through LeRobot's driver within 3 points of the same pair on the MuJoCo backend
-    alone, 100 scenes of the same seeds (100/100 against 99/100 on 2026-12-01 with the current vision net; 100/100
-    against 100/100 on 2026-11-28 with the net before, at either of its operating points; 92/100 against 91/100 before
-    the simulated robot reported MuJoCo's measured fingertip points)."""
+    alone, 100 scenes of the same seeds (100/100 against 99/100 on 2026-12-06 with the current vision net, the
+    weighted ensemble; 100/100 against 100/100 with the equal-weight one; 100/100 against 99/100 on 2026-12-01 with the
+    single net; 100/100 against 100/100 on 2026-11-28 with the net before, at either of its operating points; 92/100
+    against 91/100 before the simulated robot reported MuJoCo's measured fingertip points)."""
     from graspsim import SimConfig
     from graspsim.config import TargetConfig
 
