@@ -44,8 +44,8 @@ def test_shipped_so101_vision_net_is_deployable_and_matches_its_record():
     assert record["config"] == ckpt["config"] and record["steps"] == [m["step"] for m in members]
     assert [m["name"] for m in record["members"]] == [m["source"] for m in members]
     # weighed in the average (calibrate --ensemble-weights); the record and each member carry the same weights
-    assert record["ensemble_weights"] == ckpt["ensemble_weights"] == [m["weight"] for m in members]
-    assert [m["weight"] for m in record["members"]] == ckpt["ensemble_weights"]
+    assert record["ensemble_weights"] == ckpt["ensemble_weights"] == [m["weight"] for m in members] \
+        == [m["weight"] for m in record["members"]]
     assert record["transfer_test"]["iou"] == pytest.approx(ckpt["metrics"]["transfer_test"]["iou"])
     assert set(record["transfer_test_by_kind"]) == set(KINDS)
 
